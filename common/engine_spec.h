@@ -1,0 +1,55 @@
+// EngineSpec: what one engine (one DP replica of a serving engine) declares about its topology
+// and KV layout. Plain data, no gRPC: the daemon converts from kvoffload.v1.EngineSpec at the
+// service edge, `kvoffloadctl plan` builds it from flags.
+#ifndef KVOFFLOAD_COMMON_ENGINE_SPEC_H_
+#define KVOFFLOAD_COMMON_ENGINE_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace kvoffload::common {
+
+enum class Executor { kUni, kMp, kRay, kExternal };
+enum class Attention { kMha, kMla };
+
+absl::StatusOr<Executor> ParseExecutor(absl::string_view name);  // "uni", "mp", "ray", "external"
+absl::StatusOr<Attention> ParseAttention(absl::string_view name);  // "mha", "mla"
+const char* ExecutorName(Executor e);
+const char* AttentionName(Attention a);
+
+struct EngineSpec {
+  std::string engine_id = "engine";
+  uint32_t dp_rank = 0;
+  uint32_t world_size = 1;
+  // Ranks of this replica on this node. 0 = not declared: taken as world_size (single node),
+  // except for ray/external launchers with world_size > 1, which must declare it.
+  uint32_t local_world_size = 0;
+  uint32_t tp = 1;
+  uint32_t pp = 1;
+  uint32_t pcp = 1;
+  uint32_t dcp = 1;
+  Executor executor = Executor::kMp;
+  Attention attention = Attention::kMha;
+  uint32_t num_kv_groups = 1;
+  uint32_t num_layers = 1;
+  uint64_t page_bytes = 0;
+  uint64_t worker_bytes_per_block = 0;  // 0 = page_bytes × num_layers
+  uint32_t blocks_per_row = 1;
+  uint64_t budget_bytes = 0;            // per node, per DP replica
+  std::vector<std::string> secondary_tiers;
+  bool rows_assigned_by_engine = false;
+
+  // "engine_id/dp_rank": the key of the engine's region on this node.
+  std::string Key() const;
+  // Every field, for messages ("world_size=8 local_world_size=4 ...").
+  std::string DebugString() const;
+  bool operator==(const EngineSpec& other) const;
+};
+
+}  // namespace kvoffload::common
+
+#endif  // KVOFFLOAD_COMMON_ENGINE_SPEC_H_

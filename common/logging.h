@@ -1,0 +1,27 @@
+// Named spdlog loggers, one per component (Envoy's logger.h). Callers never install sinks:
+// the daemon configures the default sink once in main; the client library logs to its own
+// logger that the host process may silence.
+//
+//   static auto* log = kvoffload::common::Logger("region");
+//   log->info("region of {} bytes ready", bytes);
+#ifndef KVOFFLOAD_COMMON_LOGGING_H_
+#define KVOFFLOAD_COMMON_LOGGING_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "spdlog/spdlog.h"
+
+namespace kvoffload::common {
+
+// Returns the logger named `component`, creating it with the default sinks on first use.
+// Thread-safe. The returned pointer stays valid for the life of the process.
+spdlog::logger* Logger(const std::string& component);
+
+// Sets the level of every logger ("trace", "debug", "info", "warn", "error", "off").
+absl::Status SetLogLevel(const std::string& level);
+
+}  // namespace kvoffload::common
+
+#endif  // KVOFFLOAD_COMMON_LOGGING_H_
