@@ -47,7 +47,9 @@ struct EngineSpec {
   std::string Key() const;
   // Every field, for messages ("world_size=8 local_world_size=4 ...").
   std::string DebugString() const;
+  // Field-by-field: a declared local_world_size never equals an undeclared (0) one.
   bool operator==(const EngineSpec& other) const;
+  bool operator!=(const EngineSpec& other) const { return !(*this == other); }
 };
 
 }  // namespace kvoffload::common

@@ -43,6 +43,21 @@ struct Geometry {
 
 // Checks the topology rules of DESIGN.md §2. INVALID_ARGUMENT for inconsistent values,
 // FAILED_PRECONDITION for topologies this daemon does not support (pp, pcp, ...).
+// Rules, in the order they are checked (the first failure is returned):
+//   INVALID_ARGUMENT     engine_id_format (1-128 of [A-Za-z0-9._-]);
+//                        positive_{world_size,tp,pp,pcp,dcp,num_layers,num_kv_groups,
+//                                  page_bytes,blocks_per_row,budget_bytes};
+//                        dcp_divides_tp;
+//                        uni_executor_single_worker (uni needs world_size == 1);
+//                        launcher_requires_local_world_size (ray/external, world_size > 1,
+//                          local_world_size undeclared; declared, they are accepted: the
+//                          daemon aggregates votes itself);
+//                        local_world_size_divides_world_size;
+//   FAILED_PRECONDITION  no_pipeline_parallel; no_prefill_context_parallel;
+//                        secondary_tiers_need_node_local_replica;
+//   INVALID_ARGUMENT     sizes_fit_in_64_bits (page_bytes × num_layers).
+// ComputeGeometry adds sizes_fit_in_64_bits (slot and row bytes) and RESOURCE_EXHAUSTED
+// budget_holds_a_row; SlotOf adds INVALID_ARGUMENT mp_rank_in_world.
 absl::Status ValidateTopology(const EngineSpec& spec);
 
 // Whether the replicated (single-copy MLA) layout applies. When `why_not` is given and the

@@ -1,0 +1,299 @@
+#include "client/kvoffload_client.h"
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "kvoffload/v1/kvoffload.grpc.pb.h"
+#include "proto/spec_convert.h"
+
+namespace kvoffload::client {
+namespace {
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+std::shared_ptr<grpc::Channel> Dial(const std::string& socket_path) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  return grpc::CreateCustomChannel(absl::StrCat("unix:", socket_path),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+RegionGeometry FromProto(const v1::Geometry& g) {
+  RegionGeometry out;
+  out.replicated = g.replicated();
+  out.num_copies = g.num_copies();
+  out.blocks_per_row = g.blocks_per_row();
+  out.worker_bytes_per_block = g.worker_bytes_per_block();
+  out.slot_bytes = g.slot_bytes();
+  out.row_bytes = g.row_bytes();
+  out.num_rows = g.num_rows();
+  out.capacity_bytes = g.capacity_bytes();
+  out.fingerprint = g.fingerprint();
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// WorkerClient
+
+struct WorkerClient::Impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Worker::Stub> stub;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::DaemonMessage>> stream;
+  WorkerRegistration registration;
+  std::thread reader;
+
+  absl::Mutex write_mu;  // one writer at a time on the stream
+  mutable absl::Mutex mu;
+  std::map<uint64_t, FinishedJob> finished ABSL_GUARDED_BY(mu);
+  absl::Status session_status ABSL_GUARDED_BY(mu);
+  bool ended ABSL_GUARDED_BY(mu) = false;
+
+  void ReadLoop() {
+    v1::DaemonMessage message;
+    while (stream->Read(&message)) {
+      if (!message.has_finished()) continue;
+      const v1::JobFinished& f = message.finished();
+      FinishedJob job;
+      job.job_id = f.job_id();
+      job.status = f.code() == 0 ? absl::OkStatus()
+                                 : absl::Status(static_cast<absl::StatusCode>(f.code()),
+                                                f.message());
+      job.bytes = f.bytes();
+      absl::MutexLock lock(&mu);
+      finished.emplace(job.job_id, std::move(job));  // the first verdict for an id wins
+    }
+    absl::Status status = FromGrpcStatus(stream->Finish());
+    absl::MutexLock lock(&mu);
+    ended = true;
+    session_status = status.ok() ? absl::UnavailableError("session ended by kvoffloadd") : status;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(const WorkerOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->channel = Dial(options.socket_path);
+  if (!impl->channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(5)))) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to kvoffloadd at ", options.socket_path));
+  }
+  impl->stub = v1::Worker::NewStub(impl->channel);
+  impl->stream = impl->stub->Session(&impl->context);
+
+  v1::WorkerMessage first;
+  v1::RegisterWorker* reg = first.mutable_register_();
+  SpecToProto(options.spec, reg->mutable_spec());
+  reg->set_mp_rank(options.mp_rank);
+  reg->set_device(options.device);
+  reg->set_device_uuid(options.device_uuid);
+  for (const TensorHandle& t : options.tensors) {
+    v1::TensorSpec* p = reg->add_tensors();
+    p->set_allocation_handle(t.allocation_handle);
+    p->set_allocation_bytes(t.allocation_bytes);
+    p->set_offset(t.offset);
+    p->set_num_blocks(t.num_blocks);
+    p->set_block_stride_bytes(t.block_stride_bytes);
+    p->set_page_bytes(t.page_bytes);
+  }
+  for (const std::string& h : options.event_handles) reg->add_event_handles(h);
+  reg->set_pid(static_cast<uint32_t>(getpid()));
+  if (!impl->stream->Write(first)) {
+    return FromGrpcStatus(impl->stream->Finish());
+  }
+  v1::DaemonMessage reply;
+  if (!impl->stream->Read(&reply)) {
+    absl::Status status = FromGrpcStatus(impl->stream->Finish());
+    return status.ok() ? absl::UnavailableError("kvoffloadd ended the session") : status;
+  }
+  if (!reply.has_registered()) {
+    impl->context.TryCancel();
+    impl->stream->Finish();
+    return absl::InternalError("kvoffloadd answered registration with an unexpected message");
+  }
+  impl->registration.geometry = FromProto(reply.registered().geometry());
+  impl->registration.slot = reply.registered().slot();
+  impl->registration.writer = reply.registered().writer();
+  impl->registration.session_id = reply.registered().session_id();
+  Impl* raw = impl.get();
+  impl->reader = std::thread([raw] { raw->ReadLoop(); });
+  return std::unique_ptr<WorkerClient>(new WorkerClient(std::move(impl)));
+}
+
+WorkerClient::WorkerClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+WorkerClient::~WorkerClient() {
+  {
+    absl::MutexLock lock(&impl_->write_mu);
+    impl_->stream->WritesDone();
+  }
+  impl_->context.TryCancel();
+  impl_->reader.join();
+}
+
+const WorkerRegistration& WorkerClient::registration() const { return impl_->registration; }
+
+absl::Status WorkerClient::Submit(const JobRequest& job) {
+  v1::WorkerMessage message;
+  v1::Submit* s = message.mutable_submit();
+  s->set_job_id(job.job_id);
+  s->set_direction(job.direction == Direction::kStore ? v1::DIRECTION_STORE : v1::DIRECTION_LOAD);
+  s->mutable_gpu_blocks()->Add(job.gpu_blocks.begin(), job.gpu_blocks.end());
+  s->mutable_rows()->Add(job.rows.begin(), job.rows.end());
+  s->set_event_index(job.event_index);
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (impl_->ended) return impl_->session_status;
+  }
+  absl::MutexLock lock(&impl_->write_mu);
+  if (!impl_->stream->Write(message)) {
+    return absl::UnavailableError("the session with kvoffloadd has ended");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<FinishedJob> WorkerClient::PollFinished() {
+  absl::MutexLock lock(&impl_->mu);
+  std::vector<FinishedJob> out;
+  for (auto& [id, job] : impl_->finished) out.push_back(std::move(job));
+  impl_->finished.clear();
+  return out;
+}
+
+absl::StatusOr<FinishedJob> WorkerClient::WaitFinished(uint64_t job_id, absl::Duration timeout) {
+  absl::MutexLock lock(&impl_->mu);
+  auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return impl_->ended || impl_->finished.count(job_id) > 0;
+  };
+  impl_->mu.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  auto it = impl_->finished.find(job_id);
+  if (it != impl_->finished.end()) {
+    FinishedJob job = std::move(it->second);
+    impl_->finished.erase(it);
+    return job;
+  }
+  if (impl_->ended) return impl_->session_status;
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", job_id, " not finished after ", absl::FormatDuration(timeout)));
+}
+
+absl::Status WorkerClient::session_status() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->ended ? impl_->session_status : absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// SchedulerClient
+
+struct SchedulerClient::Impl {
+  std::unique_ptr<v1::Engine::Stub> stub;
+  EngineSpec spec;
+  RegionGeometry geometry;
+  bool created = false;
+
+  v1::KeysRequest Keys(const std::vector<std::string>& keys) const {
+    v1::KeysRequest request;
+    request.set_engine_id(spec.engine_id);
+    request.set_dp_rank(spec.dp_rank);
+    for (const std::string& k : keys) request.add_keys(k);
+    return request;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
+    const std::string& socket_path, const EngineSpec& spec) {
+  auto impl = std::make_unique<Impl>();
+  impl->stub = v1::Engine::NewStub(Dial(socket_path));
+  impl->spec = spec;
+  v1::OpenEngineRequest request;
+  SpecToProto(spec, request.mutable_spec());
+  v1::OpenEngineResponse response;
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  grpc::Status status = impl->stub->OpenEngine(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  impl->geometry = FromProto(response.geometry());
+  impl->created = response.created();
+  return std::unique_ptr<SchedulerClient>(new SchedulerClient(std::move(impl)));
+}
+
+SchedulerClient::SchedulerClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SchedulerClient::~SchedulerClient() = default;
+
+const RegionGeometry& SchedulerClient::geometry() const { return impl_->geometry; }
+bool SchedulerClient::created() const { return impl_->created; }
+
+absl::StatusOr<std::vector<KeyState>> SchedulerClient::Lookup(
+    const std::vector<std::string>& keys) {
+  grpc::ClientContext context;
+  v1::LookupResponse response;
+  grpc::Status status = impl_->stub->Lookup(&context, impl_->Keys(keys), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  std::vector<KeyState> out;
+  for (int s : response.states()) {
+    out.push_back(s == v1::KEY_STATE_HIT           ? KeyState::kHit
+                  : s == v1::KEY_STATE_HIT_PENDING ? KeyState::kHitPending
+                                                   : KeyState::kMiss);
+  }
+  return out;
+}
+
+absl::StatusOr<PreparedStore> SchedulerClient::PrepareStore(const std::vector<std::string>& keys) {
+  grpc::ClientContext context;
+  v1::PrepareStoreResponse response;
+  grpc::Status status = impl_->stub->PrepareStore(&context, impl_->Keys(keys), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  PreparedStore out;
+  out.keys.assign(response.keys().begin(), response.keys().end());
+  out.rows.assign(response.rows().begin(), response.rows().end());
+  out.evicted_keys.assign(response.evicted_keys().begin(), response.evicted_keys().end());
+  return out;
+}
+
+absl::Status SchedulerClient::CompleteStore(const std::vector<std::string>& keys, bool success) {
+  v1::CompleteStoreRequest request;
+  request.set_engine_id(impl_->spec.engine_id);
+  request.set_dp_rank(impl_->spec.dp_rank);
+  for (const std::string& k : keys) request.add_keys(k);
+  request.set_success(success);
+  grpc::ClientContext context;
+  v1::Empty response;
+  return FromGrpcStatus(impl_->stub->CompleteStore(&context, request, &response));
+}
+
+absl::StatusOr<std::vector<uint64_t>> SchedulerClient::PrepareLoad(
+    const std::vector<std::string>& keys) {
+  grpc::ClientContext context;
+  v1::PrepareLoadResponse response;
+  grpc::Status status = impl_->stub->PrepareLoad(&context, impl_->Keys(keys), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::vector<uint64_t>(response.rows().begin(), response.rows().end());
+}
+
+absl::Status SchedulerClient::CompleteLoad(const std::vector<std::string>& keys) {
+  grpc::ClientContext context;
+  v1::Empty response;
+  return FromGrpcStatus(impl_->stub->CompleteLoad(&context, impl_->Keys(keys), &response));
+}
+
+absl::Status SchedulerClient::Touch(const std::vector<std::string>& keys) {
+  grpc::ClientContext context;
+  v1::Empty response;
+  return FromGrpcStatus(impl_->stub->Touch(&context, impl_->Keys(keys), &response));
+}
+
+}  // namespace kvoffload::client

@@ -1,0 +1,158 @@
+// kvoffload client library: what an engine links to use kvoffloadd. No gRPC, protobuf or CUDA
+// types appear here (pimpl).
+//
+// Scheduler side (one per engine replica):
+//   ASSIGN_OR_RETURN(auto scheduler, SchedulerClient::Open("/run/kvoffload/kvoffload.sock", spec));
+//   ASSIGN_OR_RETURN(auto store, scheduler->PrepareStore(keys));   // rows for the new keys
+//   ... workers store, the job finishes ...
+//   RETURN_IF_ERROR(scheduler->CompleteStore(store.keys, /*success=*/true));
+//
+// Worker side (one per GPU rank; tensors already resolved to allocation handles):
+//   ASSIGN_OR_RETURN(auto worker, WorkerClient::Connect(options));
+//   RETURN_IF_ERROR(worker->Submit({.job_id = 7, .direction = Direction::kStore,
+//                                   .gpu_blocks = {3, 9}, .rows = store.rows}));
+//   ASSIGN_OR_RETURN(FinishedJob done, worker->WaitFinished(7, absl::Seconds(5)));
+#ifndef KVOFFLOAD_CLIENT_KVOFFLOAD_CLIENT_H_
+#define KVOFFLOAD_CLIENT_KVOFFLOAD_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/engine_spec.h"
+#include "common/geometry.h"
+
+namespace kvoffload::client {
+
+using common::EngineSpec;
+
+// The geometry the daemon reports for an engine (same meaning as common::Geometry).
+struct RegionGeometry {
+  bool replicated = false;
+  uint32_t num_copies = 0;
+  uint32_t blocks_per_row = 0;
+  uint64_t worker_bytes_per_block = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t row_bytes = 0;
+  uint64_t num_rows = 0;
+  uint64_t capacity_bytes = 0;
+  std::string fingerprint;
+};
+
+// One KV tensor, already resolved to the allocation that holds it (see client/cuda for CUDA
+// device pointers; tests use POSIX shm names with the host backend).
+struct TensorHandle {
+  std::string allocation_handle;
+  uint64_t allocation_bytes = 0;
+  uint64_t offset = 0;
+  uint64_t num_blocks = 0;
+  uint64_t block_stride_bytes = 0;
+  uint64_t page_bytes = 0;
+};
+
+struct WorkerOptions {
+  std::string socket_path;  // the daemon's data socket
+  EngineSpec spec;
+  uint32_t mp_rank = 0;
+  int32_t device = -1;
+  std::string device_uuid;  // 16 raw bytes of the CUDA device UUID, or empty
+  std::vector<TensorHandle> tensors;
+  std::vector<std::string> event_handles;  // cudaIpcEventHandle_t bytes each
+  absl::Duration connect_timeout = absl::Seconds(30);  // includes region creation
+};
+
+struct WorkerRegistration {
+  RegionGeometry geometry;
+  uint32_t slot = 0;
+  bool writer = true;
+  uint64_t session_id = 0;
+};
+
+enum class Direction { kStore, kLoad };
+
+struct JobRequest {
+  uint64_t job_id = 0;
+  Direction direction = Direction::kStore;
+  std::vector<uint64_t> gpu_blocks;  // rows.size() × blocks_per_row
+  std::vector<uint64_t> rows;
+  int32_t event_index = -1;
+};
+
+struct FinishedJob {
+  uint64_t job_id = 0;
+  absl::Status status;
+  uint64_t bytes = 0;  // bytes the daemon copied for the job on this node
+};
+
+// A GPU worker's session with the daemon. Thread-safe: Submit, PollFinished and WaitFinished
+// may be called from any thread. Destroying it ends the session (the daemon fails this worker's
+// unvoted jobs and releases its mappings).
+class WorkerClient {
+ public:
+  // Registers the worker; returns the daemon's refusal status (exact code) if any.
+  static absl::StatusOr<std::unique_ptr<WorkerClient>> Connect(const WorkerOptions& options);
+  ~WorkerClient();
+  WorkerClient(const WorkerClient&) = delete;
+  WorkerClient& operator=(const WorkerClient&) = delete;
+
+  const WorkerRegistration& registration() const;
+
+  // Sends this worker's part of a job. Returns an error only when the session is gone; the
+  // daemon's verdict arrives as a FinishedJob (a refused part finishes with its error code).
+  absl::Status Submit(const JobRequest& job);
+
+  // Returns and forgets every finished job received so far (non-blocking).
+  std::vector<FinishedJob> PollFinished();
+  // Waits for one job; DEADLINE_EXCEEDED after `timeout`; the session's status if it ends first.
+  absl::StatusOr<FinishedJob> WaitFinished(uint64_t job_id, absl::Duration timeout);
+
+  // OK while the session is live; the reason it ended otherwise.
+  absl::Status session_status() const;
+
+ private:
+  struct Impl;
+  explicit WorkerClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+enum class KeyState { kMiss, kHit, kHitPending };
+
+struct PreparedStore {
+  std::vector<std::string> keys;  // keys to store (those not present), request order
+  std::vector<uint64_t> rows;     // their rows
+  std::vector<std::string> evicted_keys;
+};
+
+// The scheduler's handle on an engine's region and row index. Thread-safe.
+class SchedulerClient {
+ public:
+  // OpenEngine: creates the engine's region or joins it (idempotent).
+  static absl::StatusOr<std::unique_ptr<SchedulerClient>> Open(const std::string& socket_path,
+                                                               const EngineSpec& spec);
+  ~SchedulerClient();
+  SchedulerClient(const SchedulerClient&) = delete;
+  SchedulerClient& operator=(const SchedulerClient&) = delete;
+
+  const RegionGeometry& geometry() const;
+  bool created() const;  // this Open created the region
+
+  absl::StatusOr<std::vector<KeyState>> Lookup(const std::vector<std::string>& keys);
+  absl::StatusOr<PreparedStore> PrepareStore(const std::vector<std::string>& keys);
+  absl::Status CompleteStore(const std::vector<std::string>& keys, bool success);
+  absl::StatusOr<std::vector<uint64_t>> PrepareLoad(const std::vector<std::string>& keys);
+  absl::Status CompleteLoad(const std::vector<std::string>& keys);
+  absl::Status Touch(const std::vector<std::string>& keys);
+
+ private:
+  struct Impl;
+  explicit SchedulerClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvoffload::client
+
+#endif  // KVOFFLOAD_CLIENT_KVOFFLOAD_CLIENT_H_

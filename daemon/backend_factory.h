@@ -1,0 +1,24 @@
+// Picks the copy backend for --backend=auto|cuda|host. auto: CUDA when a GPU and driver are
+// present, else the host backend (logged). An explicit `cuda` without a GPU is an error.
+#ifndef KVOFFLOAD_DAEMON_BACKEND_FACTORY_H_
+#define KVOFFLOAD_DAEMON_BACKEND_FACTORY_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/copy/copy_backend.h"
+
+namespace kvoffload::daemon {
+
+struct BackendOptions {
+  std::string kind = "auto";  // auto | cuda | host
+  int host_copy_threads = 4;
+  int copy_sms = 16;  // CUDA: bound on the SMs the copy kernels may occupy
+};
+
+absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions& options);
+
+}  // namespace kvoffload::daemon
+
+#endif  // KVOFFLOAD_DAEMON_BACKEND_FACTORY_H_

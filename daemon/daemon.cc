@@ -1,0 +1,166 @@
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "daemon/engine/deferred_release.h"
+#include "daemon/engine/registry.h"
+#include "daemon/region/memory_budget.h"
+#include "daemon/service/admin_service.h"
+#include "daemon/service/engine_service.h"
+#include "daemon/service/worker_service.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace kvoffload::daemon {
+namespace {
+
+spdlog::logger* Log() {
+  static spdlog::logger* log = common::Logger("daemon");
+  return log;
+}
+
+absl::Status ErrnoStatus(const std::string& what) {
+  const int err = errno;
+  return absl::FailedPreconditionError(absl::StrCat(what, ": ", std::strerror(err)));
+}
+
+}  // namespace
+
+struct Daemon::Impl {
+  DaemonOptions options;
+  std::string data_socket;
+  std::string admin_socket;
+  int lock_fd = -1;
+  // Destruction order matters (reverse of declaration): servers, then services, registry,
+  // release queue (engines die there), budget, and the backend last.
+  std::unique_ptr<CopyBackend> backend;
+  std::unique_ptr<MemoryBudget> budget;
+  std::unique_ptr<DeferredRelease> release;
+  std::unique_ptr<EngineRegistry> registry;
+  std::unique_ptr<EngineService> engine_service;
+  std::unique_ptr<WorkerService> worker_service;
+  std::unique_ptr<AdminService> admin_service;
+  std::unique_ptr<grpc::Server> data_server;
+  std::unique_ptr<grpc::Server> admin_server;
+  std::string backend_name;
+  bool shut_down = false;
+
+  ~Impl() {
+    if (lock_fd >= 0) close(lock_fd);
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options,
+                                                      std::unique_ptr<CopyBackend> backend) {
+  if (options.max_region_bytes == 0) {
+    return absl::InvalidArgumentError("max_region_bytes must be > 0 (the node-wide region cap)");
+  }
+  if (options.runtime_dir.empty()) return absl::InvalidArgumentError("runtime_dir is empty");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->backend_name = backend->name();
+  impl->backend = std::move(backend);
+  const std::string& dir = options.runtime_dir;
+  if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return ErrnoStatus(absl::StrCat("cannot create runtime dir ", dir));
+  }
+  const std::string lock_path = absl::StrCat(dir, "/kvoffloadd.lock");
+  impl->lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (impl->lock_fd < 0) return ErrnoStatus(absl::StrCat("cannot open ", lock_path));
+  if (flock(impl->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another kvoffloadd is serving ", dir, " (", lock_path, " is locked)"));
+  }
+  impl->data_socket = absl::StrCat(dir, "/", kDataSocketName);
+  impl->admin_socket = absl::StrCat(dir, "/", kAdminSocketName);
+  unlink(impl->data_socket.c_str());  // stale, from a daemon that died: we hold the lock now
+  unlink(impl->admin_socket.c_str());
+
+  impl->budget = std::make_unique<MemoryBudget>(options.max_region_bytes);
+  impl->release = std::make_unique<DeferredRelease>();
+  EngineDeps deps;
+  deps.backend = impl->backend.get();
+  deps.budget = impl->budget.get();
+  deps.release = impl->release.get();
+  deps.region_options = options.region_options;
+  deps.job_timeout = options.job_timeout;
+  RegistryOptions registry_options;
+  registry_options.idle_engine_ttl = options.idle_engine_ttl;
+  impl->registry = std::make_unique<EngineRegistry>(deps, registry_options);
+  impl->engine_service = std::make_unique<EngineService>(impl->registry.get());
+  impl->worker_service = std::make_unique<WorkerService>(impl->registry.get());
+  impl->admin_service = std::make_unique<AdminService>(impl->registry.get(), impl->backend.get(),
+                                                       impl->budget.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Sockets are created 0660: only the daemon's user and its socket group may connect.
+  const mode_t old_umask = umask(0117);
+  auto build = [](const std::string& path, std::vector<grpc::Service*> services) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat("unix:", path), grpc::InsecureServerCredentials());
+    builder.SetMaxReceiveMessageSize(256 << 20);  // a 1M-block submit is ~16 MiB
+    builder.SetMaxSendMessageSize(256 << 20);
+    for (grpc::Service* s : services) builder.RegisterService(s);
+    return builder.BuildAndStart();
+  };
+  impl->data_server = build(impl->data_socket, {impl->engine_service.get(),
+                                                impl->worker_service.get()});
+  impl->admin_server = build(impl->admin_socket, {impl->admin_service.get()});
+  umask(old_umask);
+  if (impl->data_server == nullptr || impl->admin_server == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", impl->data_socket, " and ", impl->admin_socket));
+  }
+  impl->registry->Start();
+  Log()->info("kvoffloadd serving {} and {} (backend {}, node cap {} bytes)", impl->data_socket,
+              impl->admin_socket, impl->backend_name, options.max_region_bytes);
+  return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
+}
+
+Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Daemon::~Daemon() { Shutdown(absl::ZeroDuration()); }
+
+void Daemon::Shutdown(absl::Duration grace) {
+  if (impl_ == nullptr || impl_->shut_down) return;
+  impl_->shut_down = true;
+  Log()->info("shutting down (grace {})", absl::FormatDuration(grace));
+  // Engines first: open jobs fail, sessions are told to end (their streams are cancelled), so
+  // the servers' Shutdown does not wait on live worker streams.
+  const bool drained = impl_->registry->Shutdown(
+      absl::UnavailableError("kvoffloadd is shutting down"), grace);
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
+  impl_->data_server->Shutdown(deadline);
+  impl_->admin_server->Shutdown(deadline);
+  impl_->data_server->Wait();
+  impl_->admin_server->Wait();
+  impl_->release->Flush();
+  if (!drained) {
+    // A copy that outlived its grace may still write (PegaFlow 403): keep its region, its
+    // mappings and the backend alive until the process exits instead of freeing them now.
+    impl_->backend.release();
+    impl_->release.release();
+    impl_->registry.release();
+  }
+  unlink(impl_->data_socket.c_str());
+  unlink(impl_->admin_socket.c_str());
+  Log()->info("stopped ({})", drained ? "all copies finished" : "copies were still running");
+}
+
+std::string Daemon::data_socket() const { return impl_->data_socket; }
+std::string Daemon::admin_socket() const { return impl_->admin_socket; }
+const std::string& Daemon::backend_name() const { return impl_->backend_name; }
+
+}  // namespace kvoffload::daemon

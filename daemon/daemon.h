@@ -1,0 +1,61 @@
+// Daemon: the whole of kvoffloadd as a library object: the backend, node budget, engine registry,
+// and the gRPC servers on the data and admin Unix sockets of a runtime directory. main.cc only
+// turns flags into DaemonOptions; integration tests may run it in-process too.
+//
+//   ASSIGN_OR_RETURN(auto daemon, Daemon::Start(options, std::move(backend)));
+//   ... wait for a signal ...
+//   daemon->Shutdown(absl::Seconds(10));
+#ifndef KVOFFLOAD_DAEMON_DAEMON_H_
+#define KVOFFLOAD_DAEMON_DAEMON_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/copy/copy_backend.h"
+#include "daemon/region/region.h"
+
+namespace kvoffload::daemon {
+
+struct DaemonOptions {
+  std::string runtime_dir = "/run/kvoffload";
+  uint64_t max_region_bytes = 0;  // node-wide cap over all regions; must be > 0
+  absl::Duration idle_engine_ttl = absl::Minutes(10);
+  absl::Duration job_timeout = absl::Seconds(30);
+  RegionOptions region_options;
+  std::string metrics_address;  // host:port for Prometheus text metrics; empty disables
+};
+
+inline constexpr char kDataSocketName[] = "kvoffload.sock";
+inline constexpr char kAdminSocketName[] = "admin.sock";
+
+// Thread-safe for its accessors. Shutdown is called once, from the owner.
+class Daemon {
+ public:
+  // Creates the runtime directory (0750) if needed, takes its lock file (FAILED_PRECONDITION
+  // when another kvoffloadd holds it), binds both sockets (mode 0660) and starts serving.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options,
+                                                       std::unique_ptr<CopyBackend> backend);
+  ~Daemon();  // Shutdown(grace = 0) if not yet shut down
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Stops accepting calls, fails open jobs (UNAVAILABLE "kvoffloadd is shutting down"), lets
+  // running copies finish for up to `grace`, releases every region, removes the sockets.
+  void Shutdown(absl::Duration grace);
+
+  std::string data_socket() const;
+  std::string admin_socket() const;
+  const std::string& backend_name() const;
+
+ private:
+  struct Impl;
+  explicit Daemon(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvoffload::daemon
+
+#endif  // KVOFFLOAD_DAEMON_DAEMON_H_

@@ -1,0 +1,470 @@
+#include "daemon/engine/engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace kvoffload::daemon {
+namespace {
+
+spdlog::logger* Log() {
+  static spdlog::logger* log = common::Logger("engine");
+  return log;
+}
+
+const char* DirectionName(CopyDirection d) {
+  return d == CopyDirection::kStore ? "store" : "load";
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(const common::EngineSpec& spec,
+                                                       const EngineDeps& deps) {
+  ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(spec));
+  // Order matters: nothing is allocated until the budget is reserved, and every step undoes the
+  // previous ones on failure (RAII).
+  ASSIGN_OR_RETURN(std::unique_ptr<SlotIndex> index, SlotIndex::Create(geometry.num_rows));
+  ASSIGN_OR_RETURN(MemoryReservation reservation,
+                   MemoryReservation::Reserve(deps.budget, geometry.capacity_bytes, spec.Key()));
+  ASSIGN_OR_RETURN(std::unique_ptr<Region> region,
+                   Region::Create(spec.Key(), geometry.capacity_bytes, deps.region_options));
+  RETURN_IF_ERROR(deps.backend->RegisterRegion(region->data(), region->size(), geometry.row_bytes));
+  Log()->info("engine {} ready: {} rows of {} bytes ({} copies, replicated={}), populated in {:.2f}s",
+              spec.Key(), geometry.num_rows, geometry.row_bytes, geometry.num_copies,
+              geometry.replicated, region->populate_seconds());
+  return std::shared_ptr<Engine>(
+      new Engine(spec, geometry, deps, std::move(reservation), std::move(region), std::move(index)));
+}
+
+Engine::Engine(const common::EngineSpec& spec, const common::Geometry& geometry,
+               const EngineDeps& deps, MemoryReservation reservation,
+               std::unique_ptr<Region> region, std::unique_ptr<SlotIndex> index)
+    : spec_(spec),
+      geometry_(geometry),
+      deps_(deps),
+      reservation_(std::move(reservation)),
+      region_(std::move(region)),
+      index_(std::move(index)),
+      idle_since_(absl::Now()) {}
+
+Engine::~Engine() {
+  // Every copy holds a reference to the engine, so none is in flight here.
+  deps_.backend->UnregisterRegion(region_->data());
+  Log()->info("engine {} released its region of {} bytes", spec_.Key(), region_->size());
+}
+
+absl::Status Engine::CheckSameSpec(const common::EngineSpec& spec) const {
+  if (spec == spec_) return absl::OkStatus();
+  auto other = common::ComputeGeometry(spec);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "engine ", spec_.Key(), " exists with a different spec or geometry: existing {",
+      spec_.DebugString(), "} geometry {", geometry_.DebugString(), "}; requested {",
+      spec.DebugString(), "} geometry {",
+      other.ok() ? other->DebugString() : std::string(other.status().message()), "}"));
+}
+
+absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank,
+                                          const WorkerRegistration& registration,
+                                          JobListener* listener) {
+  ASSIGN_OR_RETURN(uint32_t slot, common::SlotOf(spec_, geometry_, mp_rank));
+  if (registration.tensors.empty()) {
+    return absl::InvalidArgumentError("worker registered no KV tensors");
+  }
+  std::vector<uint64_t> pages;
+  uint64_t bytes_per_block = 0;
+  for (const TensorRegistration& t : registration.tensors) {
+    pages.push_back(t.page_bytes);
+    bytes_per_block += t.page_bytes;
+  }
+  if (bytes_per_block != geometry_.worker_bytes_per_block) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mp_rank ", mp_rank, ": its tensors hold ", bytes_per_block,
+        " bytes per block (pages [", absl::StrJoin(pages, ","), "]) but the engine geometry says "
+        "worker_bytes_per_block=", geometry_.worker_bytes_per_block, " (",
+        geometry_.DebugString(), ")"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return closed_why_;
+    if (!tensor_pages_.empty() && tensor_pages_ != pages) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "mp_rank ", mp_rank, ": layout ", common::LayoutFingerprint(geometry_, pages),
+          " differs from the engine's registered layout ",
+          common::LayoutFingerprint(geometry_, tensor_pages_)));
+    }
+    for (const auto& [id, s] : sessions_) {
+      if (s.mp_rank == mp_rank) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("mp_rank ", mp_rank, " of engine ", key(), " is already registered"));
+      }
+      if (!geometry_.replicated && s.slot == slot) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "slot ", slot, " of engine ", key(), " is held by mp_rank ", s.mp_rank,
+            "; mp_rank ", mp_rank, " maps to the same slot (local_world_size ",
+            geometry_.local_world_size, ")"));
+      }
+    }
+    if (sessions_.size() >= geometry_.local_world_size) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "engine ", key(), " already has its ", geometry_.local_world_size, " local workers"));
+    }
+  }
+  // Opening IPC handles can be slow; do it without the lock. The mp_rank is re-checked below.
+  ASSIGN_OR_RETURN(std::unique_ptr<WorkerMemory> opened, deps_.backend->OpenWorker(registration));
+  std::shared_ptr<WorkerMemory> memory(std::move(opened));
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, s] : sessions_) {
+    if (s.mp_rank == mp_rank || (!geometry_.replicated && s.slot == slot)) {
+      deps_.release->Defer(std::move(memory));
+      return absl::AlreadyExistsError(
+          absl::StrCat("mp_rank ", mp_rank, " of engine ", key(), " registered concurrently"));
+    }
+  }
+  if (closed_) {
+    deps_.release->Defer(std::move(memory));
+    return closed_why_;
+  }
+  if (tensor_pages_.empty()) tensor_pages_ = pages;
+  Session session;
+  session.id = next_session_id_++;
+  session.mp_rank = mp_rank;
+  session.slot = slot;
+  session.writer = common::IsStoreWriter(geometry_, mp_rank);
+  session.memory = std::move(memory);
+  session.listener = listener;
+  WorkerInfo info{session.id, slot, session.writer};
+  sessions_.emplace(session.id, std::move(session));
+  idle_since_ = absl::InfiniteFuture();
+  Log()->info("engine {}: mp_rank {} attached in slot {} (writer={})", key(), mp_rank, slot,
+              info.writer);
+  return info;
+}
+
+void Engine::Detach(uint64_t session_id) {
+  absl::MutexLock delivery(&delivery_mu_);
+  Notices notices;
+  std::shared_ptr<WorkerMemory> memory;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return;
+    const uint32_t mp_rank = it->second.mp_rank;
+    memory = std::move(it->second.memory);
+    sessions_.erase(it);
+    if (sessions_.empty()) idle_since_ = absl::Now();
+    const absl::Status why = absl::UnavailableError(
+        absl::StrCat("worker mp_rank ", mp_rank, " of engine ", key(), " disconnected"));
+    std::vector<uint64_t> ids;
+    for (auto& [id, job] : jobs_) {
+      if (!job.voted.count(mp_rank)) ids.push_back(id);
+    }
+    for (uint64_t id : ids) {
+      auto j = jobs_.find(id);
+      if (j != jobs_.end()) FailJob(j->second, why, &notices);
+    }
+    Log()->info("engine {}: mp_rank {} detached, {} open jobs failed", key(), mp_rank,
+                ids.size());
+  }
+  // In-flight copies hold their own references; the mapping closes after the last one.
+  deps_.release->Defer(std::move(memory));
+  Deliver(notices);
+}
+
+absl::Status Engine::ValidatePart(const Session& session, const JobPart& part) const {
+  const std::string job = absl::StrCat("job ", part.job_id, " of mp_rank ", session.mp_rank);
+  if (part.rows.empty()) return absl::InvalidArgumentError(absl::StrCat(job, ": no rows"));
+  const uint64_t expected_blocks = part.rows.size() * geometry_.blocks_per_row;
+  if (part.gpu_blocks.size() != expected_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        job, ": ", part.gpu_blocks.size(), " gpu blocks for ", part.rows.size(), " rows of ",
+        geometry_.blocks_per_row, " blocks (want ", expected_blocks, ")"));
+  }
+  if (expected_blocks > deps_.max_blocks_per_job) {
+    return absl::InvalidArgumentError(absl::StrCat(job, ": ", expected_blocks,
+                                                   " blocks exceed the limit of ",
+                                                   deps_.max_blocks_per_job, " per job"));
+  }
+  const uint64_t num_blocks = session.memory->num_blocks();
+  for (uint64_t b : part.gpu_blocks) {
+    if (b >= num_blocks) {
+      return absl::OutOfRangeError(absl::StrCat(job, ": gpu block ", b, " >= registered ",
+                                                num_blocks, " blocks"));
+    }
+  }
+  for (uint64_t r : part.rows) {
+    if (r >= geometry_.num_rows) {
+      return absl::OutOfRangeError(
+          absl::StrCat(job, ": row ", r, " >= num_rows ", geometry_.num_rows));
+    }
+  }
+  if (part.event_index < -1 ||
+      part.event_index >= static_cast<int64_t>(session.memory->num_events())) {
+    return absl::InvalidArgumentError(absl::StrCat(job, ": event index ", part.event_index,
+                                                   " outside the pool of ",
+                                                   session.memory->num_events(), " events"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
+  CopyJob copy;
+  std::shared_ptr<WorkerMemory> memory;
+  uint32_t mp_rank = 0;
+  {
+    absl::ReaderMutexLock delivery(&delivery_mu_);
+    Notices notices;
+    {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return closed_why_;
+    auto sit = sessions_.find(session_id);
+    if (sit == sessions_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("session ", session_id, " is not a registered worker of ", key()));
+    }
+    const Session& session = sit->second;
+    mp_rank = session.mp_rank;
+    RETURN_IF_ERROR(ValidatePart(session, part));
+
+    auto jit = jobs_.find(part.job_id);
+    if (jit == jobs_.end()) {
+      auto done = finished_.find(part.job_id);
+      if (done != finished_.end()) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "job ", part.job_id, " of engine ", key(), " already finished (",
+            done->second.ok() ? "OK" : done->second.ToString(), "); job ids must be unique"));
+      }
+      std::vector<uint64_t> sorted = part.rows;
+      std::sort(sorted.begin(), sorted.end());
+      if (part.direction == CopyDirection::kStore &&
+          std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("job ", part.job_id, ": a row appears twice in one store"));
+      }
+      // A new job: its rows must be in the state the index expects, and stay quarantined until
+      // the job retires (no eviction or reuse while a copy may still touch them). Engines that
+      // assign rows themselves own that bookkeeping.
+      if (!spec_.rows_assigned_by_engine) {
+        RETURN_IF_ERROR(index_->BeginCopy(part.direction, part.rows));
+      }
+      Job job;
+      job.id = part.job_id;
+      job.direction = part.direction;
+      job.rows = part.rows;
+      job.started = absl::Now();
+      job.deadline = job.started + deps_.job_timeout;
+      jit = jobs_.emplace(part.job_id, std::move(job)).first;
+    } else {
+      Job& job = jit->second;
+      if (job.submitted.count(mp_rank)) {
+        return absl::AlreadyExistsError(absl::StrCat("job ", part.job_id, ": mp_rank ",
+                                                     mp_rank, " already submitted its part"));
+      }
+      if (job.direction != part.direction || job.rows != part.rows) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "job ", part.job_id, ": mp_rank ", mp_rank, " submitted a ",
+            DirectionName(part.direction), " of ", part.rows.size(),
+            " rows that differs from the job's ", DirectionName(job.direction), " of ",
+            job.rows.size(), " rows"));
+      }
+      if (job.reported) {
+        // The job already failed (timeout, a peer disconnected); this part is not copied.
+        job.submitted.insert(mp_rank);
+        return job.status;
+      }
+    }
+    Job& job = jit->second;
+    job.submitted.insert(mp_rank);
+    if (part.direction == CopyDirection::kStore && !session.writer) {
+      // Replicated non-writer: acknowledges without copying. The writer's vote is still needed.
+      Vote(job, mp_rank, absl::OkStatus(), &notices);
+    } else {
+      ++job.copies_in_flight;
+      memory = session.memory;
+      copy.direction = part.direction;
+      copy.memory = memory.get();
+      copy.region_base = region_->data();
+      copy.row_bytes = geometry_.row_bytes;
+      copy.slot_bytes = geometry_.slot_bytes;
+      copy.slot = session.slot;
+      copy.blocks_per_row = geometry_.blocks_per_row;
+      copy.gpu_blocks = part.gpu_blocks;
+      copy.rows = part.rows;
+      copy.event_index = part.event_index;
+      copy.timeout = deps_.job_timeout;
+    }
+  }
+    Deliver(notices);
+  }
+  if (memory != nullptr) {
+    // The closure keeps the engine (region) and the worker's mapping alive until the copy ends.
+    std::shared_ptr<Engine> self = shared_from_this();
+    const uint64_t job_id = part.job_id;
+    deps_.backend->Submit(std::move(copy), [self, memory, job_id, mp_rank](absl::Status status,
+                                                                           uint64_t bytes) mutable {
+      self->OnCopyDone(job_id, mp_rank, std::move(status), bytes);
+      DeferredRelease* release = self->deps_.release;
+      release->Defer(std::move(memory));
+      release->Defer(std::move(self));
+    });
+  }
+  return absl::OkStatus();
+}
+
+void Engine::OnCopyDone(uint64_t job_id, uint32_t mp_rank, absl::Status status, uint64_t bytes) {
+  absl::ReaderMutexLock delivery(&delivery_mu_);
+  Notices notices;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;  // cannot happen: a job with copies in flight is not retired
+    Job& job = it->second;
+    --job.copies_in_flight;
+    if (status.ok()) {
+      job.bytes += bytes;
+      (job.direction == CopyDirection::kStore ? store_bytes_ : load_bytes_) += bytes;
+    } else {
+      status = absl::Status(status.code(), absl::StrCat("job ", job_id, " mp_rank ", mp_rank,
+                                                        " copy failed: ", status.message()));
+    }
+    Vote(job, mp_rank, status, &notices);
+  }
+  Deliver(notices);
+}
+
+void Engine::Vote(Job& job, uint32_t mp_rank, const absl::Status& status, Notices* notices) {
+  job.voted.insert(mp_rank);
+  if (!status.ok() && job.status.ok()) job.status = status;
+  MaybeFinish(job, notices);
+}
+
+void Engine::FailJob(Job& job, const absl::Status& why, Notices* notices) {
+  if (job.status.ok()) job.status = why;
+  if (!job.reported) Report(job, notices);
+  MaybeFinish(job, notices);
+}
+
+void Engine::MaybeFinish(Job& job, Notices* notices) {
+  const bool all_voted = job.voted.size() >= geometry_.local_world_size;
+  if (!job.reported && (all_voted || !job.status.ok()) && job.copies_in_flight == 0) {
+    Report(job, notices);
+  }
+  if (!job.reported || job.copies_in_flight > 0) return;
+  // Retire: rows may be reused only now that no copy can touch them.
+  if (!spec_.rows_assigned_by_engine) {
+    absl::Status ended = index_->EndCopy(job.rows);
+    if (!ended.ok()) Log()->error("engine {}: {}", key(), ended.ToString());  // a bug of ours
+  }
+  finished_.emplace(job.id, job.status);
+  finished_order_.push_back(job.id);
+  while (finished_order_.size() > deps_.finished_jobs_remembered) {
+    finished_.erase(finished_order_.front());
+    finished_order_.pop_front();
+  }
+  jobs_.erase(job.id);  // `job` is dangling from here on
+}
+
+void Engine::Report(Job& job, Notices* notices) {
+  job.reported = true;
+  if (job.status.ok()) {
+    ++jobs_done_;
+    ++(job.direction == CopyDirection::kStore ? store_jobs_ : load_jobs_);
+  } else {
+    ++jobs_failed_;
+    Log()->warn("engine {}: {} job {} failed: {}", key(), DirectionName(job.direction), job.id,
+                job.status.ToString());
+  }
+  latency_.Record(absl::Now() - job.started);
+  JobResult result{job.id, job.status, job.bytes};
+  for (const auto& [id, s] : sessions_) notices->emplace_back(s.listener, result);
+}
+
+void Engine::Deliver(Notices& notices) {
+  for (auto& [listener, result] : notices) listener->OnJobFinished(result);
+}
+
+void Engine::ExpireJobs(absl::Time now) {
+  absl::ReaderMutexLock delivery(&delivery_mu_);
+  Notices notices;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<uint64_t> expired;
+    for (const auto& [id, job] : jobs_) {
+      if (!job.reported && now >= job.deadline) expired.push_back(id);
+    }
+    for (uint64_t id : expired) {
+      Job& job = jobs_.at(id);
+      std::vector<uint32_t> missing;
+      for (uint32_t r = 0; r < spec_.world_size; ++r) {
+        if (job.submitted.count(r) && !job.voted.count(r)) missing.push_back(r);
+      }
+      FailJob(job,
+              absl::DeadlineExceededError(absl::StrCat(
+                  DirectionName(job.direction), " job ", id, " of engine ", key(), " not done after ",
+                  absl::FormatDuration(deps_.job_timeout), ": ", job.voted.size(), " of ",
+                  geometry_.local_world_size, " local votes",
+                  missing.empty() ? "" : absl::StrCat(", copies pending for mp_ranks [",
+                                                      absl::StrJoin(missing, ","), "]"))),
+              &notices);
+    }
+  }
+  Deliver(notices);
+}
+
+void Engine::Close(const absl::Status& why) {
+  absl::ReaderMutexLock delivery(&delivery_mu_);
+  Notices notices;
+  std::vector<JobListener*> listeners;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    closed_why_ = why;
+    std::vector<uint64_t> ids;
+    for (const auto& [id, job] : jobs_) ids.push_back(id);
+    for (uint64_t id : ids) {
+      auto it = jobs_.find(id);
+      if (it != jobs_.end() && !it->second.reported) FailJob(it->second, why, &notices);
+    }
+    for (const auto& [id, s] : sessions_) listeners.push_back(s.listener);
+  }
+  Deliver(notices);
+  for (JobListener* l : listeners) l->OnEngineClosed(why);
+}
+
+EngineSnapshot Engine::Snapshot() const {
+  EngineSnapshot s;
+  s.spec = spec_;
+  s.geometry = geometry_;
+  s.index = index_->counts();
+  s.region_bytes = region_->size();
+  s.populate_seconds = region_->populate_seconds();
+  s.latency = latency_.Get();
+  absl::MutexLock lock(&mu_);
+  s.store_bytes = store_bytes_;
+  s.load_bytes = load_bytes_;
+  s.store_jobs = store_jobs_;
+  s.load_jobs = load_jobs_;
+  s.jobs_done = jobs_done_;
+  s.jobs_failed = jobs_failed_;
+  s.jobs_in_flight = jobs_.size();
+  s.workers = sessions_.size();
+  s.idle_seconds =
+      sessions_.empty() ? absl::ToDoubleSeconds(absl::Now() - idle_since_) : 0.0;
+  return s;
+}
+
+uint32_t Engine::num_workers() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+absl::Time Engine::idle_since() const {
+  absl::MutexLock lock(&mu_);
+  return idle_since_;
+}
+
+}  // namespace kvoffload::daemon

@@ -1,0 +1,203 @@
+// Engine: one DP replica of one serving engine on this node. Owns the replica's region, its row
+// index, its worker sessions and its jobs, and turns workers' parts into finished jobs (votes).
+//
+//   ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, deps));
+//   ASSIGN_OR_RETURN(WorkerInfo w, engine->Attach(mp_rank, registration, &listener));
+//   RETURN_IF_ERROR(engine->Submit(w.session_id, part));   // listener hears OnJobFinished later
+//   engine->Detach(w.session_id);                           // fails that worker's open jobs
+//
+// Vote rule (DESIGN.md §2/§4): a job finishes on this node when every local worker of the engine
+// has voted and every copy has finished; its status is the first error. A worker votes when its
+// copy is done; a replicated non-writer (mp_rank != 0) votes on submit without copying, so a job
+// can never finish on non-writer votes alone: the writer's vote is always required.
+#ifndef KVOFFLOAD_DAEMON_ENGINE_ENGINE_H_
+#define KVOFFLOAD_DAEMON_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/engine_spec.h"
+#include "common/geometry.h"
+#include "daemon/copy/copy_backend.h"
+#include "daemon/engine/deferred_release.h"
+#include "daemon/engine/job.h"
+#include "daemon/engine/latency_histogram.h"
+#include "daemon/index/slot_index.h"
+#include "daemon/region/memory_budget.h"
+#include "daemon/region/region.h"
+
+namespace kvoffload::daemon {
+
+// Hears about the jobs of one worker session. Implemented by the gRPC session. Called from
+// daemon threads with no engine lock held; must not block (queue and return).
+class JobListener {
+ public:
+  virtual ~JobListener() = default;
+  virtual void OnJobFinished(const JobResult& result) = 0;
+  // The engine was dropped or the daemon is stopping: the session should end with `why`.
+  virtual void OnEngineClosed(const absl::Status& why) = 0;
+};
+
+// Shared services an engine uses; all outlive every engine.
+struct EngineDeps {
+  CopyBackend* backend = nullptr;
+  MemoryBudget* budget = nullptr;
+  DeferredRelease* release = nullptr;
+  RegionOptions region_options;
+  absl::Duration job_timeout = absl::Seconds(30);
+  uint64_t max_blocks_per_job = 1u << 22;  // larger submits are INVALID_ARGUMENT
+  size_t finished_jobs_remembered = 1u << 16;
+};
+
+// One worker's part of a job, as submitted.
+struct JobPart {
+  uint64_t job_id = 0;
+  CopyDirection direction = CopyDirection::kStore;
+  std::vector<uint64_t> gpu_blocks;
+  std::vector<uint64_t> rows;
+  int32_t event_index = -1;
+};
+
+struct WorkerInfo {
+  uint64_t session_id = 0;
+  uint32_t slot = 0;
+  bool writer = true;
+};
+
+// A consistent copy of an engine's counters.
+struct EngineSnapshot {
+  common::EngineSpec spec;
+  common::Geometry geometry;
+  SlotIndex::Counts index;
+  uint64_t region_bytes = 0;
+  uint64_t store_bytes = 0;
+  uint64_t load_bytes = 0;
+  uint64_t store_jobs = 0;
+  uint64_t load_jobs = 0;
+  uint64_t jobs_done = 0;
+  uint64_t jobs_failed = 0;
+  uint64_t jobs_in_flight = 0;
+  uint32_t workers = 0;
+  double idle_seconds = 0;
+  double populate_seconds = 0;
+  LatencyHistogram::Snapshot latency;
+};
+
+// Thread-safe. Shared-owned: sessions, in-flight copies and the registry hold references; the
+// region is released when the last reference goes (through DeferredRelease, off the copy path).
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  // Validates the spec (common::ComputeGeometry), reserves the node budget, creates and populates
+  // the region, registers it with the backend. Nothing is left allocated on failure.
+  static absl::StatusOr<std::shared_ptr<Engine>> Create(const common::EngineSpec& spec,
+                                                        const EngineDeps& deps);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const common::EngineSpec& spec() const { return spec_; }
+  const common::Geometry& geometry() const { return geometry_; }
+  std::string key() const { return spec_.Key(); }
+  SlotIndex& index() { return *index_; }
+
+  // FAILED_PRECONDITION with both specs and geometries when `spec` differs from this engine's.
+  absl::Status CheckSameSpec(const common::EngineSpec& spec) const;
+
+  // Registers a local worker: validates its rank, slot, tensor geometry (Σ page_bytes must equal
+  // worker_bytes_per_block; page sizes must match the engine's other workers), opens its memory.
+  // `listener` must stay valid until Detach returns.
+  absl::StatusOr<WorkerInfo> Attach(uint32_t mp_rank, const WorkerRegistration& registration,
+                                    JobListener* listener);
+  // Ends a session: its unvoted jobs fail (UNAVAILABLE), its memory is released once its
+  // in-flight copies are done. Idempotent.
+  void Detach(uint64_t session_id);
+
+  // Validates and applies one worker's part of a job. A rejected part changes nothing and returns
+  // the error (INVALID_ARGUMENT, OUT_OF_RANGE, ALREADY_EXISTS, FAILED_PRECONDITION, ...).
+  absl::Status Submit(uint64_t session_id, const JobPart& part);
+
+  // Fails jobs past their deadline (DEADLINE_EXCEEDED). Called by the registry's maintenance.
+  void ExpireJobs(absl::Time now);
+  // Fails every open job with `why` and tells every session to end. The engine stays usable for
+  // the copies still in flight; they complete into nothing.
+  void Close(const absl::Status& why);
+
+  EngineSnapshot Snapshot() const;
+  uint32_t num_workers() const;
+  // When the last worker left (or the engine was created without workers); InfiniteFuture while
+  // any worker is attached.
+  absl::Time idle_since() const;
+
+ private:
+  struct Session {
+    uint64_t id = 0;
+    uint32_t mp_rank = 0;
+    uint32_t slot = 0;
+    bool writer = true;
+    std::shared_ptr<WorkerMemory> memory;
+    JobListener* listener = nullptr;
+  };
+  using Notices = std::vector<std::pair<JobListener*, JobResult>>;
+
+  Engine(const common::EngineSpec& spec, const common::Geometry& geometry, const EngineDeps& deps,
+         MemoryReservation reservation, std::unique_ptr<Region> region,
+         std::unique_ptr<SlotIndex> index);
+
+  absl::Status ValidatePart(const Session& session, const JobPart& part) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnCopyDone(uint64_t job_id, uint32_t mp_rank, absl::Status status, uint64_t bytes);
+  // Records `mp_rank`'s vote (and error); finishes or reports the job when due.
+  void Vote(Job& job, uint32_t mp_rank, const absl::Status& status, Notices* notices)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailJob(Job& job, const absl::Status& why, Notices* notices)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reports the outcome to every session once; retires the job when its copies are done.
+  void MaybeFinish(Job& job, Notices* notices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Report(Job& job, Notices* notices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Deliver(Notices& notices);  // delivery_mu_ held, mu_ not held
+
+  const common::EngineSpec spec_;
+  const common::Geometry geometry_;
+  const EngineDeps deps_;
+  MemoryReservation reservation_;
+  std::unique_ptr<Region> region_;
+  const std::unique_ptr<SlotIndex> index_;
+
+  // Held shared from collecting notices until they are delivered, exclusively by Detach: a
+  // listener is never called after Detach returns.
+  absl::Mutex delivery_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Per-tensor page sizes set by the first worker; later workers must match (layout identity).
+  std::vector<uint64_t> tensor_pages_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  // Outcomes of retired jobs, bounded, so a late or repeated part gets a precise answer.
+  absl::flat_hash_map<uint64_t, absl::Status> finished_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> finished_order_ ABSL_GUARDED_BY(mu_);
+  absl::Time idle_since_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status closed_why_ ABSL_GUARDED_BY(mu_);
+
+  uint64_t store_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t load_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t store_jobs_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t load_jobs_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t jobs_done_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t jobs_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  LatencyHistogram latency_;  // thread-safe itself
+};
+
+}  // namespace kvoffload::daemon
+
+#endif  // KVOFFLOAD_DAEMON_ENGINE_ENGINE_H_

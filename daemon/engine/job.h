@@ -1,0 +1,39 @@
+// Job: one store or load of an engine on this node, assembled from the parts (votes) of the
+// engine's local workers. Internal to Engine; guarded by Engine::mu_.
+#ifndef KVOFFLOAD_DAEMON_ENGINE_JOB_H_
+#define KVOFFLOAD_DAEMON_ENGINE_JOB_H_
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "daemon/copy/copy_backend.h"
+
+namespace kvoffload::daemon {
+
+struct Job {
+  uint64_t id = 0;
+  CopyDirection direction = CopyDirection::kStore;
+  std::vector<uint64_t> rows;       // shared by every part
+  std::set<uint32_t> voted;         // mp_ranks whose part is counted
+  std::set<uint32_t> submitted;     // mp_ranks that submitted a part
+  uint32_t copies_in_flight = 0;    // backend copies not yet done
+  absl::Status status;              // first error, if any
+  uint64_t bytes = 0;               // bytes copied on this node
+  absl::Time started;               // first part submitted
+  absl::Time deadline;              // votes and copies must be done by then
+  bool reported = false;            // the outcome was sent to workers (it may precede copy end)
+};
+
+// What workers are told about a finished job.
+struct JobResult {
+  uint64_t job_id = 0;
+  absl::Status status;
+  uint64_t bytes = 0;
+};
+
+}  // namespace kvoffload::daemon
+
+#endif  // KVOFFLOAD_DAEMON_ENGINE_JOB_H_

@@ -1,0 +1,105 @@
+// kvoffloadd: wires flags to objects. Everything else is a library that tests link.
+#include <signal.h>
+#include <sys/sysinfo.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/bytes.h"
+#include "common/logging.h"
+#include "daemon/backend_factory.h"
+#include "daemon/daemon.h"
+#include "daemon/flag_reload.h"
+#include "systemd/sd-daemon.h"
+
+ABSL_FLAG(std::string, runtime_dir, "/run/kvoffload",
+          "Directory of the data socket (kvoffload.sock) and the admin socket (admin.sock).");
+ABSL_FLAG(std::string, max_region_bytes, "",
+          "Node-wide cap over all regions, e.g. 64GiB. Empty: half of physical memory.");
+ABSL_FLAG(std::string, backend, "auto", "Copy backend: auto (cuda when a GPU is present), cuda, host.");
+ABSL_FLAG(int64_t, idle_engine_ttl_s, 600,
+          "Seconds an engine without workers keeps its region before it is freed; 0 keeps it.");
+ABSL_FLAG(int64_t, job_timeout_s, 30, "Seconds a job may wait for votes and copies before it fails.");
+ABSL_FLAG(int32_t, populate_threads, 8, "Threads that fault a new region in.");
+ABSL_FLAG(bool, huge_pages, false, "Try hugetlbfs pages for regions (falls back, with a note).");
+ABSL_FLAG(int32_t, host_copy_threads, 4, "Host backend: memcpy threads.");
+ABSL_FLAG(int32_t, copy_sms, 16, "CUDA backend: most SMs the copy kernels may occupy.");
+ABSL_FLAG(int64_t, shutdown_grace_s, 10, "On SIGTERM, seconds running copies get to finish.");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off. SIGHUP re-reads it.");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9470",
+          "host:port for Prometheus text metrics (/metrics); empty disables.");
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "kvoffloadd: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace d = kvoffload::daemon;
+  absl::SetProgramUsageMessage("kvoffloadd: the per-node KV-cache offload daemon.");
+  // Block the signals we wait for before any thread starts, so that only sigwait sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  absl::ParseCommandLine(argc, argv);
+
+  if (auto s = kvoffload::common::SetLogLevel(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
+    return Fail(s);
+  }
+  d::DaemonOptions options;
+  options.runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
+  if (absl::GetFlag(FLAGS_max_region_bytes).empty()) {
+    struct sysinfo info;
+    sysinfo(&info);
+    options.max_region_bytes = static_cast<uint64_t>(info.totalram) * info.mem_unit / 2;
+  } else {
+    auto cap = kvoffload::common::ParseBytes(absl::GetFlag(FLAGS_max_region_bytes));
+    if (!cap.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("--max_region_bytes: ", cap.status().message())));
+    options.max_region_bytes = *cap;
+  }
+  if (absl::GetFlag(FLAGS_idle_engine_ttl_s) < 0 || absl::GetFlag(FLAGS_job_timeout_s) <= 0 ||
+      absl::GetFlag(FLAGS_shutdown_grace_s) < 0) {
+    return Fail(absl::InvalidArgumentError(
+        "--idle_engine_ttl_s and --shutdown_grace_s must be >= 0, --job_timeout_s > 0"));
+  }
+  options.idle_engine_ttl = absl::Seconds(absl::GetFlag(FLAGS_idle_engine_ttl_s));
+  options.job_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
+  options.region_options.populate_threads = absl::GetFlag(FLAGS_populate_threads);
+  options.region_options.huge_pages = absl::GetFlag(FLAGS_huge_pages);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+
+  d::BackendOptions backend_options;
+  backend_options.kind = absl::GetFlag(FLAGS_backend);
+  backend_options.host_copy_threads = absl::GetFlag(FLAGS_host_copy_threads);
+  backend_options.copy_sms = absl::GetFlag(FLAGS_copy_sms);
+  auto backend = d::CreateBackend(backend_options);
+  if (!backend.ok()) return Fail(backend.status());
+
+  auto daemon = d::Daemon::Start(options, std::move(*backend));
+  if (!daemon.ok()) return Fail(daemon.status());
+  sd_notify(0, "READY=1\nSTATUS=serving");
+
+  for (;;) {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    if (signal == SIGHUP) {
+      d::ReloadLogLevel(argc, argv);
+      continue;
+    }
+    break;
+  }
+  sd_notify(0, "STOPPING=1");
+  (*daemon)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
+  return 0;
+}

@@ -1,0 +1,52 @@
+#include "daemon/service/admin_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "daemon/service/convert.h"
+
+namespace kvoffload::daemon {
+
+grpc::Status AdminService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+                                 v1::StatsResponse* response) {
+  response->set_region_bytes(budget_->reserved());
+  response->set_max_region_bytes(budget_->cap());
+  response->set_backend(backend_->name());
+  for (const auto& engine : registry_->List()) ToProto(engine->Snapshot(), response->add_engines());
+  for (const auto& [device, bytes] : backend_->GpuMemoryBytes()) {
+    (*response->mutable_gpu_memory_bytes())[device] = bytes;
+  }
+  response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListEngines(grpc::ServerContext*, const v1::Empty*,
+                                       v1::ListEnginesResponse* response) {
+  for (const auto& engine : registry_->List()) ToProto(engine->Snapshot(), response->add_engines());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DropEngine(grpc::ServerContext*, const v1::DropEngineRequest* request,
+                                      v1::Empty*) {
+  if (request->engine_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "engine_id is empty");
+  }
+  return ToGrpcStatus(registry_->Drop(request->engine_id(), request->dp_rank(), request->force()));
+}
+
+grpc::Status AdminService::Cleanup(grpc::ServerContext*, const v1::CleanupRequest* request,
+                                   v1::CleanupResponse* response) {
+  if (!request->drop_idle() && request->reset_engine_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "cleanup needs drop_idle or reset_engine_id");
+  }
+  if (!request->reset_engine_id().empty()) {
+    auto engine = registry_->Find(request->reset_engine_id(), request->reset_dp_rank());
+    if (!engine.ok()) return ToGrpcStatus(engine.status());
+    response->set_rows_reset((*engine)->index().Reset());
+  }
+  if (request->drop_idle()) {
+    for (const std::string& key : registry_->DropIdle()) response->add_dropped(key);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace kvoffload::daemon

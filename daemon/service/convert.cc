@@ -1,0 +1,90 @@
+#include "daemon/service/convert.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kvoffload::daemon {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& p) {
+  WorkerRegistration r;
+  r.device = p.device();
+  r.device_uuid = p.device_uuid();
+  if (p.tensors_size() == 0) return absl::InvalidArgumentError("register: no tensors");
+  if (p.tensors_size() > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: ", p.tensors_size(), " tensors exceed the limit of 65536"));
+  }
+  for (int i = 0; i < p.tensors_size(); ++i) {
+    const v1::TensorSpec& t = p.tensors(i);
+    if (t.allocation_handle().empty() || t.num_blocks() == 0 || t.page_bytes() == 0 ||
+        t.block_stride_bytes() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "register: tensor ", i,
+          " needs an allocation handle and non-zero num_blocks, page_bytes, block_stride_bytes"));
+    }
+    r.tensors.push_back(TensorRegistration{t.allocation_handle(), t.allocation_bytes(),
+                                           t.offset(), t.num_blocks(), t.block_stride_bytes(),
+                                           t.page_bytes()});
+  }
+  if (p.event_handles_size() > 4096) {
+    return absl::InvalidArgumentError("register: more than 4096 event handles");
+  }
+  r.event_handles.assign(p.event_handles().begin(), p.event_handles().end());
+  return r;
+}
+
+absl::StatusOr<JobPart> FromProto(const v1::Submit& p) {
+  JobPart part;
+  part.job_id = p.job_id();
+  switch (p.direction()) {
+    case v1::DIRECTION_STORE: part.direction = CopyDirection::kStore; break;
+    case v1::DIRECTION_LOAD: part.direction = CopyDirection::kLoad; break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("job ", p.job_id(), ": direction must be STORE or LOAD"));
+  }
+  part.gpu_blocks.assign(p.gpu_blocks().begin(), p.gpu_blocks().end());
+  part.rows.assign(p.rows().begin(), p.rows().end());
+  part.event_index = p.event_index();
+  return part;
+}
+
+void ToProto(const EngineSnapshot& s, v1::EngineStats* p) {
+  p->set_engine_id(s.spec.engine_id);
+  p->set_dp_rank(s.spec.dp_rank);
+  GeometryToProto(s.geometry, p->mutable_geometry());
+  p->set_num_rows(s.index.num_rows);
+  p->set_rows_free(s.index.rows_free);
+  p->set_rows_writing(s.index.rows_writing);
+  p->set_rows_ready(s.index.rows_ready);
+  p->set_rows_reading(s.index.rows_reading);
+  p->set_region_bytes(s.region_bytes);
+  p->set_store_bytes(s.store_bytes);
+  p->set_load_bytes(s.load_bytes);
+  p->set_jobs_done(s.jobs_done);
+  p->set_jobs_failed(s.jobs_failed);
+  p->set_jobs_in_flight(s.jobs_in_flight);
+  p->set_hits(s.index.hits);
+  p->set_misses(s.index.misses);
+  p->set_evictions(s.index.evictions);
+  p->set_workers(s.workers);
+  p->set_job_latency_p50_us(s.latency.QuantileMicros(0.5));
+  p->set_job_latency_p99_us(s.latency.QuantileMicros(0.99));
+  p->set_idle_seconds(s.idle_seconds);
+}
+
+absl::StatusOr<std::vector<std::string>> KeysFromProto(
+    const google::protobuf::RepeatedPtrField<std::string>& keys) {
+  if (keys.empty()) return absl::InvalidArgumentError("no keys in request");
+  if (static_cast<size_t>(keys.size()) > kMaxKeysPerRequest) {
+    return absl::InvalidArgumentError(absl::StrCat(keys.size(), " keys exceed the limit of ",
+                                                   kMaxKeysPerRequest, " per request"));
+  }
+  return std::vector<std::string>(keys.begin(), keys.end());
+}
+
+}  // namespace kvoffload::daemon

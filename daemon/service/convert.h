@@ -1,0 +1,35 @@
+// Conversions at the gRPC edge: kvoffload.v1 messages ↔ common/ and daemon/ types, and
+// absl::Status ↔ grpc::Status (codes map 1:1). Nothing past this file sees protobuf types
+// except the service adapters.
+#ifndef KVOFFLOAD_DAEMON_SERVICE_CONVERT_H_
+#define KVOFFLOAD_DAEMON_SERVICE_CONVERT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/engine_spec.h"
+#include "common/geometry.h"
+#include "daemon/copy/copy_backend.h"
+#include "daemon/engine/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "kvoffload/v1/kvoffload.pb.h"
+#include "proto/spec_convert.h"
+
+namespace kvoffload::daemon {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& proto);
+absl::StatusOr<JobPart> FromProto(const v1::Submit& proto);
+void ToProto(const EngineSnapshot& snapshot, v1::EngineStats* proto);
+
+// Keys of an index request: 1..kMaxKeysPerRequest keys of 1..256 bytes.
+inline constexpr size_t kMaxKeysPerRequest = 1 << 20;
+absl::StatusOr<std::vector<std::string>> KeysFromProto(
+    const google::protobuf::RepeatedPtrField<std::string>& keys);
+
+}  // namespace kvoffload::daemon
+
+#endif  // KVOFFLOAD_DAEMON_SERVICE_CONVERT_H_

@@ -1,0 +1,103 @@
+#include "daemon/service/engine_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "daemon/service/convert.h"
+
+namespace kvoffload::daemon {
+
+grpc::Status EngineService::OpenEngine(grpc::ServerContext*, const v1::OpenEngineRequest* request,
+                                       v1::OpenEngineResponse* response) {
+  auto spec = SpecFromProto(request->spec());
+  if (!spec.ok()) return ToGrpcStatus(spec.status());
+  auto opened = registry_->Open(*spec);
+  if (!opened.ok()) return ToGrpcStatus(opened.status());
+  GeometryToProto(opened->engine->geometry(), response->mutable_geometry());
+  response->set_created(opened->created);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<std::shared_ptr<Engine>> EngineService::IndexedEngine(const std::string& engine_id,
+                                                                     uint32_t dp_rank) {
+  auto engine = registry_->Find(engine_id, dp_rank);
+  if (!engine.ok()) return engine.status();
+  if ((*engine)->spec().rows_assigned_by_engine) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine ", (*engine)->key(),
+                     " assigns its rows itself (rows_assigned_by_engine); the daemon index is "
+                     "not used for it"));
+  }
+  return engine;
+}
+
+grpc::Status EngineService::Lookup(grpc::ServerContext*, const v1::KeysRequest* request,
+                                   v1::LookupResponse* response) {
+  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
+  if (!engine.ok()) return ToGrpcStatus(engine.status());
+  auto keys = KeysFromProto(request->keys());
+  if (!keys.ok()) return ToGrpcStatus(keys.status());
+  for (SlotIndex::KeyState s : (*engine)->index().Lookup(*keys)) {
+    switch (s) {
+      case SlotIndex::KeyState::kMiss: response->add_states(v1::KEY_STATE_MISS); break;
+      case SlotIndex::KeyState::kHit: response->add_states(v1::KEY_STATE_HIT); break;
+      case SlotIndex::KeyState::kHitPending:
+        response->add_states(v1::KEY_STATE_HIT_PENDING);
+        break;
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status EngineService::PrepareStore(grpc::ServerContext*, const v1::KeysRequest* request,
+                                         v1::PrepareStoreResponse* response) {
+  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
+  if (!engine.ok()) return ToGrpcStatus(engine.status());
+  auto keys = KeysFromProto(request->keys());
+  if (!keys.ok()) return ToGrpcStatus(keys.status());
+  auto result = (*engine)->index().PrepareStore(*keys);
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  for (const std::string& k : result->keys) response->add_keys(k);
+  for (uint64_t r : result->rows) response->add_rows(r);
+  for (const std::string& k : result->evicted_keys) response->add_evicted_keys(k);
+  return grpc::Status::OK;
+}
+
+grpc::Status EngineService::CompleteStore(grpc::ServerContext*,
+                                          const v1::CompleteStoreRequest* request, v1::Empty*) {
+  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
+  if (!engine.ok()) return ToGrpcStatus(engine.status());
+  auto keys = KeysFromProto(request->keys());
+  if (!keys.ok()) return ToGrpcStatus(keys.status());
+  return ToGrpcStatus((*engine)->index().CompleteStore(*keys, request->success()));
+}
+
+grpc::Status EngineService::PrepareLoad(grpc::ServerContext*, const v1::KeysRequest* request,
+                                        v1::PrepareLoadResponse* response) {
+  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
+  if (!engine.ok()) return ToGrpcStatus(engine.status());
+  auto keys = KeysFromProto(request->keys());
+  if (!keys.ok()) return ToGrpcStatus(keys.status());
+  auto rows = (*engine)->index().PrepareLoad(*keys);
+  if (!rows.ok()) return ToGrpcStatus(rows.status());
+  for (uint64_t r : *rows) response->add_rows(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status EngineService::CompleteLoad(grpc::ServerContext*, const v1::KeysRequest* request,
+                                         v1::Empty*) {
+  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
+  if (!engine.ok()) return ToGrpcStatus(engine.status());
+  auto keys = KeysFromProto(request->keys());
+  if (!keys.ok()) return ToGrpcStatus(keys.status());
+  return ToGrpcStatus((*engine)->index().CompleteLoad(*keys));
+}
+
+grpc::Status EngineService::Touch(grpc::ServerContext*, const v1::KeysRequest* request,
+                                  v1::Empty*) {
+  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
+  if (!engine.ok()) return ToGrpcStatus(engine.status());
+  auto keys = KeysFromProto(request->keys());
+  if (!keys.ok()) return ToGrpcStatus(keys.status());
+  return ToGrpcStatus((*engine)->index().Touch(*keys));
+}
+
+}  // namespace kvoffload::daemon
