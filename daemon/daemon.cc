@@ -14,6 +14,8 @@
 #include "common/status_macros.h"
 #include "daemon/engine/deferred_release.h"
 #include "daemon/engine/registry.h"
+#include "daemon/metrics/metrics_collector.h"
+#include "daemon/metrics/metrics_server.h"
 #include "daemon/region/memory_budget.h"
 #include "daemon/service/admin_service.h"
 #include "daemon/service/engine_service.h"
@@ -53,6 +55,9 @@ struct Daemon::Impl {
   std::unique_ptr<AdminService> admin_service;
   std::unique_ptr<grpc::Server> data_server;
   std::unique_ptr<grpc::Server> admin_server;
+  // Declared after what it reads (registry, budget, backend): stops serving scrapes first.
+  std::shared_ptr<MetricsCollector> metrics_collector;
+  std::unique_ptr<MetricsServer> metrics_server;  // null when options.metrics_address is empty
   std::string backend_name;
   bool shut_down = false;
 
@@ -95,6 +100,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   deps.release = impl->release.get();
   deps.region_options = options.region_options;
   deps.job_timeout = options.job_timeout;
+  deps.max_blocks_per_job = options.max_blocks_per_job;
   RegistryOptions registry_options;
   registry_options.idle_engine_ttl = options.idle_engine_ttl;
   impl->registry = std::make_unique<EngineRegistry>(deps, registry_options);
@@ -102,6 +108,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   impl->worker_service = std::make_unique<WorkerService>(impl->registry.get());
   impl->admin_service = std::make_unique<AdminService>(impl->registry.get(), impl->backend.get(),
                                                        impl->budget.get());
+  if (!options.metrics_address.empty()) {
+    // Before the gRPC sockets exist: a metrics address that cannot be bound fails Start cleanly.
+    impl->metrics_collector = std::make_shared<MetricsCollector>(
+        impl->registry.get(), impl->budget.get(), impl->backend.get());
+    ASSIGN_OR_RETURN(impl->metrics_server,
+                     MetricsServer::Start(options.metrics_address, impl->metrics_collector));
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -146,6 +159,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   impl_->admin_server->Shutdown(deadline);
   impl_->data_server->Wait();
   impl_->admin_server->Wait();
+  impl_->metrics_server.reset();
   impl_->release->Flush();
   if (!drained) {
     // A copy that outlived its grace may still write (PegaFlow 403): keep its region, its
@@ -162,5 +176,8 @@ void Daemon::Shutdown(absl::Duration grace) {
 std::string Daemon::data_socket() const { return impl_->data_socket; }
 std::string Daemon::admin_socket() const { return impl_->admin_socket; }
 const std::string& Daemon::backend_name() const { return impl_->backend_name; }
+int Daemon::metrics_port() const {
+  return impl_->metrics_server == nullptr ? 0 : impl_->metrics_server->port();
+}
 
 }  // namespace kvoffload::daemon

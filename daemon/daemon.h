@@ -24,6 +24,7 @@ struct DaemonOptions {
   uint64_t max_region_bytes = 0;  // node-wide cap over all regions; must be > 0
   absl::Duration idle_engine_ttl = absl::Minutes(10);
   absl::Duration job_timeout = absl::Seconds(30);
+  uint64_t max_blocks_per_job = 1u << 22;
   RegionOptions region_options;
   std::string metrics_address;  // host:port for Prometheus text metrics; empty disables
 };
@@ -36,6 +37,8 @@ class Daemon {
  public:
   // Creates the runtime directory (0750) if needed, takes its lock file (FAILED_PRECONDITION
   // when another kvoffloadd holds it), binds both sockets (mode 0660) and starts serving.
+  // With a metrics_address, serves http://<metrics_address>/metrics too: INVALID_ARGUMENT when
+  // it is not host:port, UNAVAILABLE when it cannot be bound (then no socket is created).
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options,
                                                        std::unique_ptr<CopyBackend> backend);
   ~Daemon();  // Shutdown(grace = 0) if not yet shut down
@@ -49,6 +52,8 @@ class Daemon {
   std::string data_socket() const;
   std::string admin_socket() const;
   const std::string& backend_name() const;
+  // The bound TCP port of the metrics endpoint (the real one for "host:0"); 0 when disabled.
+  int metrics_port() const;
 
  private:
   struct Impl;

@@ -24,6 +24,8 @@ ABSL_FLAG(std::string, backend, "auto", "Copy backend: auto (cuda when a GPU is 
 ABSL_FLAG(int64_t, idle_engine_ttl_s, 600,
           "Seconds an engine without workers keeps its region before it is freed; 0 keeps it.");
 ABSL_FLAG(int64_t, job_timeout_s, 30, "Seconds a job may wait for votes and copies before it fails.");
+ABSL_FLAG(uint64_t, max_blocks_per_job, 1u << 22,
+          "Largest job part (GPU blocks) a worker may submit; larger ones are INVALID_ARGUMENT.");
 ABSL_FLAG(int32_t, populate_threads, 8, "Threads that fault a new region in.");
 ABSL_FLAG(bool, huge_pages, false, "Try hugetlbfs pages for regions (falls back, with a note).");
 ABSL_FLAG(int32_t, host_copy_threads, 4, "Host backend: memcpy threads.");
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
   }
   options.idle_engine_ttl = absl::Seconds(absl::GetFlag(FLAGS_idle_engine_ttl_s));
   options.job_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
+  options.max_blocks_per_job = absl::GetFlag(FLAGS_max_blocks_per_job);
   options.region_options.populate_threads = absl::GetFlag(FLAGS_populate_threads);
   options.region_options.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);

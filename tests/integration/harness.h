@@ -1,0 +1,90 @@
+// Integration-test harness: runs the real kvoffloadd binary on a temporary runtime directory and
+// real test_worker processes, each driven line by line through pipes.
+//
+//   auto daemon = DaemonProcess::Start({"--max_region_bytes=64MiB"});
+//   auto worker = WorkerProcess::Start(daemon->data_socket(), {"--mp_rank=0"});
+//   EXPECT_EQ(worker->Command("store 1 3 0"), "finished 1 0 32768");
+#ifndef KVOFFLOAD_TESTS_INTEGRATION_HARNESS_H_
+#define KVOFFLOAD_TESTS_INTEGRATION_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kvoffload/v1/kvoffload.grpc.pb.h"
+
+namespace kvoffload::testing {
+
+// Path of a binary in the test's runfiles ("daemon/kvoffloadd").
+std::string RunfilePath(const std::string& relative);
+
+// A child process with its stdin and stdout on pipes. Move-only; the destructor kills it.
+class ChildProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::vector<std::string>& argv);
+  ~ChildProcess();
+
+  // Writes `line` + '\n'; returns the next stdout line (empty on EOF or after `timeout_s`).
+  std::string Command(const std::string& line, int timeout_s = 60);
+  std::string ReadLine(int timeout_s = 60);
+  void Signal(int signal);
+  // Waits for exit; returns the exit code, or 128 + signal.
+  int Wait();
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int in_fd_ = -1;
+  int out_fd_ = -1;
+  std::string buffer_;
+  bool exited_ = false;
+  int exit_code_ = 0;
+};
+
+class DaemonProcess {
+ public:
+  // Starts kvoffloadd --backend=host --runtime_dir=<fresh /tmp dir> --metrics_address= plus
+  // `args`, and waits until both sockets exist.
+  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(std::vector<std::string> args = {});
+  ~DaemonProcess();
+
+  const std::string& runtime_dir() const { return dir_; }
+  std::string data_socket() const { return dir_ + "/kvoffload.sock"; }
+  std::string admin_socket() const { return dir_ + "/admin.sock"; }
+  // SIGTERM and wait; returns the exit code.
+  int Stop();
+
+  absl::StatusOr<v1::StatsResponse> Stats();
+  absl::StatusOr<v1::EngineStats> EngineStats(const std::string& engine_id, uint32_t dp_rank = 0);
+  std::unique_ptr<v1::Admin::Stub> AdminStub();
+
+ private:
+  std::string dir_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+class WorkerProcess {
+ public:
+  // Starts test_worker --socket=<socket> plus `args`; returns it after its first line, which
+  // is available as `hello()` ("registered slot=..." or "refused CODE message").
+  static absl::StatusOr<std::unique_ptr<WorkerProcess>> Start(const std::string& socket,
+                                                               std::vector<std::string> args);
+  const std::string& hello() const { return hello_; }
+  std::string Command(const std::string& line, int timeout_s = 60) {
+    return process_->Command(line, timeout_s);
+  }
+  std::string ReadLine(int timeout_s = 60) { return process_->ReadLine(timeout_s); }
+  ChildProcess& process() { return *process_; }
+
+ private:
+  std::string hello_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+}  // namespace kvoffload::testing
+
+#endif  // KVOFFLOAD_TESTS_INTEGRATION_HARNESS_H_

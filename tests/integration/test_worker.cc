@@ -1,0 +1,333 @@
+// test_worker: a stand-in GPU worker for integration tests and the demo, on the host backend.
+// Its "device memory" is POSIX shared memory it creates, fills with random bytes and registers
+// with kvoffloadd; it is then driven line by line on stdin, answering one line per command:
+//
+//   store JOB BLOCKS ROWS [EVENT]   submit a store part and wait   → "finished JOB CODE BYTES"
+//   load JOB BLOCKS ROWS            submit a load part and wait    → "finished JOB CODE BYTES"
+//   submit store|load JOB BLOCKS ROWS   submit without waiting     → "submitted JOB"
+//   wait JOB TIMEOUT_MS             wait for a submitted job       → "finished JOB CODE BYTES"
+//   clobber BLOCKS                  overwrite blocks with poison   → "ok"
+//   verify BLOCKS                   compare with the bytes filled  → "verify ok" | "verify mismatch block=B"
+//   digest BLOCKS                   FNV-1a of the blocks' bytes    → "digest HEX"
+//   refill SEED                     new random content             → "ok"
+//   quit                                                           → exits 0
+// BLOCKS and ROWS are comma lists ("3,4,9"); CODE is the absl status code (0 = OK) and for
+// failures the message follows on the same line.
+//
+// Layouts: separate_kv (a K and a V tensor per layer, strides padded, two allocations),
+// stacked_kv (one tensor per layer holding K then V per block), block_first (one tensor holding
+// every layer of a block).
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/kvoffload_client.h"
+
+ABSL_FLAG(std::string, socket, "", "kvoffloadd data socket");
+ABSL_FLAG(std::string, engine_id, "test", "");
+ABSL_FLAG(uint32_t, dp_rank, 0, "");
+ABSL_FLAG(uint32_t, world_size, 1, "");
+ABSL_FLAG(uint32_t, local_world_size, 0, "");
+ABSL_FLAG(uint32_t, tp, 0, "0 = world_size");
+ABSL_FLAG(uint32_t, mp_rank, 0, "");
+ABSL_FLAG(std::string, attention, "mha", "mha | mla");
+ABSL_FLAG(std::string, executor, "mp", "");
+ABSL_FLAG(uint32_t, num_layers, 4, "");
+ABSL_FLAG(uint64_t, page_bytes, 8192, "bytes of one layer's page (K and V together)");
+ABSL_FLAG(uint32_t, blocks_per_row, 1, "");
+ABSL_FLAG(uint64_t, budget_bytes, 16 << 20, "");
+ABSL_FLAG(bool, rows_assigned_by_engine, false, "");
+ABSL_FLAG(uint64_t, num_blocks, 64, "GPU blocks per tensor");
+ABSL_FLAG(std::string, layout, "separate_kv", "separate_kv | stacked_kv | block_first");
+ABSL_FLAG(uint64_t, seed, 1, "content seed (same seed + same rank-independent flag = same bytes)");
+ABSL_FLAG(bool, rank_independent_data, false, "all ranks hold the same bytes (replicated MLA)");
+
+namespace {
+
+using kvoffload::client::Direction;
+using kvoffload::client::TensorHandle;
+
+struct Allocation {
+  std::string name;
+  uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+struct Tensor {
+  int allocation = 0;
+  uint64_t offset = 0;
+  uint64_t stride = 0;
+  uint64_t page = 0;
+};
+
+class FakeGpu {
+ public:
+  bool Create(const std::string& layout, uint32_t layers, uint64_t layer_page, uint64_t blocks) {
+    blocks_ = blocks;
+    const uint64_t half = layer_page / 2;
+    if (layout == "separate_kv") {
+      // K and V tensors per layer, stride padded by 256 bytes, tensors 4 KiB apart, the V
+      // tensors in a second allocation: offsets are never 0 except the first.
+      const uint64_t stride = half + 256;
+      const uint64_t tensor_bytes = stride * blocks + 4096;
+      for (int a = 0; a < 2; ++a) Allocate(tensor_bytes * layers + 4096);
+      for (uint32_t l = 0; l < layers; ++l) {
+        tensors_.push_back({0, 4096 + l * tensor_bytes, stride, half});
+        tensors_.push_back({1, 4096 + l * tensor_bytes, stride, half});
+      }
+    } else if (layout == "stacked_kv") {
+      const uint64_t tensor_bytes = layer_page * blocks;
+      Allocate(tensor_bytes * layers + 8192);
+      for (uint32_t l = 0; l < layers; ++l) {
+        tensors_.push_back({0, 8192 + l * tensor_bytes, layer_page, layer_page});
+      }
+    } else if (layout == "block_first") {
+      const uint64_t per_block = layer_page * layers;
+      Allocate(per_block * blocks + 512);
+      tensors_.push_back({0, 512, per_block, per_block});
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  void Fill(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (Allocation& a : allocations_) {
+      for (uint64_t i = 0; i + 8 <= a.bytes; i += 8) {
+        const uint64_t v = rng();
+        std::memcpy(a.data + i, &v, 8);
+      }
+    }
+    golden_.clear();
+    for (uint64_t b = 0; b < blocks_; ++b) golden_.push_back(BlockBytes(b));
+  }
+
+  std::string BlockBytes(uint64_t block) const {
+    std::string out;
+    for (const Tensor& t : tensors_) {
+      out.append(reinterpret_cast<const char*>(allocations_[t.allocation].data + t.offset +
+                                               block * t.stride),
+                 t.page);
+    }
+    return out;
+  }
+
+  void Clobber(uint64_t block) {
+    for (const Tensor& t : tensors_) {
+      std::memset(allocations_[t.allocation].data + t.offset + block * t.stride, 0xA5, t.page);
+    }
+  }
+
+  bool Verify(uint64_t block) const { return BlockBytes(block) == golden_[block]; }
+
+  std::vector<TensorHandle> Handles() const {
+    std::vector<TensorHandle> out;
+    for (const Tensor& t : tensors_) {
+      const Allocation& a = allocations_[t.allocation];
+      out.push_back({a.name, a.bytes, t.offset, blocks_, t.stride, t.page});
+    }
+    return out;
+  }
+
+  // The daemon maps the objects at registration; unlinking the names then means nothing is
+  // left in /dev/shm even if this process is killed.
+  void UnlinkNames() {
+    for (const Allocation& a : allocations_) shm_unlink(a.name.c_str());
+  }
+
+  uint64_t blocks() const { return blocks_; }
+
+ private:
+  void Allocate(uint64_t bytes) {
+    Allocation a;
+    a.name = absl::StrCat("/kvo-test-", getpid(), "-", allocations_.size());
+    a.bytes = bytes;
+    int fd = shm_open(a.name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || ftruncate(fd, bytes) != 0) {
+      std::perror("shm");
+      std::exit(3);
+    }
+    a.data = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+    allocations_.push_back(a);
+  }
+
+  uint64_t blocks_ = 0;
+  std::vector<Allocation> allocations_;
+  std::vector<Tensor> tensors_;
+  std::vector<std::string> golden_;
+};
+
+bool ParseList(const std::string& text, std::vector<uint64_t>* out) {
+  out->clear();
+  if (text == "-") return true;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    uint64_t v;
+    if (!absl::SimpleAtoi(item, &v)) return false;
+    out->push_back(v);
+  }
+  return true;
+}
+
+std::string FinishedLine(const kvoffload::client::FinishedJob& job) {
+  std::string line = absl::StrCat("finished ", job.job_id, " ",
+                                  static_cast<int>(job.status.code()), " ", job.bytes);
+  if (!job.status.ok()) absl::StrAppend(&line, " ", job.status.message());
+  return line;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  kvoffload::client::EngineSpec spec;
+  spec.engine_id = absl::GetFlag(FLAGS_engine_id);
+  spec.dp_rank = absl::GetFlag(FLAGS_dp_rank);
+  spec.world_size = absl::GetFlag(FLAGS_world_size);
+  spec.local_world_size = absl::GetFlag(FLAGS_local_world_size);
+  spec.tp = absl::GetFlag(FLAGS_tp) == 0 ? spec.world_size : absl::GetFlag(FLAGS_tp);
+  auto executor = kvoffload::common::ParseExecutor(absl::GetFlag(FLAGS_executor));
+  auto attention = kvoffload::common::ParseAttention(absl::GetFlag(FLAGS_attention));
+  if (!executor.ok() || !attention.ok()) {
+    std::cout << "error bad executor or attention" << std::endl;
+    return 2;
+  }
+  spec.executor = *executor;
+  spec.attention = *attention;
+  spec.num_layers = absl::GetFlag(FLAGS_num_layers);
+  spec.page_bytes = absl::GetFlag(FLAGS_page_bytes);
+  spec.blocks_per_row = absl::GetFlag(FLAGS_blocks_per_row);
+  spec.budget_bytes = absl::GetFlag(FLAGS_budget_bytes);
+  spec.rows_assigned_by_engine = absl::GetFlag(FLAGS_rows_assigned_by_engine);
+
+  const uint32_t mp_rank = absl::GetFlag(FLAGS_mp_rank);
+  FakeGpu gpu;
+  if (!gpu.Create(absl::GetFlag(FLAGS_layout), spec.num_layers, spec.page_bytes,
+                  absl::GetFlag(FLAGS_num_blocks))) {
+    std::cout << "error unknown layout" << std::endl;
+    return 2;
+  }
+  const uint64_t seed = absl::GetFlag(FLAGS_seed);
+  gpu.Fill(absl::GetFlag(FLAGS_rank_independent_data) ? seed : seed * 1000003 + mp_rank);
+
+  kvoffload::client::WorkerOptions options;
+  options.socket_path = absl::GetFlag(FLAGS_socket);
+  options.spec = spec;
+  options.mp_rank = mp_rank;
+  options.tensors = gpu.Handles();
+  auto worker = kvoffload::client::WorkerClient::Connect(options);
+  gpu.UnlinkNames();
+  if (!worker.ok()) {
+    std::cout << "refused " << static_cast<int>(worker.status().code()) << " "
+              << worker.status().message() << std::endl;
+    return 1;
+  }
+  const auto& reg = (*worker)->registration();
+  std::cout << "registered slot=" << reg.slot << " writer=" << reg.writer
+            << " rows=" << reg.geometry.num_rows << " copies=" << reg.geometry.num_copies
+            << std::endl;
+
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::vector<std::string> w = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (w.empty()) continue;
+    const std::string& cmd = w[0];
+    std::vector<uint64_t> blocks, rows;
+    if (cmd == "quit") break;
+    if ((cmd == "store" || cmd == "load") && w.size() >= 4) {
+      kvoffload::client::JobRequest job;
+      uint64_t id;
+      if (!absl::SimpleAtoi(w[1], &id) || !ParseList(w[2], &job.gpu_blocks) ||
+          !ParseList(w[3], &job.rows)) {
+        std::cout << "error bad arguments" << std::endl;
+        continue;
+      }
+      job.job_id = id;
+      job.direction = cmd == "store" ? Direction::kStore : Direction::kLoad;
+      if (w.size() >= 5) absl::SimpleAtoi(w[4], &job.event_index);
+      absl::Status s = (*worker)->Submit(job);
+      if (!s.ok()) {
+        std::cout << "error " << s.ToString() << std::endl;
+        continue;
+      }
+      auto done = (*worker)->WaitFinished(id, absl::Seconds(60));
+      if (!done.ok()) {
+        std::cout << "error " << done.status().ToString() << std::endl;
+      } else {
+        std::cout << FinishedLine(*done) << std::endl;
+      }
+    } else if (cmd == "submit" && w.size() >= 5) {
+      kvoffload::client::JobRequest job;
+      uint64_t id;
+      if (!absl::SimpleAtoi(w[2], &id) || !ParseList(w[3], &job.gpu_blocks) ||
+          !ParseList(w[4], &job.rows)) {
+        std::cout << "error bad arguments" << std::endl;
+        continue;
+      }
+      job.job_id = id;
+      job.direction = w[1] == "store" ? Direction::kStore : Direction::kLoad;
+      absl::Status s = (*worker)->Submit(job);
+      std::cout << (s.ok() ? absl::StrCat("submitted ", id) : absl::StrCat("error ", s.ToString()))
+                << std::endl;
+    } else if (cmd == "wait" && w.size() >= 3) {
+      uint64_t id, ms;
+      if (!absl::SimpleAtoi(w[1], &id) || !absl::SimpleAtoi(w[2], &ms)) {
+        std::cout << "error bad arguments" << std::endl;
+        continue;
+      }
+      auto done = (*worker)->WaitFinished(id, absl::Milliseconds(ms));
+      std::cout << (done.ok() ? FinishedLine(*done)
+                              : absl::StrCat("error ", static_cast<int>(done.status().code()),
+                                             " ", done.status().message()))
+                << std::endl;
+    } else if ((cmd == "clobber" || cmd == "verify" || cmd == "digest") && w.size() >= 2 &&
+               ParseList(w[1], &blocks)) {
+      bool bad_block = false;
+      for (uint64_t b : blocks) bad_block = bad_block || b >= gpu.blocks();
+      if (bad_block) {
+        std::cout << "error block out of range" << std::endl;
+        continue;
+      }
+      if (cmd == "clobber") {
+        for (uint64_t b : blocks) gpu.Clobber(b);
+        std::cout << "ok" << std::endl;
+      } else if (cmd == "verify") {
+        std::string result = "verify ok";
+        for (uint64_t b : blocks) {
+          if (!gpu.Verify(b)) {
+            result = absl::StrCat("verify mismatch block=", b);
+            break;
+          }
+        }
+        std::cout << result << std::endl;
+      } else {
+        uint64_t h = 1469598103934665603ull;
+        for (uint64_t b : blocks) {
+          for (unsigned char c : gpu.BlockBytes(b)) h = (h ^ c) * 1099511628211ull;
+        }
+        std::cout << "digest " << std::hex << h << std::dec << std::endl;
+      }
+    } else if (cmd == "refill" && w.size() >= 2) {
+      uint64_t s;
+      absl::SimpleAtoi(w[1], &s);
+      gpu.Fill(s);
+      std::cout << "ok" << std::endl;
+    } else {
+      std::cout << "error unknown command: " << line << std::endl;
+    }
+  }
+  return 0;
+}
