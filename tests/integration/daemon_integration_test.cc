@@ -1,5 +1,5 @@
 // End-to-end tests of kvoffloadd on the host backend: the real daemon binary, real worker
-// processes (test_worker), the client library for the scheduler side, and the Admin service.
+// processes (kvoffload_host_worker), the client library for the scheduler side, and the Admin service.
 #include <signal.h>
 
 #include <memory>

@@ -1,5 +1,5 @@
 // Integration-test harness: runs the real kvoffloadd binary on a temporary runtime directory and
-// real test_worker processes, each driven line by line through pipes.
+// real kvoffload_host_worker processes, each driven line by line through pipes.
 //
 //   auto daemon = DaemonProcess::Start({"--max_region_bytes=64MiB"});
 //   auto worker = WorkerProcess::Start(daemon->data_socket(), {"--mp_rank=0"});
@@ -15,35 +15,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/subprocess.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
 
 namespace kvoffload::testing {
 
+using common::ChildProcess;
+
 // Path of a binary in the test's runfiles ("daemon/kvoffloadd").
 std::string RunfilePath(const std::string& relative);
-
-// A child process with its stdin and stdout on pipes. Move-only; the destructor kills it.
-class ChildProcess {
- public:
-  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::vector<std::string>& argv);
-  ~ChildProcess();
-
-  // Writes `line` + '\n'; returns the next stdout line (empty on EOF or after `timeout_s`).
-  std::string Command(const std::string& line, int timeout_s = 60);
-  std::string ReadLine(int timeout_s = 60);
-  void Signal(int signal);
-  // Waits for exit; returns the exit code, or 128 + signal.
-  int Wait();
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  int in_fd_ = -1;
-  int out_fd_ = -1;
-  std::string buffer_;
-  bool exited_ = false;
-  int exit_code_ = 0;
-};
 
 class DaemonProcess {
  public:
@@ -69,7 +49,7 @@ class DaemonProcess {
 
 class WorkerProcess {
  public:
-  // Starts test_worker --socket=<socket> plus `args`; returns it after its first line, which
+  // Starts kvoffload_host_worker --socket=<socket> plus `args`; returns it after its first line, which
   // is available as `hello()` ("registered slot=..." or "refused CODE message").
   static absl::StatusOr<std::unique_ptr<WorkerProcess>> Start(const std::string& socket,
                                                                std::vector<std::string> args);

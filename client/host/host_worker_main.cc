@@ -1,4 +1,5 @@
-// test_worker: a stand-in GPU worker for integration tests and the demo, on the host backend.
+// kvoffload_host_worker: a stand-in GPU worker on the host backend, for the demo, integration
+// tests and smoke tests of a node without a GPU.
 // Its "device memory" is POSIX shared memory it creates, fills with random bytes and registers
 // with kvoffloadd; it is then driven line by line on stdin, answering one line per command:
 //
@@ -17,10 +18,6 @@
 // Layouts: separate_kv (a K and a V tensor per layer, strides padded, two allocations),
 // stacked_kv (one tensor per layer holding K then V per block), block_first (one tensor holding
 // every layer of a block).
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -33,6 +30,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/host/host_kv_memory.h"
 #include "client/kvoffload_client.h"
 
 ABSL_FLAG(std::string, socket, "", "kvoffloadd data socket");
@@ -57,119 +55,6 @@ ABSL_FLAG(bool, rank_independent_data, false, "all ranks hold the same bytes (re
 namespace {
 
 using kvoffload::client::Direction;
-using kvoffload::client::TensorHandle;
-
-struct Allocation {
-  std::string name;
-  uint8_t* data = nullptr;
-  uint64_t bytes = 0;
-};
-
-struct Tensor {
-  int allocation = 0;
-  uint64_t offset = 0;
-  uint64_t stride = 0;
-  uint64_t page = 0;
-};
-
-class FakeGpu {
- public:
-  bool Create(const std::string& layout, uint32_t layers, uint64_t layer_page, uint64_t blocks) {
-    blocks_ = blocks;
-    const uint64_t half = layer_page / 2;
-    if (layout == "separate_kv") {
-      // K and V tensors per layer, stride padded by 256 bytes, tensors 4 KiB apart, the V
-      // tensors in a second allocation: offsets are never 0 except the first.
-      const uint64_t stride = half + 256;
-      const uint64_t tensor_bytes = stride * blocks + 4096;
-      for (int a = 0; a < 2; ++a) Allocate(tensor_bytes * layers + 4096);
-      for (uint32_t l = 0; l < layers; ++l) {
-        tensors_.push_back({0, 4096 + l * tensor_bytes, stride, half});
-        tensors_.push_back({1, 4096 + l * tensor_bytes, stride, half});
-      }
-    } else if (layout == "stacked_kv") {
-      const uint64_t tensor_bytes = layer_page * blocks;
-      Allocate(tensor_bytes * layers + 8192);
-      for (uint32_t l = 0; l < layers; ++l) {
-        tensors_.push_back({0, 8192 + l * tensor_bytes, layer_page, layer_page});
-      }
-    } else if (layout == "block_first") {
-      const uint64_t per_block = layer_page * layers;
-      Allocate(per_block * blocks + 512);
-      tensors_.push_back({0, 512, per_block, per_block});
-    } else {
-      return false;
-    }
-    return true;
-  }
-
-  void Fill(uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    for (Allocation& a : allocations_) {
-      for (uint64_t i = 0; i + 8 <= a.bytes; i += 8) {
-        const uint64_t v = rng();
-        std::memcpy(a.data + i, &v, 8);
-      }
-    }
-    golden_.clear();
-    for (uint64_t b = 0; b < blocks_; ++b) golden_.push_back(BlockBytes(b));
-  }
-
-  std::string BlockBytes(uint64_t block) const {
-    std::string out;
-    for (const Tensor& t : tensors_) {
-      out.append(reinterpret_cast<const char*>(allocations_[t.allocation].data + t.offset +
-                                               block * t.stride),
-                 t.page);
-    }
-    return out;
-  }
-
-  void Clobber(uint64_t block) {
-    for (const Tensor& t : tensors_) {
-      std::memset(allocations_[t.allocation].data + t.offset + block * t.stride, 0xA5, t.page);
-    }
-  }
-
-  bool Verify(uint64_t block) const { return BlockBytes(block) == golden_[block]; }
-
-  std::vector<TensorHandle> Handles() const {
-    std::vector<TensorHandle> out;
-    for (const Tensor& t : tensors_) {
-      const Allocation& a = allocations_[t.allocation];
-      out.push_back({a.name, a.bytes, t.offset, blocks_, t.stride, t.page});
-    }
-    return out;
-  }
-
-  // The daemon maps the objects at registration; unlinking the names then means nothing is
-  // left in /dev/shm even if this process is killed.
-  void UnlinkNames() {
-    for (const Allocation& a : allocations_) shm_unlink(a.name.c_str());
-  }
-
-  uint64_t blocks() const { return blocks_; }
-
- private:
-  void Allocate(uint64_t bytes) {
-    Allocation a;
-    a.name = absl::StrCat("/kvo-test-", getpid(), "-", allocations_.size());
-    a.bytes = bytes;
-    int fd = shm_open(a.name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 || ftruncate(fd, bytes) != 0) {
-      std::perror("shm");
-      std::exit(3);
-    }
-    a.data = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    close(fd);
-    allocations_.push_back(a);
-  }
-
-  uint64_t blocks_ = 0;
-  std::vector<Allocation> allocations_;
-  std::vector<Tensor> tensors_;
-  std::vector<std::string> golden_;
-};
 
 bool ParseList(const std::string& text, std::vector<uint64_t>* out) {
   out->clear();
@@ -214,10 +99,11 @@ int main(int argc, char** argv) {
   spec.rows_assigned_by_engine = absl::GetFlag(FLAGS_rows_assigned_by_engine);
 
   const uint32_t mp_rank = absl::GetFlag(FLAGS_mp_rank);
-  FakeGpu gpu;
-  if (!gpu.Create(absl::GetFlag(FLAGS_layout), spec.num_layers, spec.page_bytes,
-                  absl::GetFlag(FLAGS_num_blocks))) {
-    std::cout << "error unknown layout" << std::endl;
+  kvoffload::client::HostKvMemory gpu;
+  if (absl::Status s = gpu.Create(absl::GetFlag(FLAGS_layout), spec.num_layers, spec.page_bytes,
+                                  absl::GetFlag(FLAGS_num_blocks));
+      !s.ok()) {
+    std::cout << "error " << s.ToString() << std::endl;
     return 2;
   }
   const uint64_t seed = absl::GetFlag(FLAGS_seed);

@@ -1,0 +1,69 @@
+// HostKvMemory: a worker's KV tensors in POSIX shared memory, for the daemon's host backend
+// (demo, tests, nodes without a GPU). It plays the GPU: the daemon maps the shm objects by name
+// at registration, exactly as the CUDA backend opens IPC handles.
+//
+//   HostKvMemory kv;
+//   kv.Create("separate_kv", /*layers=*/4, /*layer_page=*/8192, /*blocks=*/64);
+//   kv.Fill(seed);
+//   options.tensors = kv.Handles();
+//   ... WorkerClient::Connect(options) ...
+//   kv.UnlinkNames();   // the daemon holds its mappings; nothing is left in /dev/shm
+//
+// Not thread-safe. Owns its mappings (unmapped on destruction).
+#ifndef KVOFFLOAD_CLIENT_HOST_HOST_KV_MEMORY_H_
+#define KVOFFLOAD_CLIENT_HOST_HOST_KV_MEMORY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/kvoffload_client.h"
+
+namespace kvoffload::client {
+
+class HostKvMemory {
+ public:
+  HostKvMemory() = default;
+  ~HostKvMemory();
+  HostKvMemory(const HostKvMemory&) = delete;
+  HostKvMemory& operator=(const HostKvMemory&) = delete;
+
+  // Layouts: separate_kv (a K and a V tensor per layer, strides padded, two allocations, non-zero
+  // offsets), stacked_kv (one tensor per layer, K then V per block), block_first (one tensor
+  // holding every layer of a block). `layer_page` is one layer's bytes per block (K and V).
+  absl::Status Create(const std::string& layout, uint32_t layers, uint64_t layer_page,
+                      uint64_t blocks);
+  // Random content from `seed` (never zeros), remembered as the expected bytes.
+  void Fill(uint64_t seed);
+  // The bytes of one block, tensors concatenated in registration order.
+  std::string BlockBytes(uint64_t block) const;
+  void Clobber(uint64_t block);           // poison pattern 0xA5
+  bool Verify(uint64_t block) const;      // equal to what Fill wrote
+  std::vector<TensorHandle> Handles() const;
+  void UnlinkNames();
+  uint64_t blocks() const { return blocks_; }
+
+ private:
+  struct Allocation {
+    std::string name;
+    uint8_t* data = nullptr;
+    uint64_t bytes = 0;
+  };
+  struct Tensor {
+    int allocation = 0;
+    uint64_t offset = 0;
+    uint64_t stride = 0;
+    uint64_t page = 0;
+  };
+  absl::Status Allocate(uint64_t bytes);
+
+  uint64_t blocks_ = 0;
+  std::vector<Allocation> allocations_;
+  std::vector<Tensor> tensors_;
+  std::vector<std::string> golden_;
+};
+
+}  // namespace kvoffload::client
+
+#endif  // KVOFFLOAD_CLIENT_HOST_HOST_KV_MEMORY_H_

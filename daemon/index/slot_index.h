@@ -1,0 +1,309 @@
+// SlotIndex: the scheduler-side index of one engine region (DESIGN.md §4 "Index"). It maps keys
+// (opaque byte strings, 1..256 bytes; in practice block hashes) to rows of the region, hands out
+// rows for new keys, evicts by LRU, and pins rows while they are read, with vLLM offloading-manager
+// semantics. It also guards the copy path: the job engine checks and counts every copy against it,
+// so a row with a copy in flight is never evicted, reset or handed to another key.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<SlotIndex> index, SlotIndex::Create(geometry.num_rows));
+//
+//   // Scheduler: store the keys that are not there yet.
+//   ASSIGN_OR_RETURN(SlotIndex::PrepareStoreResult store, index->PrepareStore(keys));
+//   // ... job engine, per worker copy of the store job:
+//   RETURN_IF_ERROR(index->BeginCopy(CopyDirection::kStore, store.rows));
+//   // ... copy GPU → rows; when the copy has really finished (or will never touch them again):
+//   RETURN_IF_ERROR(index->EndCopy(store.rows));
+//   // ... when the job is done on this node:
+//   RETURN_IF_ERROR(index->CompleteStore(store.keys, job_status.ok()));
+//
+//   // Scheduler: load what is there.
+//   std::vector<SlotIndex::KeyState> states = index->Lookup(keys);
+//   ASSIGN_OR_RETURN(std::vector<uint64_t> rows, index->PrepareLoad(hit_keys));  // pinned
+//   // ... BeginCopy(kLoad, rows) / copy rows → GPU / EndCopy(rows) ...
+//   RETURN_IF_ERROR(index->CompleteLoad(hit_keys));                            // unpinned
+//
+// Row life cycle:
+//
+//   FREE ──PrepareStore──▶ WRITING ──CompleteStore(true)──▶ READY ──PrepareLoad──▶ READING
+//    ▲ ▲                      │                              │ ▲                      │
+//    │ └─CompleteStore(false)─┘                              │ └─CompleteLoad (last)──┘
+//    └──────────── eviction (PrepareStore), Reset ───────────┘
+//
+// A row leaves WRITING through CompleteStore only. CompleteStore(false) on a row that still has a
+// copy in flight frees the key at once but quarantines the row: it is handed out again only after
+// EndCopy has dropped its copy count to 0 (PegaFlow 403: a DMA that outlived its timeout wrote
+// into memory already handed to someone else).
+//
+// Recency (LRU order) — only READY rows with no reader and no copy in flight can be evicted, least
+// recently used first. A row becomes most recently used when
+//   - CompleteStore(success) makes it READY,
+//   - Touch names it (while it is READY and idle),
+//   - its last reader leaves (CompleteLoad) or its last copy ends (EndCopy) and it is READY again.
+// Within one call the keys are applied back to front, so keys[0] ends up the most recently used
+// (vLLM's touch order: a prefix's first block is the last to go, since losing it makes every block
+// after it useless).
+//
+// Every operation is all-or-nothing: when it returns an error, nothing changed (no key, no row
+// state, no counter, no LRU position). When several keys are wrong, the first one in request
+// order is reported.
+//
+// Cost: O(1) per key (one hash lookup); O(1) per row for the copy guards. Memory: one 64-byte
+// cache line per row holding keys of up to kInlineKeyBytes (a 32-byte block hash fits), plus 5–10
+// bytes per row of hash table (reserved up front, so no rehash ever happens under the lock).
+// Longer keys take one heap block each, of exactly their size; nothing else is allocated per row.
+//
+// Thread-safety: a SlotIndex is safe for concurrent use; every method takes one internal mutex
+// for its whole duration. Ownership: the index owns nothing but its own metadata; it knows rows
+// only by number and never touches region memory. Returned vectors and strings are the caller's.
+#ifndef KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
+#define KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/copy/copy_backend.h"  // CopyDirection
+
+namespace kvoffload::daemon {
+
+class SlotIndex {
+ public:
+  // Key length limits, in bytes.
+  static constexpr size_t kMinKeyBytes = 1;
+  static constexpr size_t kMaxKeyBytes = 256;
+  // Keys up to this size live inside the row's metadata; longer ones on the heap.
+  static constexpr size_t kInlineKeyBytes = 40;
+  // Rows are numbered with 32 bits internally (keeps the per-row metadata in one cache line).
+  static constexpr uint64_t kMaxRows = (uint64_t{1} << 32) - 2;
+
+  enum class RowState : uint8_t {
+    kFree,     // no key; allocatable unless quarantined (a copy is still in flight)
+    kWriting,  // key assigned, store in progress; not readable, not evictable
+    kReady,    // readable; evictable while no copy is in flight
+    kReading,  // readable; pinned by one or more PrepareLoad, never evicted
+  };
+
+  enum class KeyState : uint8_t {
+    kMiss,        // not in the index
+    kHit,         // READY or READING: loadable now
+    kHitPending,  // WRITING: a store is in flight
+  };
+
+  struct PrepareStoreResult {
+    std::vector<std::string> keys;          // keys that were not present, in request order
+    std::vector<uint64_t> rows;             // rows[i] now belongs to keys[i], in state WRITING
+    std::vector<std::string> evicted_keys;  // keys dropped to make room, least recent first
+  };
+
+  // A snapshot of the index. Rows: free + quarantined + writing + ready + reading == num_rows.
+  struct Counts {
+    uint64_t num_rows = 0;
+    uint64_t rows_free = 0;         // FREE and allocatable
+    uint64_t rows_quarantined = 0;  // FREE, waiting for a copy in flight to end
+    uint64_t rows_writing = 0;
+    uint64_t rows_ready = 0;  // includes READY rows that a copy still pins
+    uint64_t rows_reading = 0;
+    uint64_t rows_evictable = 0;    // READY with no copy in flight
+    uint64_t copies_in_flight = 0;  // sum of per-row copy counts (BeginCopy − EndCopy)
+    // Cumulative, per key.
+    uint64_t hits = 0;          // Lookup: READY or READING
+    uint64_t hits_pending = 0;  // Lookup: WRITING
+    uint64_t misses = 0;        // Lookup: absent
+    uint64_t evictions = 0;     // keys evicted by PrepareStore (Reset is not counted)
+  };
+
+  // Creates an index of `num_rows` FREE rows. INVALID_ARGUMENT unless 1 <= num_rows <= kMaxRows.
+  static absl::StatusOr<std::unique_ptr<SlotIndex>> Create(uint64_t num_rows);
+
+  ~SlotIndex();
+  SlotIndex(const SlotIndex&) = delete;
+  SlotIndex& operator=(const SlotIndex&) = delete;
+
+  uint64_t num_rows() const { return num_rows_; }
+
+  // ---- Scheduler operations (DESIGN.md §4). -------------------------------------------------
+
+  // One state per key, in request order. Never fails: a key of invalid length is a MISS.
+  // Counts every key as a hit, a pending hit or a miss. Does not change recency.
+  std::vector<KeyState> Lookup(const std::vector<std::string>& keys);
+
+  // Gives every key that is not present a row in WRITING: a FREE row first, else the least
+  // recently used evictable row (whose key is dropped and reported). Keys already present (any
+  // state) are skipped and are never evicted by this call.
+  //   INVALID_ARGUMENT    a key is empty or longer than kMaxKeyBytes, or appears twice
+  //   RESOURCE_EXHAUSTED  fewer free + evictable rows than new keys (nothing is evicted)
+  absl::StatusOr<PrepareStoreResult> PrepareStore(const std::vector<std::string>& keys);
+
+  // Ends the stores of `keys`. success: WRITING → READY (most recently used). Failure: the keys
+  // are removed and their rows return to FREE (quarantined while a copy is in flight on them).
+  //   INVALID_ARGUMENT     a key of invalid length or a duplicate
+  //   NOT_FOUND            a key is not in the index
+  //   FAILED_PRECONDITION  a key is not WRITING; or success and a store copy is still in flight
+  absl::Status CompleteStore(const std::vector<std::string>& keys, bool success);
+
+  // Pins `keys` for reading (READY/READING → READING, one more reader each) and returns their
+  // rows in request order. Pinned rows are never evicted or reset.
+  //   INVALID_ARGUMENT     a key of invalid length or a duplicate
+  //   NOT_FOUND            a key is not in the index
+  //   FAILED_PRECONDITION  a key is WRITING (not readable yet)
+  //   RESOURCE_EXHAUSTED   a row has 2^32 − 1 readers already
+  absl::StatusOr<std::vector<uint64_t>> PrepareLoad(const std::vector<std::string>& keys);
+
+  // Drops one reader from each key; a key whose last reader leaves is READY again.
+  //   INVALID_ARGUMENT     a key of invalid length or a duplicate
+  //   NOT_FOUND            a key is not in the index
+  //   FAILED_PRECONDITION  a key is not READING
+  absl::Status CompleteLoad(const std::vector<std::string>& keys);
+
+  // Makes the present, READY and idle keys most recently used (keys[0] the most recent). Keys
+  // not in the index, WRITING, or pinned are ignored, as vLLM's touch does.
+  //   INVALID_ARGUMENT  a key of invalid length (nothing is touched)
+  absl::Status Touch(const std::vector<std::string>& keys);
+
+  // Drops every key whose row is READY with no copy in flight (what could be evicted now) and
+  // returns how many. WRITING rows are kept: their store job still owns them and ends them with
+  // CompleteStore; READING rows and rows with a copy in flight are kept too.
+  uint64_t Reset();
+
+  // ---- Copy-path guards (job engine). --------------------------------------------------------
+
+  // Checks that every row may be copied in `direction`: kStore needs WRITING, kLoad READING.
+  //   OUT_OF_RANGE         a row >= num_rows
+  //   FAILED_PRECONDITION  a row is in another state (the message names row and state)
+  absl::Status CheckRows(CopyDirection direction, const std::vector<uint64_t>& rows) const;
+
+  // CheckRows and, in the same critical section, one more copy in flight on every row (a row may
+  // appear more than once). Call before the copy touches the region; every successful BeginCopy
+  // must be matched by EndCopy with the same rows once the copy has really finished or is known
+  // never to touch the region again — not when it timed out. Same errors as CheckRows.
+  absl::Status BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows);
+
+  // One copy fewer on every row. A row whose count drops to 0 becomes allocatable again when it
+  // was quarantined, and evictable (most recently used) when it is READY.
+  //   OUT_OF_RANGE         a row >= num_rows
+  //   FAILED_PRECONDITION  more EndCopy than BeginCopy on a row (a bug in the caller)
+  absl::Status EndCopy(const std::vector<uint64_t>& rows);
+
+  // ---- Introspection. -----------------------------------------------------------------------
+
+  Counts counts() const;
+
+  // Bytes of metadata the index holds now (rows, hash table, key bytes).
+  uint64_t MemoryBytes() const;
+
+  // Walks every row and list and checks the internal invariants: O(num_rows), for tests and
+  // debugging. INTERNAL naming the first violation.
+  absl::Status CheckInvariants() const;
+
+  static absl::string_view RowStateName(RowState state);
+  static absl::string_view KeyStateName(KeyState state);
+
+ private:
+  static constexpr uint32_t kNil = ~uint32_t{0};
+
+  // Per-row metadata: one cache line. A row is on exactly one of: the free list (FREE, no
+  // copies), the LRU list (READY, no copies), or neither (WRITING, READING, READY with copies,
+  // quarantined). FREE rows hold no key (key_size == 0).
+  struct alignas(64) Row {
+    union {
+      char inline_bytes[kInlineKeyBytes];  // key_size <= kInlineKeyBytes
+      char* heap_bytes;                    // key_size > kInlineKeyBytes: new[]-ed, owned
+    } key;
+    uint32_t prev = kNil;   // LRU list (doubly linked through the sentinel)
+    uint32_t next = kNil;   // LRU list, or the free list (singly linked)
+    uint32_t readers = 0;   // PrepareLoad − CompleteLoad
+    uint32_t copies = 0;    // BeginCopy − EndCopy
+    uint16_t key_size = 0;  // 0: no key
+    RowState state = RowState::kFree;
+    bool marked = false;  // scratch: "seen in this request" (duplicates, protection)
+  };
+  static_assert(sizeof(Row) == 64, "a row's metadata is one cache line");
+
+  // Hash set of row numbers keyed by the rows' keys, with lookup by absl::string_view.
+  struct RowKeyHash {
+    using is_transparent = void;
+    const Row* rows;
+    size_t operator()(uint32_t row) const;
+    size_t operator()(absl::string_view key) const;
+  };
+  struct RowKeyEq {
+    using is_transparent = void;
+    const Row* rows;
+    bool operator()(uint32_t a, uint32_t b) const { return a == b; }
+    bool operator()(uint32_t a, absl::string_view b) const;
+    bool operator()(absl::string_view a, uint32_t b) const { return (*this)(b, a); }
+  };
+  using KeySet = absl::flat_hash_set<uint32_t, RowKeyHash, RowKeyEq>;
+
+  explicit SlotIndex(uint32_t num_rows);
+
+  static absl::string_view KeyOf(const Row& row) {
+    return absl::string_view(
+        row.key_size <= kInlineKeyBytes ? row.key.inline_bytes : row.key.heap_bytes, row.key_size);
+  }
+
+  // Finds `key`; kNil when absent.
+  uint32_t FindRow(absl::string_view key) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  // Validates that every key is present, unique and in an allowed state, filling scratch_rows_
+  // with their rows (request order). `allowed(row)` returns OK or the error for that key.
+  template <typename AllowedFn>
+  absl::Status ResolvePresentKeys(absl::string_view operation, const std::vector<std::string>& keys,
+                                  AllowedFn allowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Status CheckRowsLocked(CopyDirection direction, const std::vector<uint64_t>& rows) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  void LruUnlink(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LruPushMostRecent(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreePush(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t FreePop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `key` in `row`, reusing a heap block of the same size (eviction of equal-size keys
+  // allocates nothing).
+  void SetKey(Row& row, absl::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseKey(Row& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the key of READY, idle `row` (unlinked from the LRU list by the caller) from the hash
+  // table; the row keeps the key bytes for SetKey or ReleaseKey and is left FREE on no list.
+  void DropReadyKey(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A row with no key and no copies goes to the free list; with copies, to quarantine.
+  void FreeOrQuarantine(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const uint32_t num_rows_;
+  const uint32_t sentinel_;  // == num_rows_: head/tail of the LRU list
+
+  mutable absl::Mutex mu_;
+  // num_rows_ + 1 rows; the last one is the LRU sentinel. Never resized (the hash functors
+  // point into it).
+  std::vector<Row> rows_ ABSL_GUARDED_BY(mu_);
+  KeySet key_to_row_ ABSL_GUARDED_BY(mu_);
+  uint32_t free_head_ ABSL_GUARDED_BY(mu_) = kNil;
+
+  uint64_t rows_free_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rows_quarantined_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rows_writing_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rows_ready_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rows_reading_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rows_evictable_ ABSL_GUARDED_BY(mu_) = 0;  // == length of the LRU list
+  uint64_t copies_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t key_heap_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of heap-allocated keys
+  uint64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hits_pending_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Scratch space reused across calls, so the hot paths do not allocate.
+  std::vector<uint32_t> scratch_rows_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> scratch_new_ ABSL_GUARDED_BY(mu_);  // indices of new keys
+  absl::flat_hash_set<absl::string_view> scratch_keys_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kvoffload::daemon
+
+#endif  // KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
