@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvoffload builds and tests with, when any is missing.
+# Used by deploy/quickstart.sh and tests/run_all.sh; safe to run again.
+set -euo pipefail
+packages=(
+  bazel-bootstrap bazel-rules-java g++ python3
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
+  prometheus-cpp-dev libsystemd-dev systemd python3-grpcio
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install_deps: all ${#packages[@]} packages present"
+else
+  echo "install_deps: installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "install_deps: the CUDA toolkit is expected at /usr/local/cuda (nvcc, headers, libcudart_static.a)" >&2
+  exit 1
+fi
