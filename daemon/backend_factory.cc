@@ -2,17 +2,29 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "daemon/copy/cuda/cuda_copy_backend.h"
 #include "daemon/copy/host/host_copy_backend.h"
 
 namespace kvoffload::daemon {
 
 absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions& options) {
-  if (options.kind == "host") return CreateHostCopyBackend(options.host_copy_threads);
-  if (options.kind == "cuda" || options.kind == "auto") {
-    return absl::UnavailableError("the CUDA backend is not built yet");
+  if (options.host_copy_threads <= 0 || options.copy_sms <= 0) {
+    return absl::InvalidArgumentError("--host_copy_threads and --copy_sms must be > 0");
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--backend must be auto, cuda or host (got '", options.kind, "')"));
+  if (options.kind == "host") return CreateHostCopyBackend(options.host_copy_threads);
+  if (options.kind != "cuda" && options.kind != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend must be auto, cuda or host (got '", options.kind, "')"));
+  }
+  cuda::CudaBackendOptions cuda_options;
+  cuda_options.sm_budget = options.copy_sms;
+  absl::StatusOr<std::unique_ptr<CopyBackend>> backend = cuda::CreateCudaCopyBackend(cuda_options);
+  if (backend.ok() || options.kind == "cuda") return backend;
+  if (backend.status().code() != absl::StatusCode::kUnavailable) return backend.status();
+  // auto without a GPU: said once, loudly, so nobody mistakes it for a GPU node.
+  common::Logger("daemon")->warn("no usable GPU ({}): using the host copy backend",
+                                 backend.status().ToString());
+  return CreateHostCopyBackend(options.host_copy_threads);
 }
 
 }  // namespace kvoffload::daemon

@@ -1,0 +1,165 @@
+#include "client/ctl/stats.h"
+
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/ctl/args.h"
+#include "client/ctl/json_writer.h"
+#include "client/ctl/text_table.h"
+#include "common/bytes.h"
+#include "kvoffload/v1/kvoffload.grpc.pb.h"
+
+namespace kvoffload::client::ctl {
+namespace {
+
+using ::kvoffload::common::FormatBytes;
+
+std::string EngineJson(const v1::EngineStats& e) {
+  JsonObjectWriter json;
+  json.String("engine_id", e.engine_id());
+  json.Uint("dp_rank", e.dp_rank());
+  json.Uint("num_rows", e.num_rows());
+  json.Uint("rows_free", e.rows_free());
+  json.Uint("rows_writing", e.rows_writing());
+  json.Uint("rows_ready", e.rows_ready());
+  json.Uint("rows_reading", e.rows_reading());
+  json.Uint("region_bytes", e.region_bytes());
+  json.Uint("store_bytes", e.store_bytes());
+  json.Uint("load_bytes", e.load_bytes());
+  json.Uint("jobs_done", e.jobs_done());
+  json.Uint("jobs_failed", e.jobs_failed());
+  json.Uint("jobs_in_flight", e.jobs_in_flight());
+  json.Uint("hits", e.hits());
+  json.Uint("misses", e.misses());
+  json.Uint("evictions", e.evictions());
+  json.Uint("workers", e.workers());
+  json.Double("job_latency_p50_us", e.job_latency_p50_us());
+  json.Double("job_latency_p99_us", e.job_latency_p99_us());
+  json.Double("idle_seconds", e.idle_seconds());
+  json.Bool("replicated", e.geometry().replicated());
+  json.Uint("num_copies", e.geometry().num_copies());
+  json.Uint("row_bytes", e.geometry().row_bytes());
+  return std::move(json).Close();
+}
+
+std::string Micros(double us) { return std::isfinite(us) ? absl::StrFormat("%.0f", us) : "-"; }
+
+}  // namespace
+
+std::string FormatUptime(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) seconds = 0;
+  uint64_t s = static_cast<uint64_t>(seconds);
+  const uint64_t days = s / 86400, hours = s / 3600 % 24, minutes = s / 60 % 60;
+  s %= 60;
+  if (days > 0) return absl::StrCat(days, "d ", hours, "h ", minutes, "m ", s, "s");
+  if (hours > 0) return absl::StrCat(hours, "h ", minutes, "m ", s, "s");
+  if (minutes > 0) return absl::StrCat(minutes, "m ", s, "s");
+  return absl::StrCat(s, "s");
+}
+
+std::string StatsJson(const v1::StatsResponse& stats) {
+  JsonObjectWriter gpu;
+  const std::map<int32_t, uint64_t> devices(stats.gpu_memory_bytes().begin(),
+                                            stats.gpu_memory_bytes().end());  // sorted
+  for (const auto& [device, bytes] : devices) gpu.Uint(absl::StrCat(device), bytes);
+  std::vector<std::string> engines;
+  for (const v1::EngineStats& e : stats.engines()) engines.push_back(EngineJson(e));
+
+  JsonObjectWriter json;
+  json.String("backend", stats.backend());
+  json.Double("uptime_seconds", stats.uptime_seconds());
+  json.Uint("region_bytes", stats.region_bytes());
+  json.Uint("max_region_bytes", stats.max_region_bytes());
+  json.Raw("gpu_memory_bytes", std::move(gpu).Close());
+  json.Raw("engines", JsonArray(engines));
+  return std::move(json).Close();
+}
+
+std::string StatsText(const v1::StatsResponse& stats) {
+  TextTable header({{"", Align::kLeft}, {"", Align::kLeft}});
+  header.AddRow({"backend", stats.backend()});
+  header.AddRow({"uptime", FormatUptime(stats.uptime_seconds())});
+  header.AddRow({"region bytes", absl::StrCat(FormatBytes(stats.region_bytes()), " of ",
+                                              FormatBytes(stats.max_region_bytes()),
+                                              " node cap")});
+  if (!stats.gpu_memory_bytes().empty()) {
+    const std::map<int32_t, uint64_t> devices(stats.gpu_memory_bytes().begin(),
+                                              stats.gpu_memory_bytes().end());
+    std::vector<std::string> parts;
+    for (const auto& [device, bytes] : devices) {
+      parts.push_back(absl::StrCat("cuda:", device, " ", FormatBytes(bytes)));
+    }
+    header.AddRow({"gpu memory", absl::StrJoin(parts, ", ")});
+  }
+  std::string text = header.Render(/*with_header=*/false) + "\n";
+  if (stats.engines().empty()) return text + "no engines\n";
+
+  TextTable table({{"engine", Align::kLeft},
+                   {"rows"},
+                   {"free"},
+                   {"writing"},
+                   {"ready"},
+                   {"reading"},
+                   {"store bytes"},
+                   {"load bytes"},
+                   {"jobs done"},
+                   {"failed"},
+                   {"in flight"},
+                   {"hits"},
+                   {"misses"},
+                   {"evictions"},
+                   {"workers"},
+                   {"p50/p99 µs"}});
+  for (const v1::EngineStats& e : stats.engines()) {
+    table.AddRow({absl::StrCat(e.engine_id(), "/", e.dp_rank()), absl::StrCat(e.num_rows()),
+                  absl::StrCat(e.rows_free()), absl::StrCat(e.rows_writing()),
+                  absl::StrCat(e.rows_ready()), absl::StrCat(e.rows_reading()),
+                  FormatBytes(e.store_bytes()), FormatBytes(e.load_bytes()),
+                  absl::StrCat(e.jobs_done()), absl::StrCat(e.jobs_failed()),
+                  absl::StrCat(e.jobs_in_flight()), absl::StrCat(e.hits()),
+                  absl::StrCat(e.misses()), absl::StrCat(e.evictions()),
+                  absl::StrCat(e.workers()),
+                  absl::StrCat(Micros(e.job_latency_p50_us()), "/",
+                               Micros(e.job_latency_p99_us()))});
+  }
+  return text + table.Render();
+}
+
+std::string StatsUsage() {
+  return "usage: kvoffloadctl [global flags] stats [--json]\n"
+         "\n"
+         "Node and per-engine statistics of kvoffloadd (Admin.Stats): backend, uptime, region\n"
+         "bytes against the node cap, GPU memory per device, then one row per engine.\n"
+         "\n"
+         "  --json    one JSON object on one line instead of the table\n";
+}
+
+int RunStats(const std::vector<std::string>& args, const AdminTarget& target, std::ostream& out,
+             std::ostream& err) {
+  if (WantsHelp(args)) {
+    out << StatsUsage();
+    return kExitOk;
+  }
+  absl::StatusOr<ParsedArgs> parsed = ParseCommandArgs(args, {{"json", false}}, 0, 0, "");
+  if (!parsed.ok()) {
+    err << UsageErrorLine("stats", parsed.status().message());
+    return kExitUsage;
+  }
+  v1::StatsResponse stats;
+  const int rc = CallDaemon(target, err, [&](const std::shared_ptr<grpc::Channel>& channel,
+                                             grpc::ClientContext* context) {
+    return v1::Admin::NewStub(channel)->Stats(context, v1::StatsRequest(), &stats);
+  });
+  if (rc != kExitOk) return rc;
+  if (parsed->Has("json")) {
+    out << StatsJson(stats) << "\n";
+  } else {
+    out << StatsText(stats);
+  }
+  return kExitOk;
+}
+
+}  // namespace kvoffload::client::ctl

@@ -1,0 +1,145 @@
+// Tests for `kvoffloadctl stats` output: the exact JSON keys (in order, zero values included,
+// integers as numbers), escaping, and the exact table.
+#include "client/ctl/stats.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace kvoffload::client::ctl {
+namespace {
+
+v1::EngineStats Llama() {
+  v1::EngineStats e;
+  e.set_engine_id("llama");
+  e.set_dp_rank(1);
+  e.mutable_geometry()->set_replicated(true);
+  e.mutable_geometry()->set_num_copies(1);
+  e.mutable_geometry()->set_row_bytes(2 << 20);
+  e.set_num_rows(4096);
+  e.set_rows_free(4000);
+  e.set_rows_writing(10);
+  e.set_rows_ready(80);
+  e.set_rows_reading(6);
+  e.set_region_bytes(8ull << 30);
+  e.set_store_bytes(3ull << 30);
+  e.set_load_bytes(1536ull << 20);
+  e.set_jobs_done(1234);
+  e.set_jobs_failed(2);
+  e.set_jobs_in_flight(3);
+  e.set_hits(900);
+  e.set_misses(100);
+  e.set_evictions(17);
+  e.set_workers(8);
+  e.set_job_latency_p50_us(250.4);
+  e.set_job_latency_p99_us(1999.6);
+  e.set_idle_seconds(0);
+  return e;
+}
+
+v1::StatsResponse Node() {
+  v1::StatsResponse s;
+  s.set_backend("cuda");
+  s.set_uptime_seconds(93784.5);
+  s.set_region_bytes(8ull << 30);
+  s.set_max_region_bytes(64ull << 30);
+  (*s.mutable_gpu_memory_bytes())[1] = 96ull << 20;
+  (*s.mutable_gpu_memory_bytes())[0] = 64ull << 20;
+  *s.add_engines() = Llama();
+  v1::EngineStats* idle = s.add_engines();
+  idle->set_engine_id("tiny");
+  return s;
+}
+
+TEST(StatsJsonTest, ExactKeysAndValues) {
+  EXPECT_EQ(
+      StatsJson(Node()),
+      "{\"backend\":\"cuda\",\"uptime_seconds\":93784.5,\"region_bytes\":8589934592,"
+      "\"max_region_bytes\":68719476736,\"gpu_memory_bytes\":{\"0\":67108864,\"1\":100663296},"
+      "\"engines\":["
+      "{\"engine_id\":\"llama\",\"dp_rank\":1,\"num_rows\":4096,\"rows_free\":4000,"
+      "\"rows_writing\":10,\"rows_ready\":80,\"rows_reading\":6,\"region_bytes\":8589934592,"
+      "\"store_bytes\":3221225472,\"load_bytes\":1610612736,\"jobs_done\":1234,"
+      "\"jobs_failed\":2,\"jobs_in_flight\":3,\"hits\":900,\"misses\":100,\"evictions\":17,"
+      "\"workers\":8,\"job_latency_p50_us\":250.4,\"job_latency_p99_us\":1999.6,"
+      "\"idle_seconds\":0,\"replicated\":true,\"num_copies\":1,\"row_bytes\":2097152},"
+      "{\"engine_id\":\"tiny\",\"dp_rank\":0,\"num_rows\":0,\"rows_free\":0,"
+      "\"rows_writing\":0,\"rows_ready\":0,\"rows_reading\":0,\"region_bytes\":0,"
+      "\"store_bytes\":0,\"load_bytes\":0,\"jobs_done\":0,\"jobs_failed\":0,"
+      "\"jobs_in_flight\":0,\"hits\":0,\"misses\":0,\"evictions\":0,\"workers\":0,"
+      "\"job_latency_p50_us\":0,\"job_latency_p99_us\":0,\"idle_seconds\":0,"
+      "\"replicated\":false,\"num_copies\":0,\"row_bytes\":0}]}");
+}
+
+TEST(StatsJsonTest, EmptyNodeHasEveryTopLevelKey) {
+  EXPECT_EQ(StatsJson(v1::StatsResponse()),
+            "{\"backend\":\"\",\"uptime_seconds\":0,\"region_bytes\":0,\"max_region_bytes\":0,"
+            "\"gpu_memory_bytes\":{},\"engines\":[]}");
+}
+
+TEST(StatsJsonTest, EscapesStringsAndLargeNumbers) {
+  v1::StatsResponse s;
+  s.set_backend("we\"ird\\\n\x01");
+  s.set_max_region_bytes(18446744073709551615ull);
+  (*s.mutable_gpu_memory_bytes())[-1] = 1;
+  s.add_engines()->set_engine_id("a\tb");
+  const std::string json = StatsJson(s);
+  EXPECT_TRUE(absl::StartsWith(
+      json,
+      "{\"backend\":\"we\\\"ird\\\\\\n\\u0001\",\"uptime_seconds\":0,\"region_bytes\":0,"
+      "\"max_region_bytes\":18446744073709551615,"))
+      << json;
+  EXPECT_NE(json.find("\"gpu_memory_bytes\":{\"-1\":1}"), std::string::npos) << json;
+  EXPECT_NE(json.find("{\"engine_id\":\"a\\tb\",\"dp_rank\":0,"), std::string::npos) << json;
+}
+
+TEST(StatsTextTest, HeaderAndOneRowPerEngine) {
+  EXPECT_EQ(StatsText(Node()),
+            "backend       cuda\n"
+            "uptime        1d 2h 3m 4s\n"
+            "region bytes  8 GiB of 64 GiB node cap\n"
+            "gpu memory    cuda:0 64 MiB, cuda:1 96 MiB\n"
+            "\n"
+            "engine   rows  free  writing  ready  reading  store bytes  load bytes  jobs done  "
+            "failed  in flight  hits  misses  evictions  workers  p50/p99 µs\n"
+            "llama/1  4096  4000       10     80        6        3 GiB    1536 MiB       1234  "
+            "     2          3   900     100         17        8    250/2000\n"
+            "tiny/0      0     0        0      0        0          0 B         0 B          0  "
+            "     0          0     0       0          0        0         0/0\n");
+}
+
+TEST(StatsTextTest, NoEnginesNoGpu) {
+  v1::StatsResponse s;
+  s.set_backend("host");
+  s.set_uptime_seconds(59.9);
+  s.set_max_region_bytes(1 << 30);
+  EXPECT_EQ(StatsText(s),
+            "backend       host\n"
+            "uptime        59s\n"
+            "region bytes  0 B of 1 GiB node cap\n"
+            "\n"
+            "no engines\n");
+}
+
+TEST(FormatUptimeTest, Units) {
+  EXPECT_EQ(FormatUptime(0), "0s");
+  EXPECT_EQ(FormatUptime(61), "1m 1s");
+  EXPECT_EQ(FormatUptime(3600), "1h 0m 0s");
+  EXPECT_EQ(FormatUptime(86400 * 3 + 5), "3d 0h 0m 5s");
+  EXPECT_EQ(FormatUptime(-4), "0s");
+}
+
+TEST(RunStatsTest, UsageErrors) {
+  std::ostringstream out, err;
+  EXPECT_EQ(RunStats({"--jsn"}, AdminTarget{"/nonexistent/admin.sock"}, out, err), 2);
+  EXPECT_EQ(err.str(), "kvoffloadctl stats: unknown flag --jsn (see kvoffloadctl stats --help)\n");
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunStats({"extra"}, AdminTarget{"/nonexistent/admin.sock"}, out2, err2), 2);
+  EXPECT_EQ(err2.str(),
+            "kvoffloadctl stats: unexpected argument \"extra\" (see kvoffloadctl stats --help)\n");
+  EXPECT_EQ(out.str() + out2.str(), "");
+}
+
+}  // namespace
+}  // namespace kvoffload::client::ctl
