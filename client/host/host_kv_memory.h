@@ -19,13 +19,14 @@
 
 #include "absl/status/status.h"
 #include "client/kvoffload_client.h"
+#include "client/scripted/scripted_worker.h"
 
 namespace kvoffload::client {
 
-class HostKvMemory {
+class HostKvMemory final : public KvBlocks {
  public:
   HostKvMemory() = default;
-  ~HostKvMemory();
+  ~HostKvMemory() override;
   HostKvMemory(const HostKvMemory&) = delete;
   HostKvMemory& operator=(const HostKvMemory&) = delete;
 
@@ -35,14 +36,20 @@ class HostKvMemory {
   absl::Status Create(const std::string& layout, uint32_t layers, uint64_t layer_page,
                       uint64_t blocks);
   // Random content from `seed` (never zeros), remembered as the expected bytes.
-  void Fill(uint64_t seed);
+  void Fill(uint64_t seed) override;
   // The bytes of one block, tensors concatenated in registration order.
-  std::string BlockBytes(uint64_t block) const;
-  void Clobber(uint64_t block);           // poison pattern 0xA5
-  bool Verify(uint64_t block) const;      // equal to what Fill wrote
+  std::string BlockBytes(uint64_t block) const override;
+  void Clobber(uint64_t block) override;  // poison pattern 0xA5
+  bool Verify(uint64_t block) const override;  // equal to what Fill wrote
   std::vector<TensorHandle> Handles() const;
   void UnlinkNames();
-  uint64_t blocks() const { return blocks_; }
+  uint64_t blocks() const override { return blocks_; }
+  absl::Status Describe(WorkerOptions* options) override {
+    options->tensors = Handles();
+    return absl::OkStatus();
+  }
+  // The daemon holds its mappings now; nothing is left in /dev/shm even if we are killed.
+  void Registered() override { UnlinkNames(); }
 
  private:
   struct Allocation {
