@@ -40,39 +40,13 @@ absl::Status HostKvMemory::Allocate(uint64_t bytes) {
 
 absl::Status HostKvMemory::Create(const std::string& layout, uint32_t layers, uint64_t layer_page,
                                   uint64_t blocks) {
-  if (layers == 0 || layer_page == 0 || blocks == 0 || layer_page % 2 != 0) {
-    return absl::InvalidArgumentError("layers, blocks and an even layer_page must be > 0");
-  }
+  absl::StatusOr<KvLayout> plan = PlanKvLayout(layout, layers, layer_page, blocks);
+  if (!plan.ok()) return plan.status();
   blocks_ = blocks;
-  const uint64_t half = layer_page / 2;
-  if (layout == "separate_kv") {
-    // Strides padded by 256 bytes, tensors 4 KiB apart, V tensors in a second allocation: the
-    // offsets are never 0, as with PyTorch's caching allocator.
-    const uint64_t stride = half + 256;
-    const uint64_t tensor_bytes = stride * blocks + 4096;
-    for (int a = 0; a < 2; ++a) {
-      absl::Status s = Allocate(tensor_bytes * layers + 4096);
-      if (!s.ok()) return s;
-    }
-    for (uint32_t l = 0; l < layers; ++l) {
-      tensors_.push_back({0, 4096 + l * tensor_bytes, stride, half});
-      tensors_.push_back({1, 4096 + l * tensor_bytes, stride, half});
-    }
-  } else if (layout == "stacked_kv") {
-    const uint64_t tensor_bytes = layer_page * blocks;
-    absl::Status s = Allocate(tensor_bytes * layers + 8192);
+  tensors_ = plan->tensors;
+  for (uint64_t bytes : plan->allocation_bytes) {
+    absl::Status s = Allocate(bytes);
     if (!s.ok()) return s;
-    for (uint32_t l = 0; l < layers; ++l) {
-      tensors_.push_back({0, 8192 + l * tensor_bytes, layer_page, layer_page});
-    }
-  } else if (layout == "block_first") {
-    const uint64_t per_block = layer_page * layers;
-    absl::Status s = Allocate(per_block * blocks + 512);
-    if (!s.ok()) return s;
-    tensors_.push_back({0, 512, per_block, per_block});
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown layout '", layout, "' (want separate_kv, stacked_kv or block_first)"));
   }
   return absl::OkStatus();
 }
@@ -91,7 +65,7 @@ void HostKvMemory::Fill(uint64_t seed) {
 
 std::string HostKvMemory::BlockBytes(uint64_t block) const {
   std::string out;
-  for (const Tensor& t : tensors_) {
+  for (const KvLayout::Tensor& t : tensors_) {
     out.append(reinterpret_cast<const char*>(allocations_[t.allocation].data + t.offset +
                                              block * t.stride),
                t.page);
@@ -100,7 +74,7 @@ std::string HostKvMemory::BlockBytes(uint64_t block) const {
 }
 
 void HostKvMemory::Clobber(uint64_t block) {
-  for (const Tensor& t : tensors_) {
+  for (const KvLayout::Tensor& t : tensors_) {
     std::memset(allocations_[t.allocation].data + t.offset + block * t.stride, 0xA5, t.page);
   }
 }
@@ -111,7 +85,7 @@ bool HostKvMemory::Verify(uint64_t block) const {
 
 std::vector<TensorHandle> HostKvMemory::Handles() const {
   std::vector<TensorHandle> out;
-  for (const Tensor& t : tensors_) {
+  for (const KvLayout::Tensor& t : tensors_) {
     const Allocation& a = allocations_[t.allocation];
     out.push_back({a.name, a.bytes, t.offset, blocks_, t.stride, t.page});
   }

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "client/kvoffload_client.h"
+#include "client/scripted/kv_layout.h"
 #include "client/scripted/scripted_worker.h"
 
 namespace kvoffload::client {
@@ -30,9 +31,7 @@ class HostKvMemory final : public KvBlocks {
   HostKvMemory(const HostKvMemory&) = delete;
   HostKvMemory& operator=(const HostKvMemory&) = delete;
 
-  // Layouts: separate_kv (a K and a V tensor per layer, strides padded, two allocations, non-zero
-  // offsets), stacked_kv (one tensor per layer, K then V per block), block_first (one tensor
-  // holding every layer of a block). `layer_page` is one layer's bytes per block (K and V).
+  // Layouts as in client/scripted/kv_layout.h; `layer_page` is one layer's bytes per block.
   absl::Status Create(const std::string& layout, uint32_t layers, uint64_t layer_page,
                       uint64_t blocks);
   // Random content from `seed` (never zeros), remembered as the expected bytes.
@@ -57,17 +56,11 @@ class HostKvMemory final : public KvBlocks {
     uint8_t* data = nullptr;
     uint64_t bytes = 0;
   };
-  struct Tensor {
-    int allocation = 0;
-    uint64_t offset = 0;
-    uint64_t stride = 0;
-    uint64_t page = 0;
-  };
   absl::Status Allocate(uint64_t bytes);
 
   uint64_t blocks_ = 0;
   std::vector<Allocation> allocations_;
-  std::vector<Tensor> tensors_;
+  std::vector<KvLayout::Tensor> tensors_;
   std::vector<std::string> golden_;
 };
 
