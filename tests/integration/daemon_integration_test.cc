@@ -12,75 +12,13 @@
 #include "absl/strings/str_split.h"
 #include "client/kvoffload_client.h"
 #include "gtest/gtest.h"
+#include "tests/integration/engine_fixture.h"
 #include "tests/integration/harness.h"
 
 namespace kvoffload::testing {
 namespace {
 
 using client::SchedulerClient;
-
-// One engine's spec, in the two shapes the tests need: worker flags and a scheduler EngineSpec.
-struct TestEngine {
-  std::string engine_id = "it";
-  uint32_t dp_rank = 0;
-  uint32_t world_size = 1;
-  uint32_t local_world_size = 0;
-  std::string attention = "mha";
-  uint32_t num_layers = 4;
-  uint64_t page_bytes = 8192;
-  uint32_t blocks_per_row = 1;
-  uint64_t budget_bytes = 4 << 20;
-  bool rows_assigned_by_engine = false;
-  std::string layout = "separate_kv";
-  uint64_t num_blocks = 64;
-
-  common::EngineSpec Spec() const {
-    common::EngineSpec s;
-    s.engine_id = engine_id;
-    s.dp_rank = dp_rank;
-    s.world_size = world_size;
-    s.local_world_size = local_world_size;
-    s.tp = world_size;
-    s.attention = attention == "mla" ? common::Attention::kMla : common::Attention::kMha;
-    s.num_layers = num_layers;
-    s.page_bytes = page_bytes;
-    s.blocks_per_row = blocks_per_row;
-    s.budget_bytes = budget_bytes;
-    s.rows_assigned_by_engine = rows_assigned_by_engine;
-    return s;
-  }
-
-  std::vector<std::string> WorkerArgs(uint32_t mp_rank, std::vector<std::string> extra = {}) const {
-    std::vector<std::string> args = {
-        absl::StrCat("--engine_id=", engine_id),
-        absl::StrCat("--dp_rank=", dp_rank),
-        absl::StrCat("--world_size=", world_size),
-        absl::StrCat("--local_world_size=", local_world_size),
-        absl::StrCat("--attention=", attention),
-        absl::StrCat("--num_layers=", num_layers),
-        absl::StrCat("--page_bytes=", page_bytes),
-        absl::StrCat("--blocks_per_row=", blocks_per_row),
-        absl::StrCat("--budget_bytes=", budget_bytes),
-        absl::StrCat("--rows_assigned_by_engine=", rows_assigned_by_engine ? "true" : "false"),
-        absl::StrCat("--layout=", layout),
-        absl::StrCat("--num_blocks=", num_blocks),
-        absl::StrCat("--mp_rank=", mp_rank)};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return args;
-  }
-
-  uint64_t worker_bytes_per_block() const { return page_bytes * num_layers; }
-};
-
-std::string List(const std::vector<uint64_t>& v) { return absl::StrJoin(v, ","); }
-
-std::vector<std::string> Keys(const std::string& prefix, int n, int first = 0) {
-  std::vector<std::string> keys;
-  for (int i = first; i < first + n; ++i) keys.push_back(absl::StrCat(prefix, "-", i));
-  return keys;
-}
-
-std::string Finished(uint64_t job, uint64_t bytes) { return absl::StrCat("finished ", job, " 0 ", bytes); }
 
 class DaemonTest : public ::testing::Test {
  protected:
@@ -106,53 +44,6 @@ class DaemonTest : public ::testing::Test {
 
   std::unique_ptr<DaemonProcess> daemon_;
 };
-
-// The round trip every engine does: scheduler prepares rows, workers store, clobber their GPU
-// blocks, scheduler pins the rows, workers load, bytes are verified.
-void RoundTrip(SchedulerClient& scheduler, std::vector<WorkerProcess*> workers,
-               const TestEngine& engine, uint64_t store_job, int num_rows_to_use) {
-  const std::vector<std::string> keys = Keys(absl::StrCat("rt", store_job), num_rows_to_use);
-  auto prepared = scheduler.PrepareStore(keys);
-  ASSERT_TRUE(prepared.ok()) << prepared.status();
-  ASSERT_EQ(prepared->rows.size(), keys.size());
-  std::vector<uint64_t> blocks;
-  for (int i = 0; i < num_rows_to_use * static_cast<int>(engine.blocks_per_row); ++i) {
-    blocks.push_back(3 + 2 * i);  // scattered, not contiguous
-  }
-  for (WorkerProcess* w : workers) {
-    ASSERT_EQ(w->Command(absl::StrCat("submit store ", store_job, " ", List(blocks), " ",
-                                      List(prepared->rows))),
-              absl::StrCat("submitted ", store_job));
-  }
-  for (WorkerProcess* w : workers) {
-    std::string line = w->Command(absl::StrCat("wait ", store_job, " 30000"));
-    ASSERT_TRUE(absl::StartsWith(line, absl::StrCat("finished ", store_job, " 0 "))) << line;
-  }
-  ASSERT_TRUE(scheduler.CompleteStore(prepared->keys, true).ok());
-  auto states = scheduler.Lookup(keys);
-  ASSERT_TRUE(states.ok());
-  for (client::KeyState s : *states) EXPECT_EQ(s, client::KeyState::kHit);
-
-  for (WorkerProcess* w : workers) {
-    ASSERT_EQ(w->Command(absl::StrCat("clobber ", List(blocks))), "ok");
-    ASSERT_EQ(w->Command(absl::StrCat("verify ", List(blocks))),
-              absl::StrCat("verify mismatch block=", blocks[0]));
-  }
-  auto rows = scheduler.PrepareLoad(keys);
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_EQ(*rows, prepared->rows);
-  const uint64_t load_job = store_job + 1;
-  for (WorkerProcess* w : workers) {
-    ASSERT_EQ(w->Command(absl::StrCat("submit load ", load_job, " ", List(blocks), " ", List(*rows))),
-              absl::StrCat("submitted ", load_job));
-  }
-  for (WorkerProcess* w : workers) {
-    std::string line = w->Command(absl::StrCat("wait ", load_job, " 30000"));
-    ASSERT_TRUE(absl::StartsWith(line, absl::StrCat("finished ", load_job, " 0 "))) << line;
-    EXPECT_EQ(w->Command(absl::StrCat("verify ", List(blocks))), "verify ok");
-  }
-  ASSERT_TRUE(scheduler.CompleteLoad(keys).ok());
-}
 
 TEST_F(DaemonTest, StoreClobberLoadIsByteExactForEveryLayout) {
   uint64_t job = 100;

@@ -93,8 +93,9 @@ absl::StatusOr<v1::EngineStats> DaemonProcess::EngineStats(const std::string& en
 }
 
 absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(const std::string& socket,
-                                                                    std::vector<std::string> args) {
-  std::vector<std::string> argv = {RunfilePath("client/host/kvoffload_host_worker"),
+                                                                    std::vector<std::string> args,
+                                                                    const std::string& binary) {
+  std::vector<std::string> argv = {RunfilePath(binary),
                                    absl::StrCat("--socket=", socket)};
   argv.insert(argv.end(), args.begin(), args.end());
   auto process = ChildProcess::Spawn(argv);
