@@ -1,0 +1,460 @@
+#include "daemon/copy/host/host_copy_backend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "daemon/copy/host/descriptor_table.h"
+
+namespace kvoffload::daemon {
+namespace {
+
+constexpr int kMaxThreads = 256;
+
+spdlog::logger* Log() {
+  static spdlog::logger* const log = common::Logger("copy.host");
+  return log;
+}
+
+std::string Printable(const std::string& handle) { return absl::CHexEscape(handle); }
+
+// One shared memory object of a worker, mapped read-write. Move-only; unmaps on destruction.
+class ShmMapping {
+ public:
+  // shm_open + fstat + mmap. Every failure is INVALID_ARGUMENT (the name and size come from the
+  // worker), except an exhausted address space or fd table (RESOURCE_EXHAUSTED).
+  static absl::StatusOr<ShmMapping> Open(const std::string& handle, uint64_t bytes) {
+    const std::string what = absl::StrCat("allocation '", Printable(handle), "'");
+    if (handle.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": the name contains a NUL byte"));
+    }
+    const int fd = shm_open(handle.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+      const int err = errno;
+      const std::string message = absl::StrCat(what, ": shm_open: ", strerror(err));
+      if (err == EMFILE || err == ENFILE) return absl::ResourceExhaustedError(message);
+      return absl::InvalidArgumentError(message);
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      const int err = errno;
+      close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(what, ": fstat: ", strerror(err)));
+    }
+    if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < bytes) {
+      close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " holds ", st.st_size, " bytes, less than the registered ", bytes));
+    }
+    void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int err = errno;
+    close(fd);  // the mapping keeps the object alive
+    if (data == MAP_FAILED) {
+      const std::string message =
+          absl::StrCat(what, ": mmap of ", bytes, " bytes: ", strerror(err));
+      if (err == ENOMEM) return absl::ResourceExhaustedError(message);
+      return absl::InvalidArgumentError(message);
+    }
+    return ShmMapping(static_cast<uint8_t*>(data), bytes);
+  }
+
+  ShmMapping(ShmMapping&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  ShmMapping& operator=(ShmMapping&& other) noexcept {
+    if (this != &other) {
+      Unmap();
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  ShmMapping(const ShmMapping&) = delete;
+  ShmMapping& operator=(const ShmMapping&) = delete;
+  ~ShmMapping() { Unmap(); }
+
+  uint8_t* data() const { return data_; }
+
+ private:
+  ShmMapping(uint8_t* data, uint64_t bytes) : data_(data), bytes_(bytes) {}
+  void Unmap() {
+    if (data_ != nullptr) munmap(data_, bytes_);
+    data_ = nullptr;
+  }
+
+  uint8_t* data_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
+// A worker's opened memory: one mapping per distinct allocation handle and the resolved tensor
+// table. Immutable after OpenWorker; read concurrently by copy threads.
+class HostWorkerMemory final : public WorkerMemory {
+ public:
+  HostWorkerMemory(std::vector<ShmMapping> mappings, std::vector<TensorDescriptor> tensors,
+                   uint64_t num_blocks, uint64_t bytes_per_block, size_t num_events)
+      : mappings_(std::move(mappings)),
+        tensors_(std::move(tensors)),
+        num_blocks_(num_blocks),
+        bytes_per_block_(bytes_per_block),
+        num_events_(num_events) {}
+
+  uint64_t num_blocks() const override { return num_blocks_; }
+  uint64_t bytes_per_block() const override { return bytes_per_block_; }
+  size_t num_events() const override { return num_events_; }
+  const std::vector<TensorDescriptor>& tensors() const { return tensors_; }
+
+ private:
+  std::vector<ShmMapping> mappings_;  // unmapped by their destructors
+  std::vector<TensorDescriptor> tensors_;
+  uint64_t num_blocks_;
+  uint64_t bytes_per_block_;
+  size_t num_events_;
+};
+
+// Checks one tensor's numbers against its allocation; `index` names it in the message.
+absl::Status ValidateTensor(const TensorRegistration& t, size_t index) {
+  const std::string what = absl::StrCat("tensor ", index);
+  if (t.allocation_handle.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": empty allocation handle"));
+  }
+  if (t.allocation_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": allocation_bytes is 0"));
+  }
+  if (t.num_blocks == 0 || t.page_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": num_blocks ", t.num_blocks,
+                                                   " and page_bytes ", t.page_bytes,
+                                                   " must both be > 0"));
+  }
+  if (t.block_stride_bytes < t.page_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": block_stride_bytes ", t.block_stride_bytes,
+                     " is smaller than page_bytes ", t.page_bytes, " (blocks would overlap)"));
+  }
+  uint64_t last_start = 0;
+  uint64_t end = 0;
+  if (__builtin_mul_overflow(t.num_blocks - 1, t.block_stride_bytes, &last_start) ||
+      __builtin_add_overflow(last_start, t.offset, &last_start) ||
+      __builtin_add_overflow(last_start, t.page_bytes, &end) || end > t.allocation_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": offset ", t.offset, " + (", t.num_blocks, " - 1) x stride ", t.block_stride_bytes,
+        " + page ", t.page_bytes, " runs past its allocation of ", t.allocation_bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// Moves the bytes of descriptors [first, last): for each pair, every tensor's page.
+void CopyBlocks(CopyDirection direction, const BlockDescriptor* first, const BlockDescriptor* last,
+                const std::vector<TensorDescriptor>& tensors, uint8_t* region_base) {
+  for (const BlockDescriptor* d = first; d != last; ++d) {
+    uint8_t* host = region_base + d->host_offset;
+    for (const TensorDescriptor& t : tensors) {
+      uint8_t* gpu = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(t.gpu_address)) +
+                     d->gpu_block * t.block_stride_bytes;
+      if (direction == CopyDirection::kStore) {
+        std::memcpy(host + t.host_offset, gpu, t.page_bytes);
+      } else {
+        std::memcpy(gpu, host + t.host_offset, t.page_bytes);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// One submitted job. Built by Submit, shared by the threads that run its chunks; finished by the
+// thread that ends its last chunk.
+struct HostCopyBackend::Job {
+  CopyDirection direction = CopyDirection::kStore;
+  uint8_t* region_base = nullptr;
+  const std::vector<TensorDescriptor>* tensors = nullptr;  // owned by the WorkerMemory
+  DescriptorTable table;
+  CopyDone done;
+  absl::Status status;        // non-OK: rejected at Submit, nothing is copied
+  bool holds_region = false;  // counted in regions_[region_key].jobs_in_flight
+  uintptr_t region_key = 0;
+  uint64_t pairs_per_chunk = 1;
+  size_t num_chunks = 1;
+  size_t next_chunk = 0;  // guarded by HostCopyBackend::mu_
+  std::atomic<size_t> unfinished_chunks{1};
+  std::atomic<bool> aborted{false};
+};
+
+HostCopyBackend::HostCopyBackend(int num_threads) {
+  if (num_threads <= 0) {
+    num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  num_threads = std::min(num_threads, kMaxThreads);
+  threads_.reserve(num_threads);
+  for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  Log()->info("host copy backend started with {} threads", num_threads);
+}
+
+HostCopyBackend::~HostCopyBackend() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+  Log()->info("host copy backend stopped: {} jobs ok, {} failed", jobs_ok_.load(),
+              jobs_failed_.load());
+}
+
+absl::Status HostCopyBackend::RegisterRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(base);
+  uintptr_t end = 0;
+  if (base == nullptr || bytes == 0 || row_bytes == 0 || row_bytes > bytes ||
+      __builtin_add_overflow(begin, bytes, &end)) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterRegion: bad range (base ", begin, ", ",
+                                                   bytes, " bytes, rows of ", row_bytes,
+                                                   " bytes)"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto next = regions_.upper_bound(begin);
+  if (next != regions_.end() && next->first < end) {
+    return absl::AlreadyExistsError("RegisterRegion: the range overlaps a registered region");
+  }
+  if (next != regions_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second.bytes > begin) {
+      return absl::AlreadyExistsError("RegisterRegion: the range overlaps a registered region");
+    }
+  }
+  regions_.emplace(begin, RegisteredRegion{bytes, row_bytes, 0});
+  Log()->info("registered a region of {} bytes (rows of {} bytes)", bytes, row_bytes);
+  return absl::OkStatus();
+}
+
+void HostCopyBackend::UnregisterRegion(uint8_t* base) {
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(reinterpret_cast<uintptr_t>(base));
+  if (it == regions_.end()) {
+    Log()->warn("UnregisterRegion: no region is registered at this base");
+    return;
+  }
+  if (it->second.jobs_in_flight > 0) {
+    // A daemon bug (the contract forbids it), not worker input: report it loudly.
+    Log()->error("UnregisterRegion: {} jobs are still in flight on the region",
+                 it->second.jobs_in_flight);
+  }
+  Log()->info("unregistered a region of {} bytes", it->second.bytes);
+  regions_.erase(it);
+}
+
+absl::StatusOr<std::unique_ptr<WorkerMemory>> HostCopyBackend::OpenWorker(
+    const WorkerRegistration& registration) {
+  if (registration.tensors.empty()) {
+    return absl::InvalidArgumentError("worker registration has no tensors");
+  }
+  // Every check on the numbers comes before anything is opened.
+  std::map<std::string, uint64_t> allocation_bytes;  // distinct handles, in no particular order
+  uint64_t bytes_per_block = 0;
+  uint64_t num_blocks = std::numeric_limits<uint64_t>::max();
+  for (size_t i = 0; i < registration.tensors.size(); ++i) {
+    const TensorRegistration& t = registration.tensors[i];
+    absl::Status valid = ValidateTensor(t, i);
+    if (!valid.ok()) return valid;
+    auto [it, inserted] = allocation_bytes.emplace(t.allocation_handle, t.allocation_bytes);
+    if (!inserted && it->second != t.allocation_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", i, ": allocation '", Printable(t.allocation_handle), "' registered with ",
+          t.allocation_bytes, " bytes, but an earlier tensor said ", it->second));
+    }
+    if (__builtin_add_overflow(bytes_per_block, t.page_bytes, &bytes_per_block)) {
+      return absl::InvalidArgumentError("worker registration: bytes per block overflow");
+    }
+    num_blocks = std::min(num_blocks, t.num_blocks);
+  }
+
+  std::vector<ShmMapping> mappings;
+  std::map<std::string, uint8_t*> bases;
+  mappings.reserve(allocation_bytes.size());
+  for (const auto& [handle, bytes] : allocation_bytes) {
+    absl::StatusOr<ShmMapping> mapping = ShmMapping::Open(handle, bytes);
+    if (!mapping.ok()) return mapping.status();  // earlier mappings unmap themselves
+    bases[handle] = mapping->data();
+    mappings.push_back(std::move(mapping).value());
+  }
+
+  std::vector<TensorDescriptor> tensors;
+  tensors.reserve(registration.tensors.size());
+  uint64_t host_offset = 0;
+  for (const TensorRegistration& t : registration.tensors) {
+    tensors.push_back(TensorDescriptor{
+        static_cast<uint64_t>(reinterpret_cast<uintptr_t>(bases[t.allocation_handle] + t.offset)),
+        t.block_stride_bytes, t.page_bytes, host_offset});
+    host_offset += t.page_bytes;
+  }
+  Log()->info(
+      "opened worker memory of device {}: {} tensors in {} allocations, {} blocks of {} "
+      "bytes, {} events (ignored)",
+      registration.device, tensors.size(), mappings.size(), num_blocks, bytes_per_block,
+      registration.event_handles.size());
+  return std::unique_ptr<WorkerMemory>(new HostWorkerMemory(std::move(mappings), std::move(tensors),
+                                                            num_blocks, bytes_per_block,
+                                                            registration.event_handles.size()));
+}
+
+void HostCopyBackend::Submit(CopyJob job, CopyDone done) {
+  if (!done) done = [](absl::Status, uint64_t) {};
+  if (job.memory == nullptr) {
+    return Reject(std::move(done), absl::InvalidArgumentError("copy job: no worker memory"));
+  }
+  const auto* memory = dynamic_cast<const HostWorkerMemory*>(job.memory);
+  if (memory == nullptr) {
+    return Reject(std::move(done), absl::InvalidArgumentError(
+                                       "copy job: worker memory was not opened by this backend"));
+  }
+  if (job.event_index < -1 ||
+      (job.event_index >= 0 && static_cast<size_t>(job.event_index) >= memory->num_events())) {
+    return Reject(std::move(done), absl::InvalidArgumentError(absl::StrCat(
+                                       "copy job: event index ", job.event_index,
+                                       " is not below the ", memory->num_events(), " events")));
+  }
+  if (job.region_base == nullptr) {
+    return Reject(std::move(done), absl::InvalidArgumentError("copy job: no region"));
+  }
+  absl::StatusOr<DescriptorTable> table =
+      BuildDescriptorTable(job, memory->num_blocks(), memory->bytes_per_block());
+  if (!table.ok()) return Reject(std::move(done), table.status());
+
+  auto state = std::make_shared<Job>();
+  state->direction = job.direction;
+  state->region_base = job.region_base;
+  state->tensors = &memory->tensors();
+  state->table = std::move(table).value();
+  state->done = std::move(done);
+
+  const uint64_t pairs = state->table.blocks.size();
+  const uint64_t bytes_per_block = state->table.bytes_per_block;
+  const uint64_t threads = threads_.size();
+  const uint64_t per_thread = (pairs + threads - 1) / threads;
+  const uint64_t min_pairs = (kMinChunkBytes + bytes_per_block - 1) / bytes_per_block;
+  const uint64_t max_pairs = std::max<uint64_t>(1, kMaxChunkBytes / bytes_per_block);
+  state->pairs_per_chunk =
+      std::max<uint64_t>(1, std::min(std::max(per_thread, min_pairs), max_pairs));
+  state->num_chunks =
+      std::max<uint64_t>(1, (pairs + state->pairs_per_chunk - 1) / state->pairs_per_chunk);
+  state->unfinished_chunks.store(state->num_chunks, std::memory_order_relaxed);
+
+  absl::MutexLock lock(&mu_);
+  absl::Status in_region =
+      ClaimRegion(job.region_base, state->table.host_extent, &state->region_key);
+  if (in_region.ok()) {
+    state->holds_region = true;
+  } else {
+    // Rejected after all: nothing is copied, `done` still runs on a backend thread.
+    Log()->debug("rejected a copy job: {}", in_region.ToString());
+    state->status = std::move(in_region);
+    state->num_chunks = 1;
+    state->unfinished_chunks.store(1, std::memory_order_relaxed);
+  }
+  queue_.push_back(std::move(state));
+}
+
+absl::Status HostCopyBackend::ClaimRegion(const uint8_t* region_base, uint64_t extent,
+                                          uintptr_t* region_key) {
+  const uintptr_t base = reinterpret_cast<uintptr_t>(region_base);
+  auto it = regions_.upper_bound(base);
+  if (it == regions_.begin() || base - std::prev(it)->first >= std::prev(it)->second.bytes) {
+    return absl::InvalidArgumentError("copy job: region_base is not in a registered region");
+  }
+  --it;
+  const uint64_t left = it->second.bytes - (base - it->first);
+  if (extent > left) {
+    return absl::InvalidArgumentError(absl::StrCat("copy job: touches ", extent,
+                                                   " bytes from region_base, past the ", left,
+                                                   " bytes left in its registered region"));
+  }
+  ++it->second.jobs_in_flight;
+  *region_key = it->first;
+  return absl::OkStatus();
+}
+
+void HostCopyBackend::Reject(CopyDone done, absl::Status status) {
+  Log()->debug("rejected a copy job: {}", status.ToString());
+  auto state = std::make_shared<Job>();
+  state->done = std::move(done);
+  state->status = std::move(status);
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(state));
+}
+
+void HostCopyBackend::WorkerLoop() {
+  while (true) {
+    std::shared_ptr<Job> job;
+    size_t first = 0;
+    size_t last = 0;
+    bool abort = false;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &HostCopyBackend::HasWorkOrStopping));
+      if (queue_.empty()) return;  // stopping, and every job has been taken
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      first = job->next_chunk;
+      abort = stopping_;
+      last = abort ? job->num_chunks : first + 1;  // on shutdown: all chunks left, run none
+      job->next_chunk = last;
+      if (last < job->num_chunks) queue_.push_back(job);
+    }
+    if (abort) {
+      job->aborted.store(true, std::memory_order_relaxed);
+    } else if (job->status.ok()) {
+      const size_t begin = first * job->pairs_per_chunk;
+      const size_t end = std::min<size_t>(job->table.blocks.size(), begin + job->pairs_per_chunk);
+      CopyBlocks(job->direction, job->table.blocks.data() + begin, job->table.blocks.data() + end,
+                 *job->tensors, job->region_base);
+    }
+    const size_t taken = last - first;
+    if (job->unfinished_chunks.fetch_sub(taken, std::memory_order_acq_rel) == taken) Finish(*job);
+  }
+}
+
+void HostCopyBackend::Finish(Job& job) {
+  absl::Status status = std::move(job.status);
+  if (status.ok() && job.aborted.load(std::memory_order_relaxed)) {
+    status = absl::AbortedError("copy job: the host copy backend shut down before it finished");
+  }
+  const uint64_t bytes = status.ok() ? job.table.total_bytes() : 0;
+  if (status.ok()) {
+    jobs_ok_.fetch_add(1, std::memory_order_relaxed);
+    (job.direction == CopyDirection::kStore ? bytes_stored_ : bytes_loaded_)
+        .fetch_add(bytes, std::memory_order_relaxed);
+  } else {
+    jobs_failed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (job.holds_region) {
+    // Before `done`: the caller may unregister the region from its callback.
+    absl::MutexLock lock(&mu_);
+    auto it = regions_.find(job.region_key);
+    if (it != regions_.end() && it->second.jobs_in_flight > 0) --it->second.jobs_in_flight;
+  }
+  CopyDone done = std::move(job.done);
+  done(std::move(status), bytes);
+}
+
+HostCopyBackend::Stats HostCopyBackend::stats() const {
+  Stats stats;
+  stats.jobs_ok = jobs_ok_.load(std::memory_order_relaxed);
+  stats.jobs_failed = jobs_failed_.load(std::memory_order_relaxed);
+  stats.bytes_stored = bytes_stored_.load(std::memory_order_relaxed);
+  stats.bytes_loaded = bytes_loaded_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+std::unique_ptr<CopyBackend> CreateHostCopyBackend(int num_threads) {
+  return std::make_unique<HostCopyBackend>(num_threads);
+}
+
+}  // namespace kvoffload::daemon
