@@ -23,14 +23,12 @@ for target in $(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null); 
   echo "SKIPPED (no GPU on this machine): $target"
 done
 
-echo "== deploy checks"
+echo "== deploy and docs checks"
 deploy_failed=0
 deploy_passed=0
-for check in deploy/verify_unit.sh deploy/install_test.sh; do
-  if [[ -x $check ]]; then
-    if "$check"; then deploy_passed=$((deploy_passed + 1)); else
-      echo "FAILED: $check"; deploy_failed=$((deploy_failed + 1)); fi
-  fi
+for check in deploy/verify_unit.sh deploy/install_test.sh "python3 proto/gen_api_doc.py --check"; do
+  if $check; then deploy_passed=$((deploy_passed + 1)); echo "PASSED: $check"; else
+    echo "FAILED: $check"; deploy_failed=$((deploy_failed + 1)); fi
 done
 
 read -r passed failed < <(python3 - <<'PY'
