@@ -70,9 +70,9 @@ struct WorkerClient::Impl {
       const v1::JobFinished& f = message.finished();
       FinishedJob job;
       job.job_id = f.job_id();
-      job.status = f.code() == 0 ? absl::OkStatus()
-                                 : absl::Status(static_cast<absl::StatusCode>(f.code()),
-                                                f.message());
+      job.status = f.code() == 0
+                       ? absl::OkStatus()
+                       : absl::Status(static_cast<absl::StatusCode>(f.code()), f.message());
       job.bytes = f.bytes();
       absl::MutexLock lock(&mu);
       finished.emplace(job.job_id, std::move(job));  // the first verdict for an id wins

@@ -61,7 +61,7 @@ struct WorkerOptions {
   int32_t device = -1;
   std::string device_uuid;  // 16 raw bytes of the CUDA device UUID, or empty
   std::vector<TensorHandle> tensors;
-  std::vector<std::string> event_handles;  // cudaIpcEventHandle_t bytes each
+  std::vector<std::string> event_handles;              // cudaIpcEventHandle_t bytes each
   absl::Duration connect_timeout = absl::Seconds(30);  // includes region creation
 };
 

@@ -20,15 +20,24 @@ absl::StatusOr<uint64_t> ParseBytes(absl::string_view text) {
   }
   const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s.substr(digits)));
   uint64_t scale = 1;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "kib" || unit == "k") scale = uint64_t{1} << 10;
-  else if (unit == "mib" || unit == "m") scale = uint64_t{1} << 20;
-  else if (unit == "gib" || unit == "g") scale = uint64_t{1} << 30;
-  else if (unit == "tib" || unit == "t") scale = uint64_t{1} << 40;
-  else if (unit == "kb") scale = 1000;
-  else if (unit == "mb") scale = 1000 * 1000;
-  else if (unit == "gb") scale = 1000 * 1000 * 1000;
-  else if (unit == "tb") scale = uint64_t{1000} * 1000 * 1000 * 1000;
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "kib" || unit == "k")
+    scale = uint64_t{1} << 10;
+  else if (unit == "mib" || unit == "m")
+    scale = uint64_t{1} << 20;
+  else if (unit == "gib" || unit == "g")
+    scale = uint64_t{1} << 30;
+  else if (unit == "tib" || unit == "t")
+    scale = uint64_t{1} << 40;
+  else if (unit == "kb")
+    scale = 1000;
+  else if (unit == "mb")
+    scale = 1000 * 1000;
+  else if (unit == "gb")
+    scale = 1000 * 1000 * 1000;
+  else if (unit == "tb")
+    scale = uint64_t{1000} * 1000 * 1000 * 1000;
   else {
     return absl::InvalidArgumentError(
         absl::StrCat("'", text, "': unknown unit '", unit, "' (want B, KiB, MiB, GiB, TiB)"));

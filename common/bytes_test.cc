@@ -15,8 +15,8 @@ TEST(BytesTest, ParsesBinaryAndDecimalUnits) {
 }
 
 TEST(BytesTest, RejectsBadInput) {
-  for (const char* bad : {"", "-1", "abc", "12XB", "1.5GiB", "99999999999999999999",
-                          "20000000TiB"}) {
+  for (const char* bad :
+       {"", "-1", "abc", "12XB", "1.5GiB", "99999999999999999999", "20000000TiB"}) {
     auto parsed = ParseBytes(bad);
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }

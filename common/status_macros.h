@@ -11,10 +11,10 @@
 #define KVO_CONCAT_INNER_(a, b) a##b
 #define KVO_CONCAT_(a, b) KVO_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                          \
-  do {                                                 \
-    ::absl::Status kvo_status_ = (expr);               \
-    if (!kvo_status_.ok()) return kvo_status_;         \
+#define RETURN_IF_ERROR(expr)                  \
+  do {                                         \
+    ::absl::Status kvo_status_ = (expr);       \
+    if (!kvo_status_.ok()) return kvo_status_; \
   } while (0)
 
 #define KVO_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

@@ -20,10 +20,12 @@ ABSL_FLAG(std::string, runtime_dir, "/run/kvoffload",
           "Directory of the data socket (kvoffload.sock) and the admin socket (admin.sock).");
 ABSL_FLAG(std::string, max_region_bytes, "",
           "Node-wide cap over all regions, e.g. 64GiB. Empty: half of physical memory.");
-ABSL_FLAG(std::string, backend, "auto", "Copy backend: auto (cuda when a GPU is present), cuda, host.");
+ABSL_FLAG(std::string, backend, "auto",
+          "Copy backend: auto (cuda when a GPU is present), cuda, host.");
 ABSL_FLAG(int64_t, idle_engine_ttl_s, 600,
           "Seconds an engine without workers keeps its region before it is freed; 0 keeps it.");
-ABSL_FLAG(int64_t, job_timeout_s, 30, "Seconds a job may wait for votes and copies before it fails.");
+ABSL_FLAG(int64_t, job_timeout_s, 30,
+          "Seconds a job may wait for votes and copies before it fails.");
 ABSL_FLAG(uint64_t, max_blocks_per_job, 1u << 22,
           "Largest job part (GPU blocks) a worker may submit; larger ones are INVALID_ARGUMENT.");
 ABSL_FLAG(int32_t, populate_threads, 8, "Threads that fault a new region in.");
@@ -31,7 +33,8 @@ ABSL_FLAG(bool, huge_pages, false, "Try hugetlbfs pages for regions (falls back,
 ABSL_FLAG(int32_t, host_copy_threads, 4, "Host backend: memcpy threads.");
 ABSL_FLAG(int32_t, copy_sms, 16, "CUDA backend: most SMs the copy kernels may occupy.");
 ABSL_FLAG(int64_t, shutdown_grace_s, 10, "On SIGTERM, seconds running copies get to finish.");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off. SIGHUP re-reads it.");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error or off. SIGHUP re-reads it.");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9470",
           "host:port for Prometheus text metrics (/metrics); empty disables.");
 
@@ -67,7 +70,9 @@ int main(int argc, char** argv) {
     options.max_region_bytes = static_cast<uint64_t>(info.totalram) * info.mem_unit / 2;
   } else {
     auto cap = kvoffload::common::ParseBytes(absl::GetFlag(FLAGS_max_region_bytes));
-    if (!cap.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("--max_region_bytes: ", cap.status().message())));
+    if (!cap.ok())
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat("--max_region_bytes: ", cap.status().message())));
     options.max_region_bytes = *cap;
   }
   if (absl::GetFlag(FLAGS_idle_engine_ttl_s) < 0 || absl::GetFlag(FLAGS_job_timeout_s) <= 0 ||

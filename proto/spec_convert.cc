@@ -15,17 +15,29 @@ absl::StatusOr<common::EngineSpec> SpecFromProto(const v1::EngineSpec& p) {
   s.pcp = p.pcp();
   s.dcp = p.dcp();
   switch (p.executor()) {
-    case v1::EXECUTOR_UNI: s.executor = common::Executor::kUni; break;
-    case v1::EXECUTOR_MP: s.executor = common::Executor::kMp; break;
-    case v1::EXECUTOR_RAY: s.executor = common::Executor::kRay; break;
-    case v1::EXECUTOR_EXTERNAL: s.executor = common::Executor::kExternal; break;
+    case v1::EXECUTOR_UNI:
+      s.executor = common::Executor::kUni;
+      break;
+    case v1::EXECUTOR_MP:
+      s.executor = common::Executor::kMp;
+      break;
+    case v1::EXECUTOR_RAY:
+      s.executor = common::Executor::kRay;
+      break;
+    case v1::EXECUTOR_EXTERNAL:
+      s.executor = common::Executor::kExternal;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("spec.executor must be UNI, MP, RAY or EXTERNAL (got ", p.executor(), ")"));
   }
   switch (p.attention()) {
-    case v1::ATTENTION_MHA: s.attention = common::Attention::kMha; break;
-    case v1::ATTENTION_MLA: s.attention = common::Attention::kMla; break;
+    case v1::ATTENTION_MHA:
+      s.attention = common::Attention::kMha;
+      break;
+    case v1::ATTENTION_MLA:
+      s.attention = common::Attention::kMla;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("spec.attention must be MHA or MLA (got ", p.attention(), ")"));
@@ -63,10 +75,18 @@ void SpecToProto(const common::EngineSpec& s, v1::EngineSpec* p) {
   p->set_pcp(s.pcp);
   p->set_dcp(s.dcp);
   switch (s.executor) {
-    case common::Executor::kUni: p->set_executor(v1::EXECUTOR_UNI); break;
-    case common::Executor::kMp: p->set_executor(v1::EXECUTOR_MP); break;
-    case common::Executor::kRay: p->set_executor(v1::EXECUTOR_RAY); break;
-    case common::Executor::kExternal: p->set_executor(v1::EXECUTOR_EXTERNAL); break;
+    case common::Executor::kUni:
+      p->set_executor(v1::EXECUTOR_UNI);
+      break;
+    case common::Executor::kMp:
+      p->set_executor(v1::EXECUTOR_MP);
+      break;
+    case common::Executor::kRay:
+      p->set_executor(v1::EXECUTOR_RAY);
+      break;
+    case common::Executor::kExternal:
+      p->set_executor(v1::EXECUTOR_EXTERNAL);
+      break;
   }
   p->set_attention(s.attention == common::Attention::kMla ? v1::ATTENTION_MLA : v1::ATTENTION_MHA);
   p->set_num_kv_groups(s.num_kv_groups);

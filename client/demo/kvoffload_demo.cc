@@ -65,9 +65,10 @@ int main(int argc, char** argv) {
   auto scheduler = kvoffload::client::SchedulerClient::Open(socket, spec);
   if (!scheduler.ok()) return Fail(scheduler.status().ToString());
   const auto& g = (*scheduler)->geometry();
-  std::printf("scheduler: engine demo/0 %s: %lu rows of %s (%u copies: one slot per local worker)\n",
-              (*scheduler)->created() ? "created" : "joined", static_cast<unsigned long>(g.num_rows),
-              kvoffload::common::FormatBytes(g.row_bytes).c_str(), g.num_copies);
+  std::printf(
+      "scheduler: engine demo/0 %s: %lu rows of %s (%u copies: one slot per local worker)\n",
+      (*scheduler)->created() ? "created" : "joined", static_cast<unsigned long>(g.num_rows),
+      kvoffload::common::FormatBytes(g.row_bytes).c_str(), g.num_copies);
 
   std::vector<std::unique_ptr<ChildProcess>> workers;
   for (int rank = 0; rank < 2; ++rank) {
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
          "--num_blocks=128", absl::StrCat("--seed=", 42 + rank)});
     if (!w.ok()) return Fail(w.status().ToString());
     std::string hello = (*w)->ReadLine();
-    if (!absl::StartsWith(hello, "registered")) return Fail(absl::StrCat("worker ", rank, ": ", hello));
+    if (!absl::StartsWith(hello, "registered"))
+      return Fail(absl::StrCat("worker ", rank, ": ", hello));
     std::printf("worker %d: %s\n", rank, hello.c_str());
     workers.push_back(std::move(*w));
   }

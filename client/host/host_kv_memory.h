@@ -38,7 +38,7 @@ class HostKvMemory final : public KvBlocks {
   void Fill(uint64_t seed) override;
   // The bytes of one block, tensors concatenated in registration order.
   std::string BlockBytes(uint64_t block) const override;
-  void Clobber(uint64_t block) override;  // poison pattern 0xA5
+  void Clobber(uint64_t block) override;       // poison pattern 0xA5
   bool Verify(uint64_t block) const override;  // equal to what Fill wrote
   std::vector<TensorHandle> Handles() const;
   void UnlinkNames();

@@ -9,8 +9,8 @@
 int main(int argc, char** argv) {
   return kvoffload::client::ScriptedWorkerMain(
       argc, argv,
-      [](const std::string& layout, uint32_t layers, uint64_t layer_page, uint64_t blocks)
-          -> absl::StatusOr<std::unique_ptr<kvoffload::client::KvBlocks>> {
+      [](const std::string& layout, uint32_t layers, uint64_t layer_page,
+         uint64_t blocks) -> absl::StatusOr<std::unique_ptr<kvoffload::client::KvBlocks>> {
         auto memory = std::make_unique<kvoffload::client::HostKvMemory>();
         absl::Status s = memory->Create(layout, layers, layer_page, blocks);
         if (!s.ok()) return s;

@@ -44,8 +44,8 @@ bool ParseList(const std::string& text, std::vector<uint64_t>* out) {
 }
 
 std::string FinishedLine(const FinishedJob& job) {
-  std::string line = absl::StrCat("finished ", job.job_id, " ",
-                                  static_cast<int>(job.status.code()), " ", job.bytes);
+  std::string line = absl::StrCat("finished ", job.job_id, " ", static_cast<int>(job.status.code()),
+                                  " ", job.bytes);
   if (!job.status.ok()) absl::StrAppend(&line, " ", job.status.message());
   return line;
 }
@@ -155,8 +155,8 @@ int ScriptedWorkerMain(int argc, char** argv, const KvBlocksFactory& factory) {
       }
       auto done = (*worker)->WaitFinished(id, absl::Milliseconds(ms));
       std::cout << (done.ok() ? FinishedLine(*done)
-                              : absl::StrCat("error ", static_cast<int>(done.status().code()),
-                                             " ", done.status().message()))
+                              : absl::StrCat("error ", static_cast<int>(done.status().code()), " ",
+                                             done.status().message()))
                 << std::endl;
     } else if ((cmd == "clobber" || cmd == "verify" || cmd == "digest") && w.size() >= 2 &&
                ParseList(w[1], &blocks)) {

@@ -3,15 +3,14 @@
 // the GPU tests drive workers this way, in separate processes; the KV memory is the only part
 // that differs (POSIX shm for the host backend, cudaMalloc for the CUDA backend).
 //
-//   store JOB BLOCKS ROWS [EVENT]   submit a store part and wait   → "finished JOB CODE BYTES [msg]"
-//   load JOB BLOCKS ROWS [EVENT]    submit a load part and wait    → "finished JOB CODE BYTES [msg]"
-//   submit store|load JOB BLOCKS ROWS [EVENT]  without waiting     → "submitted JOB"
-//   wait JOB TIMEOUT_MS             wait for a submitted job       → "finished ..." | "error CODE msg"
-//   clobber BLOCKS                  overwrite blocks with poison   → "ok"
-//   verify BLOCKS                   compare with the bytes filled  → "verify ok" | "verify mismatch block=B"
-//   digest BLOCKS                   FNV-1a of the blocks' bytes    → "digest HEX"
-//   refill SEED                     new random content             → "ok"
-//   quit                                                           → exits 0
+//   store JOB BLOCKS ROWS [EVENT]   submit a store part and wait   → "finished JOB CODE BYTES
+//   [msg]" load JOB BLOCKS ROWS [EVENT]    submit a load part and wait    → "finished JOB CODE
+//   BYTES [msg]" submit store|load JOB BLOCKS ROWS [EVENT]  without waiting     → "submitted JOB"
+//   wait JOB TIMEOUT_MS             wait for a submitted job       → "finished ..." | "error CODE
+//   msg" clobber BLOCKS                  overwrite blocks with poison   → "ok" verify BLOCKS
+//   compare with the bytes filled  → "verify ok" | "verify mismatch block=B" digest BLOCKS FNV-1a
+//   of the blocks' bytes    → "digest HEX" refill SEED                     new random content →
+//   "ok" quit                                                           → exits 0
 // BLOCKS and ROWS are comma lists ("3,4,9", "-" for none); CODE is the absl status code.
 // Backends may add commands (KvBlocks::HandleCommand).
 //

@@ -33,9 +33,8 @@ void DeferredRelease::Run() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](DeferredRelease* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return self->stop_ || !self->queue_.empty();
-          },
+          +[](DeferredRelease* self)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->stop_ || !self->queue_.empty(); },
           this));
       if (queue_.empty()) return;  // stop_ and drained
       object = std::move(queue_.front());

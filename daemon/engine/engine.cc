@@ -16,9 +16,7 @@ spdlog::logger* Log() {
   return log;
 }
 
-const char* DirectionName(CopyDirection d) {
-  return d == CopyDirection::kStore ? "store" : "load";
-}
+const char* DirectionName(CopyDirection d) { return d == CopyDirection::kStore ? "store" : "load"; }
 
 }  // namespace
 
@@ -33,11 +31,12 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(const common::EngineSpec&
   ASSIGN_OR_RETURN(std::unique_ptr<Region> region,
                    Region::Create(spec.Key(), geometry.capacity_bytes, deps.region_options));
   RETURN_IF_ERROR(deps.backend->RegisterRegion(region->data(), region->size(), geometry.row_bytes));
-  Log()->info("engine {} ready: {} rows of {} bytes ({} copies, replicated={}), populated in {:.2f}s",
-              spec.Key(), geometry.num_rows, geometry.row_bytes, geometry.num_copies,
-              geometry.replicated, region->populate_seconds());
-  return std::shared_ptr<Engine>(
-      new Engine(spec, geometry, deps, std::move(reservation), std::move(region), std::move(index)));
+  Log()->info(
+      "engine {} ready: {} rows of {} bytes ({} copies, replicated={}), populated in {:.2f}s",
+      spec.Key(), geometry.num_rows, geometry.row_bytes, geometry.num_copies, geometry.replicated,
+      region->populate_seconds());
+  return std::shared_ptr<Engine>(new Engine(spec, geometry, deps, std::move(reservation),
+                                            std::move(region), std::move(index)));
 }
 
 Engine::Engine(const common::EngineSpec& spec, const common::Geometry& geometry,
@@ -60,15 +59,14 @@ Engine::~Engine() {
 absl::Status Engine::CheckSameSpec(const common::EngineSpec& spec) const {
   if (spec == spec_) return absl::OkStatus();
   auto other = common::ComputeGeometry(spec);
-  return absl::FailedPreconditionError(absl::StrCat(
-      "engine ", spec_.Key(), " exists with a different spec or geometry: existing {",
-      spec_.DebugString(), "} geometry {", geometry_.DebugString(), "}; requested {",
-      spec.DebugString(), "} geometry {",
-      other.ok() ? other->DebugString() : std::string(other.status().message()), "}"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("engine ", spec_.Key(), " exists with a different spec or geometry: existing {",
+                   spec_.DebugString(), "} geometry {", geometry_.DebugString(), "}; requested {",
+                   spec.DebugString(), "} geometry {",
+                   other.ok() ? other->DebugString() : std::string(other.status().message()), "}"));
 }
 
-absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank,
-                                          const WorkerRegistration& registration,
+absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank, const WorkerRegistration& registration,
                                           JobListener* listener) {
   ASSIGN_OR_RETURN(uint32_t slot, common::SlotOf(spec_, geometry_, mp_rank));
   if (registration.tensors.empty()) {
@@ -81,11 +79,12 @@ absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank,
     bytes_per_block += t.page_bytes;
   }
   if (bytes_per_block != geometry_.worker_bytes_per_block) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mp_rank ", mp_rank, ": its tensors hold ", bytes_per_block,
-        " bytes per block (pages [", absl::StrJoin(pages, ","), "]) but the engine geometry says "
-        "worker_bytes_per_block=", geometry_.worker_bytes_per_block, " (",
-        geometry_.DebugString(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mp_rank ", mp_rank, ": its tensors hold ", bytes_per_block,
+                     " bytes per block (pages [", absl::StrJoin(pages, ","),
+                     "]) but the engine geometry says "
+                     "worker_bytes_per_block=",
+                     geometry_.worker_bytes_per_block, " (", geometry_.DebugString(), ")"));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -103,9 +102,8 @@ absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank,
       }
       if (!geometry_.replicated && s.slot == slot) {
         return absl::AlreadyExistsError(absl::StrCat(
-            "slot ", slot, " of engine ", key(), " is held by mp_rank ", s.mp_rank,
-            "; mp_rank ", mp_rank, " maps to the same slot (local_world_size ",
-            geometry_.local_world_size, ")"));
+            "slot ", slot, " of engine ", key(), " is held by mp_rank ", s.mp_rank, "; mp_rank ",
+            mp_rank, " maps to the same slot (local_world_size ", geometry_.local_world_size, ")"));
       }
     }
     if (sessions_.size() >= geometry_.local_world_size) {
@@ -166,8 +164,7 @@ void Engine::Detach(uint64_t session_id) {
       auto j = jobs_.find(id);
       if (j != jobs_.end()) FailJob(j->second, why, &notices);
     }
-    Log()->info("engine {}: mp_rank {} detached, {} open jobs failed", key(), mp_rank,
-                ids.size());
+    Log()->info("engine {}: mp_rank {} detached, {} open jobs failed", key(), mp_rank, ids.size());
   }
   // In-flight copies hold their own references; the mapping closes after the last one.
   deps_.release->Defer(std::move(memory));
@@ -191,8 +188,8 @@ absl::Status Engine::ValidatePart(const Session& session, const JobPart& part) c
   const uint64_t num_blocks = session.memory->num_blocks();
   for (uint64_t b : part.gpu_blocks) {
     if (b >= num_blocks) {
-      return absl::OutOfRangeError(absl::StrCat(job, ": gpu block ", b, " >= registered ",
-                                                num_blocks, " blocks"));
+      return absl::OutOfRangeError(
+          absl::StrCat(job, ": gpu block ", b, " >= registered ", num_blocks, " blocks"));
     }
   }
   for (uint64_t r : part.rows) {
@@ -218,85 +215,85 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
     absl::ReaderMutexLock delivery(&delivery_mu_);
     Notices notices;
     {
-    absl::MutexLock lock(&mu_);
-    if (closed_) return closed_why_;
-    auto sit = sessions_.find(session_id);
-    if (sit == sessions_.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("session ", session_id, " is not a registered worker of ", key()));
-    }
-    const Session& session = sit->second;
-    mp_rank = session.mp_rank;
-    RETURN_IF_ERROR(ValidatePart(session, part));
+      absl::MutexLock lock(&mu_);
+      if (closed_) return closed_why_;
+      auto sit = sessions_.find(session_id);
+      if (sit == sessions_.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("session ", session_id, " is not a registered worker of ", key()));
+      }
+      const Session& session = sit->second;
+      mp_rank = session.mp_rank;
+      RETURN_IF_ERROR(ValidatePart(session, part));
 
-    auto jit = jobs_.find(part.job_id);
-    if (jit == jobs_.end()) {
-      auto done = finished_.find(part.job_id);
-      if (done != finished_.end()) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "job ", part.job_id, " of engine ", key(), " already finished (",
-            done->second.ok() ? "OK" : done->second.ToString(), "); job ids must be unique"));
+      auto jit = jobs_.find(part.job_id);
+      if (jit == jobs_.end()) {
+        auto done = finished_.find(part.job_id);
+        if (done != finished_.end()) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              "job ", part.job_id, " of engine ", key(), " already finished (",
+              done->second.ok() ? "OK" : done->second.ToString(), "); job ids must be unique"));
+        }
+        std::vector<uint64_t> sorted = part.rows;
+        std::sort(sorted.begin(), sorted.end());
+        if (part.direction == CopyDirection::kStore &&
+            std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("job ", part.job_id, ": a row appears twice in one store"));
+        }
+        // A new job: its rows must be in the state the index expects, and stay quarantined until
+        // the job retires (no eviction or reuse while a copy may still touch them). Engines that
+        // assign rows themselves own that bookkeeping.
+        if (!spec_.rows_assigned_by_engine) {
+          RETURN_IF_ERROR(index_->BeginCopy(part.direction, part.rows));
+        }
+        Job job;
+        job.id = part.job_id;
+        job.direction = part.direction;
+        job.rows = part.rows;
+        job.started = absl::Now();
+        job.deadline = job.started + deps_.job_timeout;
+        jit = jobs_.emplace(part.job_id, std::move(job)).first;
+      } else {
+        Job& job = jit->second;
+        if (job.submitted.count(mp_rank)) {
+          return absl::AlreadyExistsError(absl::StrCat("job ", part.job_id, ": mp_rank ", mp_rank,
+                                                       " already submitted its part"));
+        }
+        if (job.direction != part.direction || job.rows != part.rows) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("job ", part.job_id, ": mp_rank ", mp_rank, " submitted a ",
+                           DirectionName(part.direction), " of ", part.rows.size(),
+                           " rows that differs from the job's ", DirectionName(job.direction),
+                           " of ", job.rows.size(), " rows"));
+        }
+        if (job.reported) {
+          // The job already failed (timeout, a peer disconnected); this part is not copied.
+          job.submitted.insert(mp_rank);
+          return job.status;
+        }
       }
-      std::vector<uint64_t> sorted = part.rows;
-      std::sort(sorted.begin(), sorted.end());
-      if (part.direction == CopyDirection::kStore &&
-          std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("job ", part.job_id, ": a row appears twice in one store"));
-      }
-      // A new job: its rows must be in the state the index expects, and stay quarantined until
-      // the job retires (no eviction or reuse while a copy may still touch them). Engines that
-      // assign rows themselves own that bookkeeping.
-      if (!spec_.rows_assigned_by_engine) {
-        RETURN_IF_ERROR(index_->BeginCopy(part.direction, part.rows));
-      }
-      Job job;
-      job.id = part.job_id;
-      job.direction = part.direction;
-      job.rows = part.rows;
-      job.started = absl::Now();
-      job.deadline = job.started + deps_.job_timeout;
-      jit = jobs_.emplace(part.job_id, std::move(job)).first;
-    } else {
       Job& job = jit->second;
-      if (job.submitted.count(mp_rank)) {
-        return absl::AlreadyExistsError(absl::StrCat("job ", part.job_id, ": mp_rank ",
-                                                     mp_rank, " already submitted its part"));
-      }
-      if (job.direction != part.direction || job.rows != part.rows) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "job ", part.job_id, ": mp_rank ", mp_rank, " submitted a ",
-            DirectionName(part.direction), " of ", part.rows.size(),
-            " rows that differs from the job's ", DirectionName(job.direction), " of ",
-            job.rows.size(), " rows"));
-      }
-      if (job.reported) {
-        // The job already failed (timeout, a peer disconnected); this part is not copied.
-        job.submitted.insert(mp_rank);
-        return job.status;
+      job.submitted.insert(mp_rank);
+      if (part.direction == CopyDirection::kStore && !session.writer) {
+        // Replicated non-writer: acknowledges without copying. The writer's vote is still needed.
+        Vote(job, mp_rank, absl::OkStatus(), &notices);
+      } else {
+        ++job.copies_in_flight;
+        memory = session.memory;
+        copy.direction = part.direction;
+        copy.memory = memory.get();
+        copy.region_base = region_->data();
+        copy.row_bytes = geometry_.row_bytes;
+        copy.slot_bytes = geometry_.slot_bytes;
+        copy.slot = session.slot;
+        copy.blocks_per_row = geometry_.blocks_per_row;
+        copy.gpu_blocks = part.gpu_blocks;
+        copy.rows = part.rows;
+        copy.event_index = part.event_index;
+        copy.timeout = deps_.job_timeout;
       }
     }
-    Job& job = jit->second;
-    job.submitted.insert(mp_rank);
-    if (part.direction == CopyDirection::kStore && !session.writer) {
-      // Replicated non-writer: acknowledges without copying. The writer's vote is still needed.
-      Vote(job, mp_rank, absl::OkStatus(), &notices);
-    } else {
-      ++job.copies_in_flight;
-      memory = session.memory;
-      copy.direction = part.direction;
-      copy.memory = memory.get();
-      copy.region_base = region_->data();
-      copy.row_bytes = geometry_.row_bytes;
-      copy.slot_bytes = geometry_.slot_bytes;
-      copy.slot = session.slot;
-      copy.blocks_per_row = geometry_.blocks_per_row;
-      copy.gpu_blocks = part.gpu_blocks;
-      copy.rows = part.rows;
-      copy.event_index = part.event_index;
-      copy.timeout = deps_.job_timeout;
-    }
-  }
     Deliver(notices);
   }
   if (memory != nullptr) {
@@ -402,12 +399,13 @@ void Engine::ExpireJobs(absl::Time now) {
         if (job.submitted.count(r) && !job.voted.count(r)) missing.push_back(r);
       }
       FailJob(job,
-              absl::DeadlineExceededError(absl::StrCat(
-                  DirectionName(job.direction), " job ", id, " of engine ", key(), " not done after ",
-                  absl::FormatDuration(deps_.job_timeout), ": ", job.voted.size(), " of ",
-                  geometry_.local_world_size, " local votes",
-                  missing.empty() ? "" : absl::StrCat(", copies pending for mp_ranks [",
-                                                      absl::StrJoin(missing, ","), "]"))),
+              absl::DeadlineExceededError(
+                  absl::StrCat(DirectionName(job.direction), " job ", id, " of engine ", key(),
+                               " not done after ", absl::FormatDuration(deps_.job_timeout), ": ",
+                               job.voted.size(), " of ", geometry_.local_world_size, " local votes",
+                               missing.empty() ? ""
+                                               : absl::StrCat(", copies pending for mp_ranks [",
+                                                              absl::StrJoin(missing, ","), "]"))),
               &notices);
     }
   }
@@ -452,8 +450,7 @@ EngineSnapshot Engine::Snapshot() const {
   s.jobs_failed = jobs_failed_;
   s.jobs_in_flight = jobs_.size();
   s.workers = sessions_.size();
-  s.idle_seconds =
-      sessions_.empty() ? absl::ToDoubleSeconds(absl::Now() - idle_since_) : 0.0;
+  s.idle_seconds = sessions_.empty() ? absl::ToDoubleSeconds(absl::Now() - idle_since_) : 0.0;
   return s;
 }
 

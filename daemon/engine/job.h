@@ -16,15 +16,15 @@ namespace kvoffload::daemon {
 struct Job {
   uint64_t id = 0;
   CopyDirection direction = CopyDirection::kStore;
-  std::vector<uint64_t> rows;       // shared by every part
-  std::set<uint32_t> voted;         // mp_ranks whose part is counted
-  std::set<uint32_t> submitted;     // mp_ranks that submitted a part
-  uint32_t copies_in_flight = 0;    // backend copies not yet done
-  absl::Status status;              // first error, if any
-  uint64_t bytes = 0;               // bytes copied on this node
-  absl::Time started;               // first part submitted
-  absl::Time deadline;              // votes and copies must be done by then
-  bool reported = false;            // the outcome was sent to workers (it may precede copy end)
+  std::vector<uint64_t> rows;     // shared by every part
+  std::set<uint32_t> voted;       // mp_ranks whose part is counted
+  std::set<uint32_t> submitted;   // mp_ranks that submitted a part
+  uint32_t copies_in_flight = 0;  // backend copies not yet done
+  absl::Status status;            // first error, if any
+  uint64_t bytes = 0;             // bytes copied on this node
+  absl::Time started;             // first part submitted
+  absl::Time deadline;            // votes and copies must be done by then
+  bool reported = false;          // the outcome was sent to workers (it may precede copy end)
 };
 
 // What workers are told about a finished job.

@@ -33,9 +33,14 @@ void EngineRegistry::Start() {
   maintenance_ = std::thread([this] { RunMaintenance(); });
 }
 
-absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& spec) {
+absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requested) {
   // Validate before anything else so a bad spec is rejected even if a same-key engine exists.
-  RETURN_IF_ERROR(common::ComputeGeometry(spec).status());
+  ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(requested));
+  // Compare specs with their defaults resolved: local_world_size 0 (undeclared) and the same
+  // value declared are one engine, as are worker_bytes_per_block 0 and page_bytes × num_layers.
+  common::EngineSpec spec = requested;
+  spec.local_world_size = geometry.local_world_size;
+  spec.worker_bytes_per_block = geometry.worker_bytes_per_block;
   absl::MutexLock create_lock(&create_mu_);
   {
     absl::MutexLock lock(&mu_);
@@ -138,9 +143,9 @@ void EngineRegistry::Maintain(absl::Time now) {
       }
       engines_.erase(it);
     }
-    CloseAndForget(std::move(engine),
-                   absl::AbortedError(absl::StrCat("engine idle for longer than ",
-                                                   absl::FormatDuration(options_.idle_engine_ttl))));
+    CloseAndForget(std::move(engine), absl::AbortedError(absl::StrCat(
+                                          "engine idle for longer than ",
+                                          absl::FormatDuration(options_.idle_engine_ttl))));
   }
 }
 
@@ -167,7 +172,8 @@ bool EngineRegistry::Shutdown(const absl::Status& why, absl::Duration grace) {
     if (drained || absl::Now() >= deadline) break;
     absl::SleepFor(absl::Milliseconds(5));
   }
-  if (!drained) Log()->warn("shutdown: copies still in flight after {}", absl::FormatDuration(grace));
+  if (!drained)
+    Log()->warn("shutdown: copies still in flight after {}", absl::FormatDuration(grace));
   for (auto& engine : engines) deps_.release->Defer(std::move(engine));
   deps_.release->Flush();
   return drained;

@@ -26,9 +26,8 @@ absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& p) {
           "register: tensor ", i,
           " needs an allocation handle and non-zero num_blocks, page_bytes, block_stride_bytes"));
     }
-    r.tensors.push_back(TensorRegistration{t.allocation_handle(), t.allocation_bytes(),
-                                           t.offset(), t.num_blocks(), t.block_stride_bytes(),
-                                           t.page_bytes()});
+    r.tensors.push_back(TensorRegistration{t.allocation_handle(), t.allocation_bytes(), t.offset(),
+                                           t.num_blocks(), t.block_stride_bytes(), t.page_bytes()});
   }
   if (p.event_handles_size() > 4096) {
     return absl::InvalidArgumentError("register: more than 4096 event handles");
@@ -41,8 +40,12 @@ absl::StatusOr<JobPart> FromProto(const v1::Submit& p) {
   JobPart part;
   part.job_id = p.job_id();
   switch (p.direction()) {
-    case v1::DIRECTION_STORE: part.direction = CopyDirection::kStore; break;
-    case v1::DIRECTION_LOAD: part.direction = CopyDirection::kLoad; break;
+    case v1::DIRECTION_STORE:
+      part.direction = CopyDirection::kStore;
+      break;
+    case v1::DIRECTION_LOAD:
+      part.direction = CopyDirection::kLoad;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("job ", p.job_id(), ": direction must be STORE or LOAD"));

@@ -37,8 +37,12 @@ grpc::Status EngineService::Lookup(grpc::ServerContext*, const v1::KeysRequest* 
   if (!keys.ok()) return ToGrpcStatus(keys.status());
   for (SlotIndex::KeyState s : (*engine)->index().Lookup(*keys)) {
     switch (s) {
-      case SlotIndex::KeyState::kMiss: response->add_states(v1::KEY_STATE_MISS); break;
-      case SlotIndex::KeyState::kHit: response->add_states(v1::KEY_STATE_HIT); break;
+      case SlotIndex::KeyState::kMiss:
+        response->add_states(v1::KEY_STATE_MISS);
+        break;
+      case SlotIndex::KeyState::kHit:
+        response->add_states(v1::KEY_STATE_HIT);
+        break;
       case SlotIndex::KeyState::kHitPending:
         response->add_states(v1::KEY_STATE_HIT_PENDING);
         break;

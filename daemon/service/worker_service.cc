@@ -63,9 +63,8 @@ class SessionWriter final : public JobListener {
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
-            +[](SessionWriter* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-              return w->stop_ || !w->queue_.empty();
-            },
+            +[](SessionWriter* w)
+                 ABSL_NO_THREAD_SAFETY_ANALYSIS { return w->stop_ || !w->queue_.empty(); },
             this));
         if (queue_.empty()) return;
         message = std::move(queue_.front());
@@ -129,8 +128,8 @@ grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream
   v1::WorkerMessage message;
   while (stream->Read(&message)) {
     if (!message.has_submit()) {
-      writer.OnJobFinished(JobResult{
-          0, absl::InvalidArgumentError("only `submit` may follow `register`"), 0});
+      writer.OnJobFinished(
+          JobResult{0, absl::InvalidArgumentError("only `submit` may follow `register`"), 0});
       continue;
     }
     auto part = FromProto(message.submit());

@@ -5,13 +5,13 @@
 //   - a full scheduler store cycle: PrepareStore → store job → CompleteStore, per key.
 // Prints a markdown table, or JSON with --json.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
-#include <sys/stat.h>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -24,7 +24,8 @@
 ABSL_FLAG(std::string, daemon, "daemon/kvoffloadd", "path of the kvoffloadd binary");
 ABSL_FLAG(int32_t, iterations, 5000, "jobs per measurement");
 ABSL_FLAG(uint32_t, num_layers, 1, "layers of the benchmark engine");
-ABSL_FLAG(uint64_t, page_bytes, 4096, "one layer's K+V bytes per block (4 KiB: the control path alone)");
+ABSL_FLAG(uint64_t, page_bytes, 4096,
+          "one layer's K+V bytes per block (4 KiB: the control path alone)");
 ABSL_FLAG(bool, json, false, "print JSON instead of a markdown table");
 
 namespace {
@@ -39,7 +40,9 @@ struct Summary {
 
 Summary Summarize(const std::string& name, std::vector<double> us) {
   std::sort(us.begin(), us.end());
-  auto at = [&](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * us.size()))]; };
+  auto at = [&](double q) {
+    return us[std::min(us.size() - 1, static_cast<size_t>(q * us.size()))];
+  };
   return {name, at(0.5), at(0.99), us.back(), static_cast<int>(us.size())};
 }
 
@@ -94,11 +97,15 @@ int main(int argc, char** argv) {
     if (!worker.ok()) return Die(worker.status().ToString());
     uint64_t job_id = 1;
     if (!indexed) {
-      for (auto direction : {kvoffload::client::Direction::kStore, kvoffload::client::Direction::kLoad}) {
+      for (auto direction :
+           {kvoffload::client::Direction::kStore, kvoffload::client::Direction::kLoad}) {
         std::vector<double> us;
         for (int i = -100; i < n; ++i) {  // 100 warm-up jobs
-          kvoffload::client::JobRequest job{job_id, direction, {static_cast<uint64_t>(i & 15)},
-                                            {static_cast<uint64_t>((i + 100) % 64)}, -1};
+          kvoffload::client::JobRequest job{job_id,
+                                            direction,
+                                            {static_cast<uint64_t>(i & 15)},
+                                            {static_cast<uint64_t>((i + 100) % 64)},
+                                            -1};
           auto t0 = Clock::now();
           if (auto s = (*worker)->Submit(job); !s.ok()) return Die(s.ToString());
           auto done = (*worker)->WaitFinished(job_id++, absl::Seconds(10));
@@ -108,9 +115,9 @@ int main(int argc, char** argv) {
           if (i >= 0) us.push_back(Micros(t0, t1));
         }
         results.push_back(Summarize(
-            absl::StrCat("1-block ", direction == kvoffload::client::Direction::kStore ? "store" : "load",
-                         " job: submit → finished (", spec.num_layers * spec.page_bytes,
-                         " bytes)"),
+            absl::StrCat("1-block ",
+                         direction == kvoffload::client::Direction::kStore ? "store" : "load",
+                         " job: submit → finished (", spec.num_layers * spec.page_bytes, " bytes)"),
             us));
       }
     } else {
@@ -120,8 +127,11 @@ int main(int argc, char** argv) {
         auto t0 = Clock::now();
         auto prepared = (*scheduler)->PrepareStore({key});
         if (!prepared.ok()) return Die(prepared.status().ToString());
-        kvoffload::client::JobRequest job{job_id, kvoffload::client::Direction::kStore,
-                                          {static_cast<uint64_t>(i & 15)}, prepared->rows, -1};
+        kvoffload::client::JobRequest job{job_id,
+                                          kvoffload::client::Direction::kStore,
+                                          {static_cast<uint64_t>(i & 15)},
+                                          prepared->rows,
+                                          -1};
         if (auto s = (*worker)->Submit(job); !s.ok()) return Die(s.ToString());
         auto done = (*worker)->WaitFinished(job_id++, absl::Seconds(10));
         if (!done.ok()) return Die(done.status().ToString());
@@ -141,13 +151,16 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("[");
     for (size_t i = 0; i < results.size(); ++i) {
-      std::printf("%s{\"name\": \"%s\", \"n\": %d, \"p50_us\": %.1f, \"p99_us\": %.1f, \"max_us\": %.1f}",
-                  i ? ", " : "", results[i].name.c_str(), results[i].n, results[i].p50_us,
-                  results[i].p99_us, results[i].max_us);
+      std::printf(
+          "%s{\"name\": \"%s\", \"n\": %d, \"p50_us\": %.1f, \"p99_us\": %.1f, \"max_us\": %.1f}",
+          i ? ", " : "", results[i].name.c_str(), results[i].n, results[i].p50_us,
+          results[i].p99_us, results[i].max_us);
     }
     std::printf("]\n");
   } else {
-    std::printf("| control path (host backend, gRPC over a Unix socket) | n | p50 µs | p99 µs | max µs |\n");
+    std::printf(
+        "| control path (host backend, gRPC over a Unix socket) | n | p50 µs | p99 µs | max µs "
+        "|\n");
     std::printf("|---|---:|---:|---:|---:|\n");
     for (const Summary& s : results) {
       std::printf("| %s | %d | %.1f | %.1f | %.1f |\n", s.name.c_str(), s.n, s.p50_us, s.p99_us,

@@ -2,9 +2,9 @@
 #ifndef KVOFFLOAD_TESTS_GPU_E2E_BENCH_KERNELS_H_
 #define KVOFFLOAD_TESTS_GPU_E2E_BENCH_KERNELS_H_
 
-#include <cstdint>
-
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
 
 namespace kvoffload::testing {
 
@@ -13,7 +13,8 @@ cudaError_t LaunchDelay(uint64_t nanoseconds, cudaStream_t stream);
 
 // A compute-bound kernel (dependent FMAs, every SM busy): the "model" whose slowdown under
 // concurrent offload traffic the benchmark measures. Writes one float per thread to `sink`.
-cudaError_t LaunchBusyFma(float* sink, int blocks, int threads, int iterations, cudaStream_t stream);
+cudaError_t LaunchBusyFma(float* sink, int blocks, int threads, int iterations,
+                          cudaStream_t stream);
 
 }  // namespace kvoffload::testing
 

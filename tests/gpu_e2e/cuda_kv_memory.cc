@@ -19,8 +19,8 @@ constexpr uint64_t kPatternBytes = 64ull << 20;
 
 absl::Status Cuda(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(err), " ",
-                                          cudaGetErrorString(err)));
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(err), " ", cudaGetErrorString(err)));
 }
 
 using Clock = std::chrono::steady_clock;
@@ -81,8 +81,8 @@ void CudaKvMemory::Fill(uint64_t seed) {
       std::memcpy(&pattern[i], &v, 8);
     }
     for (uint64_t off = 0; off < bytes; off += pattern.size()) {
-      cudaMemcpy(allocations_[a] + off, pattern.data(), std::min<uint64_t>(pattern.size(), bytes - off),
-                 cudaMemcpyHostToDevice);
+      cudaMemcpy(allocations_[a] + off, pattern.data(),
+                 std::min<uint64_t>(pattern.size(), bytes - off), cudaMemcpyHostToDevice);
     }
     patterns_.push_back(std::move(pattern));
   }
@@ -124,7 +124,9 @@ void CudaKvMemory::Clobber(uint64_t block) {
   cudaDeviceSynchronize();
 }
 
-bool CudaKvMemory::Verify(uint64_t block) const { return BlockBytes(block) == ExpectedBlock(block); }
+bool CudaKvMemory::Verify(uint64_t block) const {
+  return BlockBytes(block) == ExpectedBlock(block);
+}
 
 void CudaKvMemory::WriteBlock(uint64_t block, const std::string& bytes, cudaStream_t stream) {
   uint64_t at = 0;
@@ -198,8 +200,8 @@ void CudaKvMemory::WriteThenStore(const std::vector<std::string>& w, client::Wor
   absl::Status s = worker.Submit(request);
   cudaStreamSynchronize(stream_);  // keeps `fresh` alive until the async copy read it
   overrides_[block] = fresh;
-  auto done = s.ok() ? worker.WaitFinished(job, absl::Seconds(30))
-                     : absl::StatusOr<client::FinishedJob>(s);
+  auto done =
+      s.ok() ? worker.WaitFinished(job, absl::Seconds(30)) : absl::StatusOr<client::FinishedJob>(s);
   if (!done.ok()) {
     out << "error " << done.status().ToString() << std::endl;
   } else {
@@ -328,8 +330,8 @@ void CudaKvMemory::Interference(const std::vector<std::string>& w, client::Worke
   cudaEventDestroy(stop);
   const double base = Median(alone), with = Median(loaded);
   out << absl::StrFormat(
-             "interference alone_ms=%.3f loaded_ms=%.3f slowdown_pct=%.2f copy_gbps=%.2f",
-             base, with, (with / base - 1) * 100, moved_during / seconds / 1e9)
+             "interference alone_ms=%.3f loaded_ms=%.3f slowdown_pct=%.2f copy_gbps=%.2f", base,
+             with, (with / base - 1) * 100, moved_during / seconds / 1e9)
       << std::endl;
 }
 

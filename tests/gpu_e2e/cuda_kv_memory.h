@@ -21,8 +21,7 @@ namespace kvoffload::testing {
 class CudaKvMemory final : public client::KvBlocks {
  public:
   static absl::StatusOr<std::unique_ptr<CudaKvMemory>> Create(const std::string& layout,
-                                                              uint32_t layers,
-                                                              uint64_t layer_page,
+                                                              uint32_t layers, uint64_t layer_page,
                                                               uint64_t blocks);
   ~CudaKvMemory() override;
 
@@ -46,14 +45,13 @@ class CudaKvMemory final : public client::KvBlocks {
   void WriteThenStore(const std::vector<std::string>& w, client::WorkerClient& worker,
                       std::ostream& out);
   void Bench(const std::vector<std::string>& w, client::WorkerClient& worker, std::ostream& out);
-  void Latency(const std::vector<std::string>& w, client::WorkerClient& worker,
-               std::ostream& out);
+  void Latency(const std::vector<std::string>& w, client::WorkerClient& worker, std::ostream& out);
   void Interference(const std::vector<std::string>& w, client::WorkerClient& worker,
                     std::ostream& out);
 
   client::KvLayout layout_;
   std::vector<uint8_t*> allocations_;
-  std::vector<std::string> patterns_;  // per allocation: the repeated random pattern
+  std::vector<std::string> patterns_;   // per allocation: the repeated random pattern
   std::vector<std::string> overrides_;  // per block: bytes written after Fill (empty: pattern)
   int device_ = 0;
   cudaStream_t stream_ = nullptr;

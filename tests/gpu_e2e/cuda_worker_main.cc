@@ -13,8 +13,8 @@
 int main(int argc, char** argv) {
   return kvoffload::client::ScriptedWorkerMain(
       argc, argv,
-      [](const std::string& layout, uint32_t layers, uint64_t layer_page, uint64_t blocks)
-          -> absl::StatusOr<std::unique_ptr<kvoffload::client::KvBlocks>> {
+      [](const std::string& layout, uint32_t layers, uint64_t layer_page,
+         uint64_t blocks) -> absl::StatusOr<std::unique_ptr<kvoffload::client::KvBlocks>> {
         auto memory = kvoffload::testing::CudaKvMemory::Create(layout, layers, layer_page, blocks);
         if (!memory.ok()) return memory.status();
         return std::unique_ptr<kvoffload::client::KvBlocks>(std::move(*memory));

@@ -74,11 +74,12 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   char dir[] = "/tmp/kvo-e2e-XXXXXX";
   if (mkdtemp(dir) == nullptr) return Die("mkdtemp");
-  std::vector<std::string> daemon_argv = {absl::GetFlag(FLAGS_daemon), "--backend=cuda",
-                                          absl::StrCat("--runtime_dir=", dir), "--metrics_address=",
-                                          "--max_region_bytes=8GiB", "--populate_threads=16",
-                                          "--log_level=warn"};
-  for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_daemon_args), ',', absl::SkipEmpty())) {
+  std::vector<std::string> daemon_argv = {
+      absl::GetFlag(FLAGS_daemon), "--backend=cuda",          absl::StrCat("--runtime_dir=", dir),
+      "--metrics_address=",        "--max_region_bytes=8GiB", "--populate_threads=16",
+      "--log_level=warn"};
+  for (absl::string_view a :
+       absl::StrSplit(absl::GetFlag(FLAGS_daemon_args), ',', absl::SkipEmpty())) {
     daemon_argv.emplace_back(a);
   }
   auto daemon = ChildProcess::Spawn(daemon_argv);
@@ -162,7 +163,8 @@ int main(int argc, char** argv) {
   if (hello.rfind("registered", 0) != 0) return Die(absl::StrCat("latency: ", hello));
   auto f = Fields((*worker)->Command("latency 2000 64", 120));
   if (f.count("p50_us") == 0) return Die("latency failed");
-  std::printf("{\"latency_us\":{\"p50\":%s,\"p99\":%s}}\n", f["p50_us"].c_str(), f["p99_us"].c_str());
+  std::printf("{\"latency_us\":{\"p50\":%s,\"p99\":%s}}\n", f["p50_us"].c_str(),
+              f["p99_us"].c_str());
   (*worker)->Command("quit", 5);
   (*worker)->Wait();
   (*daemon)->Signal(SIGTERM);

@@ -29,16 +29,16 @@ class GpuEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!HaveGpu()) GTEST_SKIP() << "no GPU: CUDA end-to-end tests skipped";
-    auto daemon = DaemonProcess::Start({"--backend=cuda", "--max_region_bytes=4GiB",
-                                        "--populate_threads=8"});
+    auto daemon =
+        DaemonProcess::Start({"--backend=cuda", "--max_region_bytes=4GiB", "--populate_threads=8"});
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_ = std::move(*daemon);
   }
 
   std::unique_ptr<WorkerProcess> StartWorker(const TestEngine& engine, uint32_t mp_rank,
                                              std::vector<std::string> extra = {}) {
-    auto worker =
-        WorkerProcess::Start(daemon_->data_socket(), engine.WorkerArgs(mp_rank, extra), kCudaWorker);
+    auto worker = WorkerProcess::Start(daemon_->data_socket(), engine.WorkerArgs(mp_rank, extra),
+                                       kCudaWorker);
     EXPECT_TRUE(worker.ok()) << worker.status();
     if (!worker.ok()) return nullptr;
     EXPECT_TRUE(absl::StartsWith((*worker)->hello(), "registered")) << (*worker)->hello();
@@ -125,7 +125,8 @@ TEST_F(GpuEndToEndTest, StoreWaitsForTheWorkersEvent) {
   const std::string line = worker->Command("write_then_store 1 5 9 777");
   ASSERT_EQ(line, absl::StrCat("finished 1 0 ", engine.worker_bytes_per_block()));
   ASSERT_EQ(worker->Command("clobber 5"), "ok");
-  ASSERT_EQ(worker->Command("load 2 5 9"), absl::StrCat("finished 2 0 ", engine.worker_bytes_per_block()));
+  ASSERT_EQ(worker->Command("load 2 5 9"),
+            absl::StrCat("finished 2 0 ", engine.worker_bytes_per_block()));
   EXPECT_EQ(worker->Command("verify 5"), "verify ok");
 }
 
@@ -136,7 +137,7 @@ TEST_F(GpuEndToEndTest, AMillionPageJobCompletesAndVerifies) {
   engine.layout = "separate_kv";  // 64 tensors of 512-byte pages
   engine.num_layers = 32;
   engine.page_bytes = 1024;
-  engine.num_blocks = 16384;      // 16384 × 64 = 1,048,576 pages per job
+  engine.num_blocks = 16384;  // 16384 × 64 = 1,048,576 pages per job
   engine.budget_bytes = uint64_t{16384} * 32 * 1024;
   auto worker = StartWorker(engine, 0);
   ASSERT_NE(worker, nullptr);

@@ -1,13 +1,14 @@
 // End-to-end tests of kvoffloadd on the host backend: the real daemon binary, real worker
-// processes (kvoffload_host_worker), the client library for the scheduler side, and the Admin service.
+// processes (kvoffload_host_worker), the client library for the scheduler side, and the Admin
+// service.
 #include <signal.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/kvoffload_client.h"
@@ -57,7 +58,8 @@ TEST_F(DaemonTest, StoreClobberLoadIsByteExactForEveryLayout) {
       ASSERT_NE(scheduler, nullptr);
       auto worker = StartWorker(engine, 0);
       ASSERT_NE(worker, nullptr);
-      ASSERT_TRUE(absl::StartsWith(worker->hello(), "registered slot=0 writer=1")) << worker->hello();
+      ASSERT_TRUE(absl::StartsWith(worker->hello(), "registered slot=0 writer=1"))
+          << worker->hello();
       RoundTrip(*scheduler, {worker.get()}, engine, job, 5);
       job += 10;
       auto stats = daemon_->EngineStats(engine.engine_id);
@@ -87,10 +89,12 @@ TEST_F(DaemonTest, Tp4WorkersUseNodeLocalSlotsAndAllVote) {
   auto prepared = scheduler->PrepareStore({"vote"});
   ASSERT_TRUE(prepared.ok());
   for (int r = 0; r < 3; ++r) {
-    ASSERT_EQ(workers[r]->Command(absl::StrCat("submit store 1 7 ", prepared->rows[0])), "submitted 1");
+    ASSERT_EQ(workers[r]->Command(absl::StrCat("submit store 1 7 ", prepared->rows[0])),
+              "submitted 1");
   }
   EXPECT_TRUE(absl::StartsWith(workers[0]->Command("wait 1 300"), "error 4 ")) << "finished early";
-  ASSERT_EQ(workers[3]->Command(absl::StrCat("submit store 1 7 ", prepared->rows[0])), "submitted 1");
+  ASSERT_EQ(workers[3]->Command(absl::StrCat("submit store 1 7 ", prepared->rows[0])),
+            "submitted 1");
   for (auto& w : workers) {
     EXPECT_EQ(w->Command("wait 1 10000"), Finished(1, 4 * engine.worker_bytes_per_block()));
   }
@@ -184,7 +188,8 @@ TEST_F(DaemonTest, EvictionIsLeastRecentlyUsedAndPinnedRowsStay) {
   auto prepared = scheduler->PrepareStore(Keys("k", 4));
   ASSERT_TRUE(prepared.ok());
   // One at a time, so k-0 is the oldest; within one call keys[0] would become the most recent.
-  for (const std::string& key : prepared->keys) ASSERT_TRUE(scheduler->CompleteStore({key}, true).ok());
+  for (const std::string& key : prepared->keys)
+    ASSERT_TRUE(scheduler->CompleteStore({key}, true).ok());
   ASSERT_TRUE(scheduler->Touch({"k-0"}).ok());  // k-1 is now the least recently used
   auto more = scheduler->PrepareStore({"new-0"});
   ASSERT_TRUE(more.ok()) << more.status();
@@ -195,10 +200,9 @@ TEST_F(DaemonTest, EvictionIsLeastRecentlyUsedAndPinnedRowsStay) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   auto states = scheduler->Lookup({"k-0", "k-2", "k-3", "new-0", "new-1"});
   ASSERT_TRUE(states.ok());
-  EXPECT_EQ(*states, std::vector<client::KeyState>({client::KeyState::kHit, client::KeyState::kHit,
-                                                     client::KeyState::kHit,
-                                                     client::KeyState::kHitPending,
-                                                     client::KeyState::kMiss}));
+  EXPECT_EQ(*states, std::vector<client::KeyState>(
+                         {client::KeyState::kHit, client::KeyState::kHit, client::KeyState::kHit,
+                          client::KeyState::kHitPending, client::KeyState::kMiss}));
   auto stats = daemon_->EngineStats("it");
   EXPECT_EQ(stats->evictions(), 1u);
   EXPECT_EQ(stats->rows_reading(), 3u);
@@ -269,7 +273,8 @@ TEST_F(DaemonTest, BadRequestsGetExactCodesAndChangeNothing) {
   EXPECT_NE(mismatch.status().message().find("existing"), std::string::npos);
   EXPECT_NE(mismatch.status().message().find("requested"), std::string::npos);
   auto mismatched_worker = StartWorker(other, 1);
-  EXPECT_TRUE(absl::StartsWith(mismatched_worker->hello(), "refused 9 ")) << mismatched_worker->hello();
+  EXPECT_TRUE(absl::StartsWith(mismatched_worker->hello(), "refused 9 "))
+      << mismatched_worker->hello();
 
   // A rejected topology never creates anything.
   TestEngine bad = engine;
@@ -354,7 +359,7 @@ TEST_F(DaemonTest, AdminDropAndCleanup) {
     EXPECT_TRUE(stub->DropEngine(&context, request, &response).ok());
   }
   // The worker's session was ended by the drop.
-  EXPECT_TRUE(absl::StartsWith(worker->Command("store 1 1 1"), "error ")) ;
+  EXPECT_TRUE(absl::StartsWith(worker->Command("store 1 1 1"), "error "));
   EXPECT_EQ(scheduler->Lookup({"k-0"}).status().code(), absl::StatusCode::kNotFound);
   {
     grpc::ClientContext context;

@@ -36,8 +36,9 @@ void RoundTrip(client::SchedulerClient& scheduler, std::vector<WorkerProcess*> w
   EXPECT_EQ(*rows, prepared->rows);
   const uint64_t load_job = store_job + 1;
   for (WorkerProcess* w : workers) {
-    ASSERT_EQ(w->Command(absl::StrCat("submit load ", load_job, " ", List(blocks), " ", List(*rows))),
-              absl::StrCat("submitted ", load_job));
+    ASSERT_EQ(
+        w->Command(absl::StrCat("submit load ", load_job, " ", List(blocks), " ", List(*rows))),
+        absl::StrCat("submitted ", load_job));
   }
   for (WorkerProcess* w : workers) {
     std::string line = w->Command(absl::StrCat("wait ", load_job, " 30000"));

@@ -76,7 +76,9 @@ inline std::vector<std::string> Keys(const std::string& prefix, int n, int first
   return keys;
 }
 
-inline std::string Finished(uint64_t job, uint64_t bytes) { return absl::StrCat("finished ", job, " 0 ", bytes); }
+inline std::string Finished(uint64_t job, uint64_t bytes) {
+  return absl::StrCat("finished ", job, " 0 ", bytes);
+}
 
 // The round trip every engine does: the scheduler prepares rows, workers store, clobber their GPU
 // blocks, the scheduler pins the rows, workers load, bytes are verified. Fatal failures return.

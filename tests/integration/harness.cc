@@ -31,10 +31,13 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<
   char dir[] = "/tmp/kvo-it-XXXXXX";  // short: Unix socket paths are limited to 107 bytes
   if (mkdtemp(dir) == nullptr) return absl::InternalError("mkdtemp failed");
   daemon->dir_ = dir;
-  std::vector<std::string> argv = {RunfilePath("daemon/kvoffloadd"), "--backend=host",
+  std::vector<std::string> argv = {RunfilePath("daemon/kvoffloadd"),
+                                   "--backend=host",
                                    absl::StrCat("--runtime_dir=", daemon->dir_),
-                                   "--metrics_address=", "--max_region_bytes=256MiB",
-                                   "--populate_threads=2", "--log_level=warn"};
+                                   "--metrics_address=",
+                                   "--max_region_bytes=256MiB",
+                                   "--populate_threads=2",
+                                   "--log_level=warn"};
   argv.insert(argv.end(), args.begin(), args.end());
   auto process = ChildProcess::Spawn(argv);
   if (!process.ok()) return process.status();
@@ -76,8 +79,7 @@ absl::StatusOr<v1::StatsResponse> DaemonProcess::Stats() {
   v1::StatsResponse response;
   grpc::Status status = AdminStub()->Stats(&context, request, &response);
   if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        status.error_message());
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
   }
   return response;
 }
@@ -95,8 +97,7 @@ absl::StatusOr<v1::EngineStats> DaemonProcess::EngineStats(const std::string& en
 absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(const std::string& socket,
                                                                     std::vector<std::string> args,
                                                                     const std::string& binary) {
-  std::vector<std::string> argv = {RunfilePath(binary),
-                                   absl::StrCat("--socket=", socket)};
+  std::vector<std::string> argv = {RunfilePath(binary), absl::StrCat("--socket=", socket)};
   argv.insert(argv.end(), args.begin(), args.end());
   auto process = ChildProcess::Spawn(argv);
   if (!process.ok()) return process.status();

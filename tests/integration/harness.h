@@ -49,8 +49,8 @@ class DaemonProcess {
 
 class WorkerProcess {
  public:
-  // Starts kvoffload_host_worker --socket=<socket> plus `args`; returns it after its first line, which
-  // is available as `hello()` ("registered slot=..." or "refused CODE message").
+  // Starts kvoffload_host_worker --socket=<socket> plus `args`; returns it after its first line,
+  // which is available as `hello()` ("registered slot=..." or "refused CODE message").
   static absl::StatusOr<std::unique_ptr<WorkerProcess>> Start(
       const std::string& socket, std::vector<std::string> args,
       const std::string& binary = "client/host/kvoffload_host_worker");

@@ -14,8 +14,9 @@ namespace kvoffload::testing {
 namespace {
 
 std::vector<std::string> Args(uint32_t mp_rank) {
-  return {"--engine_id=tp4x2", "--world_size=4", "--local_world_size=2", "--num_layers=3",
-          "--page_bytes=4096", "--rows_assigned_by_engine=true",
+  return {"--engine_id=tp4x2",      "--world_size=4",
+          "--local_world_size=2",   "--num_layers=3",
+          "--page_bytes=4096",      "--rows_assigned_by_engine=true",
           "--budget_bytes=1048576", absl::StrCat("--mp_rank=", mp_rank)};
 }
 
@@ -29,8 +30,8 @@ TEST(MultiNodeTest, Tp4OverTwoNodesWithEngineAssignedRows) {
     auto w = WorkerProcess::Start(node.data_socket(), Args(rank));
     ASSERT_TRUE(w.ok());
     // Ranks 2 and 3 on the second node land in slots 0 and 1; rows hold 2 copies, not 4.
-    EXPECT_TRUE(absl::StartsWith((*w)->hello(), absl::StrCat("registered slot=", rank % 2,
-                                                            " writer=1 rows=")))
+    EXPECT_TRUE(absl::StartsWith((*w)->hello(),
+                                 absl::StrCat("registered slot=", rank % 2, " writer=1 rows=")))
         << (*w)->hello();
     EXPECT_NE((*w)->hello().find("copies=2"), std::string::npos) << (*w)->hello();
     workers.push_back(std::move(*w));

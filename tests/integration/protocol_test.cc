@@ -4,8 +4,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
 #include "tests/integration/harness.h"
 
