@@ -106,8 +106,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   impl->registry = std::make_unique<EngineRegistry>(deps, registry_options);
   impl->engine_service = std::make_unique<EngineService>(impl->registry.get());
   impl->worker_service = std::make_unique<WorkerService>(impl->registry.get());
-  impl->admin_service = std::make_unique<AdminService>(impl->registry.get(), impl->backend.get(),
-                                                       impl->budget.get());
+  impl->admin_service =
+      std::make_unique<AdminService>(impl->registry.get(), impl->backend.get(), impl->budget.get());
   if (!options.metrics_address.empty()) {
     // Before the gRPC sockets exist: a metrics address that cannot be bound fails Start cleanly.
     impl->metrics_collector = std::make_shared<MetricsCollector>(
@@ -128,8 +128,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     for (grpc::Service* s : services) builder.RegisterService(s);
     return builder.BuildAndStart();
   };
-  impl->data_server = build(impl->data_socket, {impl->engine_service.get(),
-                                                impl->worker_service.get()});
+  impl->data_server =
+      build(impl->data_socket, {impl->engine_service.get(), impl->worker_service.get()});
   impl->admin_server = build(impl->admin_socket, {impl->admin_service.get()});
   umask(old_umask);
   if (impl->data_server == nullptr || impl->admin_server == nullptr) {
@@ -152,8 +152,8 @@ void Daemon::Shutdown(absl::Duration grace) {
   Log()->info("shutting down (grace {})", absl::FormatDuration(grace));
   // Engines first: open jobs fail, sessions are told to end (their streams are cancelled), so
   // the servers' Shutdown does not wait on live worker streams.
-  const bool drained = impl_->registry->Shutdown(
-      absl::UnavailableError("kvoffloadd is shutting down"), grace);
+  const bool drained =
+      impl_->registry->Shutdown(absl::UnavailableError("kvoffloadd is shutting down"), grace);
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
   impl_->data_server->Shutdown(deadline);
   impl_->admin_server->Shutdown(deadline);

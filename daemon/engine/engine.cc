@@ -230,9 +230,15 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
       if (jit == jobs_.end()) {
         auto done = finished_.find(part.job_id);
         if (done != finished_.end()) {
-          return absl::AlreadyExistsError(absl::StrCat(
-              "job ", part.job_id, " of engine ", key(), " already finished (",
-              done->second.ok() ? "OK" : done->second.ToString(), "); job ids must be unique"));
+          // A failed job's late part gets the job's verdict (the worker may not have heard it
+          // yet); any other part with a retired id is a duplicate.
+          if (!done->second.status.ok() && !done->second.submitted.count(mp_rank)) {
+            return done->second.status;
+          }
+          return absl::AlreadyExistsError(
+              absl::StrCat("job ", part.job_id, " of engine ", key(), " already finished (",
+                           done->second.status.ok() ? "OK" : done->second.status.ToString(),
+                           "); job ids must be unique"));
         }
         std::vector<uint64_t> sorted = part.rows;
         std::sort(sorted.begin(), sorted.end());
@@ -355,7 +361,7 @@ void Engine::MaybeFinish(Job& job, Notices* notices) {
     absl::Status ended = index_->EndCopy(job.rows);
     if (!ended.ok()) Log()->error("engine {}: {}", key(), ended.ToString());  // a bug of ours
   }
-  finished_.emplace(job.id, job.status);
+  finished_.emplace(job.id, Retired{job.status, job.submitted});
   finished_order_.push_back(job.id);
   while (finished_order_.size() > deps_.finished_jobs_remembered) {
     finished_.erase(finished_order_.front());

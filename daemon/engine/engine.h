@@ -17,6 +17,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -183,7 +184,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::vector<uint64_t> tensor_pages_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);
   // Outcomes of retired jobs, bounded, so a late or repeated part gets a precise answer.
-  absl::flat_hash_map<uint64_t, absl::Status> finished_ ABSL_GUARDED_BY(mu_);
+  struct Retired {
+    absl::Status status;
+    std::set<uint32_t> submitted;  // mp_ranks whose part arrived before the job retired
+  };
+  absl::flat_hash_map<uint64_t, Retired> finished_ ABSL_GUARDED_BY(mu_);
   std::deque<uint64_t> finished_order_ ABSL_GUARDED_BY(mu_);
   absl::Time idle_since_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
