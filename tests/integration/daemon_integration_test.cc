@@ -369,6 +369,10 @@ TEST_F(DaemonTest, AdminDropAndCleanup) {
     EXPECT_EQ(stub->DropEngine(&context, request, &response).error_code(),
               grpc::StatusCode::NOT_FOUND);
   }
+  // The region is released once the dropped engine's sessions have ended (asynchronously).
+  for (int i = 0; i < 100 && daemon_->Stats()->region_bytes() != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   EXPECT_EQ(daemon_->Stats()->region_bytes(), 0u);
   EXPECT_EQ(daemon_->Stop(), 0);
 }

@@ -1,0 +1,109 @@
+// Runs on every machine: without a driver or GPU the factory must say UNAVAILABLE (the daemon's
+// --backend=auto then uses the host backend); with one it must give a working backend.
+#include "daemon/copy/cuda/cuda_copy_backend.h"
+
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace kvoffload::daemon::cuda {
+namespace {
+
+TEST(CudaCopyBackendTest, UnavailableWithoutGpuOrOkWithOne) {
+  absl::StatusOr<std::unique_ptr<CopyBackend>> backend = CreateCudaCopyBackend({});
+  if (!backend.ok()) {
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable) << backend.status();
+    const bool names_error =
+        backend.status().message().find("cudaError") != absl::string_view::npos ||
+        backend.status().message().find("no CUDA device") != absl::string_view::npos;
+    EXPECT_TRUE(names_error) << backend.status();
+    return;
+  }
+  EXPECT_EQ((*backend)->name(), "cuda");
+  // No context is created before a worker or region needs one.
+  EXPECT_TRUE((*backend)->GpuMemoryBytes().empty());
+}
+
+TEST(CudaCopyBackendTest, RejectsBadOptionsBeforeLookingForGpus) {
+  CudaBackendOptions options;
+  options.unroll = 3;
+  EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = CudaBackendOptions();
+  options.threads_per_block = 1024;
+  options.unroll = 16;  // needs at most 512 threads
+  EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = CudaBackendOptions();
+  options.sm_budget = 0;
+  EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = CudaBackendOptions();
+  options.unit_bytes = 1000;
+  EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+class CudaCopyBackendGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create({});
+    if (!backend.ok()) GTEST_SKIP() << "no GPU: " << backend.status();
+    backend_ = std::move(*backend);
+  }
+  std::unique_ptr<CudaCopyBackend> backend_;
+};
+
+TEST_F(CudaCopyBackendGpuTest, OpenWorkerRejectsMalformedRegistrations) {
+  WorkerRegistration r;
+  r.device = 0;
+  TensorRegistration t;
+  t.allocation_handle = "short";
+  t.allocation_bytes = 1 << 20;
+  t.num_blocks = 4;
+  t.block_stride_bytes = 4096;
+  t.page_bytes = 4096;
+  r.tensors.push_back(t);
+  EXPECT_EQ(backend_->OpenWorker(r).status().code(), absl::StatusCode::kInvalidArgument);
+
+  r.tensors[0].allocation_handle = std::string(sizeof(cudaIpcMemHandle_t), '\0');
+  r.tensors[0].allocation_bytes = 8192;  // 4 blocks of 4 KiB do not fit
+  EXPECT_EQ(backend_->OpenWorker(r).status().code(), absl::StatusCode::kInvalidArgument);
+
+  r.tensors[0].allocation_bytes = 1 << 20;  // fits, but the handle is garbage
+  absl::Status opened = backend_->OpenWorker(r).status();
+  EXPECT_EQ(opened.code(), absl::StatusCode::kInvalidArgument) << opened;
+  EXPECT_NE(opened.message().find("cudaIpcOpenMemHandle"), absl::string_view::npos) << opened;
+
+  r.device_uuid = std::string(16, '\x7f');
+  EXPECT_EQ(backend_->OpenWorker(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaCopyBackendGpuTest, RegistersRegionAndReportsGpuMemory) {
+  const size_t bytes = size_t{8} << 20;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_TRUE(backend_->RegisterRegion(static_cast<uint8_t*>(p), bytes, 12288).ok());
+  EXPECT_EQ(backend_->RegisterRegion(static_cast<uint8_t*>(p), bytes, 12288).code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::map<int32_t, uint64_t> memory = backend_->GpuMemoryBytes();
+  ASSERT_EQ(memory.count(0), 1u);
+  EXPECT_GT(memory[0], 0u);
+  backend_->UnregisterRegion(static_cast<uint8_t*>(p));
+  munmap(p, bytes);
+}
+
+TEST_F(CudaCopyBackendGpuTest, SubmitWithForeignMemoryFailsThroughDone) {
+  CopyJob job;
+  absl::Notification finished;
+  absl::Status status;
+  backend_->Submit(std::move(job), [&](absl::Status s, uint64_t bytes) {
+    status = s;
+    EXPECT_EQ(bytes, 0u);
+    finished.Notify();
+  });
+  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvoffload::daemon::cuda

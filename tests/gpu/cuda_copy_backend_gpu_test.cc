@@ -1,0 +1,836 @@
+// Multi-process tests of the CUDA copy backend: worker processes (this binary re-executed, see
+// gpu_worker.h) own the KV tensors and events; this process plays the daemon: it owns the region,
+// the backend, and submits store and load jobs through the CopyBackend seam. Every check is on
+// bytes: the region after a store, the worker's whole buffer after a load (loaded pages hold the
+// stored data, every other byte is untouched).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "daemon/copy/cuda/cuda_copy_backend.h"
+#include "gtest/gtest.h"
+#include "tests/gpu/gpu_worker.h"
+#include "tests/gpu/test_pattern.h"
+
+namespace kvoffload::testing {
+namespace {
+
+using daemon::CopyDirection;
+using daemon::CopyJob;
+using daemon::WorkerMemory;
+using daemon::WorkerRegistration;
+using daemon::cuda::CudaBackendOptions;
+using daemon::cuda::CudaCopyBackend;
+
+constexpr uint64_t kGenStored = 11;   // worker data at store time
+constexpr uint64_t kGenPoison = 12;   // worker data overwritten before a load
+constexpr uint64_t kGenLate = 13;     // written by a delayed worker kernel
+constexpr uint64_t kGenRegion = 99;   // the region's initial bytes
+
+#define ASSERT_OK(expr)                                   \
+  do {                                                    \
+    const absl::Status assert_ok_status_ = (expr);        \
+    ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_; \
+  } while (0)
+
+// Plain anonymous memory standing in for the daemon's memfd region, filled with kGenRegion.
+class HostRegion {
+ public:
+  explicit HostRegion(uint64_t bytes) : bytes_(bytes) {
+    mapped_ = (bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+    void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p != MAP_FAILED) {
+      base_ = static_cast<uint8_t*>(p);
+      FillPatternBytes(base_, kGenRegion, 0, bytes_);
+    }
+  }
+  ~HostRegion() {
+    if (base_ != nullptr) munmap(base_, mapped_);
+  }
+  uint8_t* base() const { return base_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  uint64_t bytes_;
+  uint64_t mapped_ = 0;
+  uint8_t* base_ = nullptr;
+};
+
+struct JobResult {
+  absl::Status status;
+  uint64_t bytes = 0;
+  absl::Duration elapsed;
+};
+
+JobResult RunJob(CudaCopyBackend* backend, CopyJob job, absl::Duration wait = absl::Seconds(120)) {
+  JobResult result;
+  absl::Notification finished;
+  int calls = 0;
+  const absl::Time start = absl::Now();
+  backend->Submit(std::move(job), [&](absl::Status s, uint64_t bytes) {
+    ++calls;
+    result.status = std::move(s);
+    result.bytes = bytes;
+    result.elapsed = absl::Now() - start;
+    finished.Notify();
+  });
+  if (!finished.WaitForNotificationWithTimeout(wait)) {
+    result.status = absl::DeadlineExceededError("test: done was not called in time");
+    ADD_FAILURE() << "done was not called within " << wait;
+    // The callback still references locals: wait for it rather than return.
+    finished.WaitForNotification();
+  }
+  EXPECT_EQ(calls, 1);
+  return result;
+}
+
+uint64_t BytesPerBlock(const WorkerLayout& layout) {
+  uint64_t b = 0;
+  for (const TensorSpec& t : layout.tensors) b += t.page_bytes;
+  return b;
+}
+
+uint64_t MinBlocks(const WorkerLayout& layout) {
+  uint64_t n = UINT64_MAX;
+  for (const TensorSpec& t : layout.tensors) n = std::min(n, t.num_blocks);
+  return n;
+}
+
+uint64_t LayoutEnd(const std::vector<TensorSpec>& tensors) {
+  uint64_t end = 0;
+  for (const TensorSpec& t : tensors) {
+    end = std::max(end, t.offset + (t.num_blocks - 1) * t.stride + t.page_bytes);
+  }
+  return end;
+}
+
+std::vector<uint64_t> Shuffled(uint64_t n, uint64_t take, std::mt19937_64* rng) {
+  std::vector<uint64_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  std::shuffle(v.begin(), v.end(), *rng);
+  v.resize(take);
+  return v;
+}
+
+// Geometry of one job: rows in the region, this worker's slot.
+struct Geometry {
+  uint32_t blocks_per_row = 1;
+  uint32_t num_copies = 1;
+  uint32_t slot = 0;
+  uint64_t bytes_per_block = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t row_bytes = 0;
+
+  static Geometry For(const WorkerLayout& layout, uint32_t blocks_per_row, uint32_t num_copies,
+                      uint32_t slot, uint64_t row_align) {
+    Geometry g;
+    g.blocks_per_row = blocks_per_row;
+    g.num_copies = num_copies;
+    g.slot = slot;
+    g.bytes_per_block = BytesPerBlock(layout);
+    g.slot_bytes = blocks_per_row * g.bytes_per_block;
+    g.row_bytes = (num_copies * g.slot_bytes + row_align - 1) / row_align * row_align;
+    return g;
+  }
+};
+
+CopyJob MakeJob(CopyDirection direction, WorkerMemory* memory, const HostRegion& region,
+                const Geometry& g, std::vector<uint64_t> blocks, std::vector<uint64_t> rows,
+                int event_index = -1) {
+  CopyJob job;
+  job.direction = direction;
+  job.memory = memory;
+  job.region_base = region.base();
+  job.row_bytes = g.row_bytes;
+  job.slot_bytes = g.slot_bytes;
+  job.slot = g.slot;
+  job.blocks_per_row = g.blocks_per_row;
+  job.gpu_blocks = std::move(blocks);
+  job.rows = std::move(rows);
+  job.event_index = event_index;
+  return job;
+}
+
+// Writes into `expected` (a copy of the region) what a store of `blocks` → `rows` puts there.
+void ApplyStore(const WorkerLayout& layout, const Geometry& g, uint64_t generation,
+                const std::vector<uint64_t>& blocks, const std::vector<uint64_t>& rows,
+                std::vector<uint8_t>* expected) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const uint64_t row = rows[i / g.blocks_per_row];
+    const uint64_t j = i % g.blocks_per_row;
+    uint64_t dst = row * g.row_bytes + g.slot * g.slot_bytes + j * g.bytes_per_block;
+    for (const TensorSpec& t : layout.tensors) {
+      FillPatternBytes(expected->data() + dst, generation, t.offset + blocks[i] * t.stride,
+                       t.page_bytes);
+      dst += t.page_bytes;
+    }
+  }
+}
+
+::testing::AssertionResult RegionEquals(const HostRegion& region,
+                                        const std::vector<uint8_t>& expected) {
+  if (std::memcmp(region.base(), expected.data(), region.bytes()) == 0) {
+    return ::testing::AssertionSuccess();
+  }
+  uint64_t first = 0;
+  uint64_t count = 0;
+  for (uint64_t i = 0; i < region.bytes(); ++i) {
+    if (region.base()[i] != expected[i]) {
+      if (count++ == 0) first = i;
+    }
+  }
+  return ::testing::AssertionFailure()
+         << count << " region bytes differ; first at offset " << first << " (got "
+         << int{region.base()[first]} << ", expected " << int{expected[first]} << ")";
+}
+
+std::vector<uint8_t> RegionPattern(uint64_t bytes) {
+  std::vector<uint8_t> v(bytes);
+  FillPatternBytes(v.data(), kGenRegion, 0, bytes);
+  return v;
+}
+
+double Gbps(uint64_t bytes, absl::Duration d) {
+  return static_cast<double>(bytes) / absl::ToDoubleSeconds(d) / 1e9;
+}
+
+class CudaBackendIpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+      GTEST_SKIP() << "no GPU (" << cudaGetErrorName(err) << ", " << count << " devices)";
+    }
+  }
+
+  struct RoundTrip {
+    RoundTrip() { options.staged_load_min_copy_bytes = daemon::cuda::kNeverUseCopyEngines; }
+    WorkerLayout layout;
+    uint64_t num_pairs = 0;
+    uint32_t blocks_per_row = 1;
+    uint32_t num_copies = 1;
+    uint32_t slot = 0;
+    uint64_t row_align = 4096;
+    CudaBackendOptions options;
+    uint64_t seed = 1;
+    bool sequential_rows = false;  // rows in order: adjacent slots form long host runs
+  };
+
+  // The same round trip with every load staged through small staging buffers (many chunks, both
+  // buffers, runs split across chunks).
+  static RoundTrip Staged(RoundTrip p, uint64_t chunk_bytes) {
+    p.options.staged_load_min_copy_bytes = 0;
+    p.options.staging_chunk_bytes = chunk_bytes;
+    return p;
+  }
+
+  // Store num_pairs random blocks into random rows; check the region byte for byte; poison the
+  // worker; load the rows into a different random set of blocks; the worker checks its whole
+  // buffer.
+  void RunRoundTrip(const RoundTrip& p) {
+    absl::StatusOr<std::unique_ptr<WorkerProcess>> worker = WorkerProcess::Spawn();
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    absl::StatusOr<WorkerRegistration> reg = (*worker)->Setup(p.layout, kGenStored, 2);
+    ASSERT_TRUE(reg.ok()) << reg.status();
+    absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create(p.options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+
+    const Geometry g =
+        Geometry::For(p.layout, p.blocks_per_row, p.num_copies, p.slot, p.row_align);
+    ASSERT_EQ(p.num_pairs % p.blocks_per_row, 0u);
+    const uint64_t rows_used = p.num_pairs / p.blocks_per_row;
+    const uint64_t num_rows = rows_used + 3;
+    HostRegion region(num_rows * g.row_bytes);
+    ASSERT_NE(region.base(), nullptr);
+    ASSERT_OK((*backend)->RegisterRegion(region.base(), region.bytes(), g.row_bytes));
+    absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->OpenWorker(*reg);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    EXPECT_EQ((*memory)->bytes_per_block(), g.bytes_per_block);
+    EXPECT_EQ((*memory)->num_blocks(), MinBlocks(p.layout));
+    EXPECT_EQ((*memory)->num_events(), 2u);
+
+    std::mt19937_64 rng(p.seed);
+    const uint64_t num_blocks = MinBlocks(p.layout);
+    std::vector<uint64_t> blocks = Shuffled(num_blocks, p.num_pairs, &rng);
+    std::vector<uint64_t> rows = Shuffled(num_rows, rows_used, &rng);
+    if (p.sequential_rows) std::sort(rows.begin(), rows.end());
+
+    JobResult stored = RunJob(backend->get(), MakeJob(CopyDirection::kStore, memory->get(),
+                                                      region, g, blocks, rows));
+    ASSERT_OK(stored.status);
+    EXPECT_EQ(stored.bytes, p.num_pairs * g.bytes_per_block);
+    std::printf("  store: %lu pages (%lu blocks × %zu tensors), %.1f MB in %s (%.1f GB/s incl. "
+                "submission and completion)\n",
+                static_cast<unsigned long>(p.num_pairs * p.layout.tensors.size()),
+                static_cast<unsigned long>(p.num_pairs), p.layout.tensors.size(),
+                stored.bytes / 1e6, absl::FormatDuration(stored.elapsed).c_str(),
+                Gbps(stored.bytes, stored.elapsed));
+
+    std::vector<uint8_t> expected = RegionPattern(region.bytes());
+    ApplyStore(p.layout, g, kGenStored, blocks, rows, &expected);
+    EXPECT_TRUE(RegionEquals(region, expected));
+
+    ASSERT_OK((*worker)->Fill(kGenPoison));
+    std::vector<uint64_t> load_blocks = Shuffled(num_blocks, p.num_pairs, &rng);
+    JobResult loaded = RunJob(backend->get(), MakeJob(CopyDirection::kLoad, memory->get(),
+                                                      region, g, load_blocks, rows));
+    ASSERT_OK(loaded.status);
+    EXPECT_EQ(loaded.bytes, p.num_pairs * g.bytes_per_block);
+    std::printf("  load: %.1f MB in %s (%.1f GB/s)\n", loaded.bytes / 1e6,
+                absl::FormatDuration(loaded.elapsed).c_str(), Gbps(loaded.bytes, loaded.elapsed));
+
+    std::vector<WorkerProcess::Expect> expect;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      expect.push_back({load_blocks[i], blocks[i], kGenStored});
+    }
+    std::string detail;
+    absl::StatusOr<uint64_t> mismatches = (*worker)->CountMismatches(kGenPoison, expect, &detail);
+    ASSERT_TRUE(mismatches.ok()) << mismatches.status();
+    EXPECT_EQ(*mismatches, 0u) << detail;
+    // The region is read-only for loads.
+    EXPECT_TRUE(RegionEquals(region, expected));
+
+    const std::map<int32_t, uint64_t> gpu_memory = (*backend)->GpuMemoryBytes();
+    if (!gpu_memory.empty()) {
+      std::printf("  daemon GPU memory on device %d: %.1f MiB\n", gpu_memory.begin()->first,
+                  gpu_memory.begin()->second / 1048576.0);
+    }
+    memory->reset();
+    (*backend)->UnregisterRegion(region.base());
+  }
+};
+
+// vLLM's usual layout: one K and one V tensor per layer, all sub-allocated from one allocation at
+// non-zero offsets. Worker in slot 1 of 2.
+TEST_F(CudaBackendIpcTest, PerLayerSeparateKvTensors) {
+  RoundTrip p;
+  const uint64_t page = 8192;
+  const uint64_t blocks = 96;
+  uint64_t offset = 4096;
+  for (int t = 0; t < 8; ++t) {  // 4 layers × {K, V}
+    p.layout.tensors.push_back({offset, blocks, page, page});
+    offset += blocks * page + 512;
+  }
+  p.layout.buffer_bytes = offset + 4096;
+  p.num_pairs = 40;
+  p.num_copies = 2;
+  p.slot = 1;
+  RunRoundTrip(p);
+}
+
+// K/V stacked per layer: [2, blocks, page] (K and V share the allocation at two offsets) for
+// layers 0-1, and [blocks, 2, page] (one tensor, K and V adjacent per block) for layers 2-3.
+TEST_F(CudaBackendIpcTest, KvStackedTensors) {
+  RoundTrip p;
+  const uint64_t page = 4096;
+  const uint64_t blocks = 64;
+  uint64_t offset = 1 << 20;
+  for (int layer = 0; layer < 2; ++layer) {
+    p.layout.tensors.push_back({offset, blocks, page, page});
+    p.layout.tensors.push_back({offset + blocks * page, blocks, page, page});
+    offset += 2 * blocks * page;
+  }
+  for (int layer = 2; layer < 4; ++layer) {
+    p.layout.tensors.push_back({offset, blocks, 2 * page, 2 * page});
+    offset += 2 * blocks * page;
+  }
+  p.layout.buffer_bytes = offset;
+  p.num_pairs = 30;
+  RunRoundTrip(p);
+}
+
+// Block-first cross-layer layout: one tensor whose page is every layer's K and V of a block.
+TEST_F(CudaBackendIpcTest, BlockFirstCrossLayerTensor) {
+  RoundTrip p;
+  const uint64_t page = 4 * 2 * 4096;
+  p.layout.tensors.push_back({65536, 64, page, page});
+  p.layout.buffer_bytes = 65536 + 64 * page;
+  p.num_pairs = 48;
+  RunRoundTrip(p);
+}
+
+// Two GPU blocks per row, three copies per row, worker in slot 2.
+TEST_F(CudaBackendIpcTest, BlocksPerRowTwo) {
+  RoundTrip p;
+  p.layout.tensors.push_back({8192, 80, 4096, 4096});
+  p.layout.tensors.push_back({8192 + 80 * 4096, 80, 12288, 12288});
+  p.layout.buffer_bytes = LayoutEnd(p.layout.tensors) + 8192;
+  p.num_pairs = 40;
+  p.blocks_per_row = 2;
+  p.num_copies = 3;
+  p.slot = 2;
+  RunRoundTrip(p);
+}
+
+// Odd sizes and offsets: the kernel must fall back to byte accesses.
+TEST_F(CudaBackendIpcTest, UnalignedPagesUseNarrowAccesses) {
+  RoundTrip p;
+  p.layout.tensors.push_back({1001, 40, 4100, 4100});
+  p.layout.tensors.push_back({1001 + 40 * 4100 + 3, 40, 104, 100});
+  p.layout.buffer_bytes = (LayoutEnd(p.layout.tensors) + 4096) / 8 * 8;
+  p.num_pairs = 24;
+  p.row_align = 1;
+  RunRoundTrip(p);
+}
+
+// 4-byte aligned but not 8: 4-byte accesses.
+TEST_F(CudaBackendIpcTest, FourByteAlignedPages) {
+  RoundTrip p;
+  p.layout.tensors.push_back({4, 40, 4100, 4100});
+  p.layout.buffer_bytes = LayoutEnd(p.layout.tensors) + 4092;
+  p.num_pairs = 24;
+  RunRoundTrip(p);
+}
+
+// vLLM #49276: one job of a million pages (250,000 blocks × 4 tensors) must work.
+TEST_F(CudaBackendIpcTest, MillionPageJob) {
+  RoundTrip p;
+  const uint64_t blocks = 250000;
+  uint64_t offset = 256;
+  for (int t = 0; t < 4; ++t) {
+    p.layout.tensors.push_back({offset, blocks, 256, 256});
+    offset += blocks * 256;
+  }
+  p.layout.buffer_bytes = offset + 256;
+  p.num_pairs = blocks;
+  p.row_align = 1;
+  RunRoundTrip(p);
+}
+
+// The same million pages through the copy engines: bounded cudaMemcpyBatchAsync batches.
+TEST_F(CudaBackendIpcTest, MillionPageJobOnCopyEngines) {
+  RoundTrip p;
+  const uint64_t blocks = 250000;
+  uint64_t offset = 256;
+  for (int t = 0; t < 4; ++t) {
+    p.layout.tensors.push_back({offset, blocks, 256, 256});
+    offset += blocks * 256;
+  }
+  p.layout.buffer_bytes = offset + 256;
+  p.num_pairs = blocks;
+  p.row_align = 1;
+  p.options.copy_engine_min_page_bytes = 256;
+  RunRoundTrip(p);
+}
+
+// Small pages by kernel and large pages by copy engines in the same job.
+TEST_F(CudaBackendIpcTest, MixedKernelAndCopyEnginePages) {
+  RoundTrip p;
+  const uint64_t blocks = 16;
+  p.layout.tensors.push_back({4096, blocks, 4096, 4096});
+  p.layout.tensors.push_back({4096 + blocks * 4096, blocks, 512 << 10, 512 << 10});
+  p.layout.tensors.push_back({LayoutEnd(p.layout.tensors) + 4096, blocks, 4096, 4096});
+  p.layout.buffer_bytes = LayoutEnd(p.layout.tensors) + 4096;
+  p.num_pairs = 12;
+  p.options.copy_engine_min_page_bytes = 256 << 10;
+  RunRoundTrip(p);
+}
+
+// Staged loads (copy engines into device staging, then a device-side scatter).
+TEST_F(CudaBackendIpcTest, StagedLoadPerLayerTensors) {
+  RoundTrip p;
+  uint64_t offset = 4096;
+  for (int t = 0; t < 8; ++t) {
+    p.layout.tensors.push_back({offset, 96, 8192, 8192});
+    offset += 96 * 8192 + 512;
+  }
+  p.layout.buffer_bytes = offset + 4096;
+  p.num_pairs = 40;
+  p.num_copies = 2;
+  p.slot = 1;
+  RunRoundTrip(Staged(p, 256 << 10));  // 4 blocks per chunk: 10 chunks
+}
+
+TEST_F(CudaBackendIpcTest, StagedLoadMergesAdjacentRows) {
+  RoundTrip p;
+  const uint64_t page = 4 * 2 * 4096;
+  p.layout.tensors.push_back({65536, 64, page, page});
+  p.layout.buffer_bytes = 65536 + 64 * page;
+  p.num_pairs = 48;
+  p.sequential_rows = true;
+  p.row_align = 1;  // row = slot = block: consecutive rows are contiguous
+  RunRoundTrip(Staged(p, 160 << 10));  // 5 blocks per chunk: runs split across chunks
+}
+
+TEST_F(CudaBackendIpcTest, StagedLoadBlocksPerRowTwoUnaligned) {
+  RoundTrip p;
+  p.layout.tensors.push_back({1001, 80, 4100, 4100});
+  p.layout.tensors.push_back({1001 + 80 * 4100 + 3, 80, 104, 100});
+  p.layout.buffer_bytes = (LayoutEnd(p.layout.tensors) + 4096) / 8 * 8;
+  p.num_pairs = 40;
+  p.blocks_per_row = 2;
+  p.num_copies = 3;
+  p.slot = 2;
+  p.row_align = 1;
+  RunRoundTrip(Staged(p, 64 << 10));
+}
+
+TEST_F(CudaBackendIpcTest, StagedLoadMixedPageSizes) {
+  RoundTrip p;
+  const uint64_t blocks = 16;
+  p.layout.tensors.push_back({4096, blocks, 4096, 4096});
+  p.layout.tensors.push_back({4096 + blocks * 4096, blocks, 512 << 10, 512 << 10});
+  p.layout.tensors.push_back({LayoutEnd(p.layout.tensors) + 4096, blocks, 4096, 4096});
+  p.layout.buffer_bytes = LayoutEnd(p.layout.tensors) + 4096;
+  p.num_pairs = 12;
+  p.options.copy_engine_min_page_bytes = 256 << 10;  // stores: direct CE for the big pages
+  RunRoundTrip(Staged(p, 1 << 20));
+}
+
+TEST_F(CudaBackendIpcTest, StagedLoadMillionPages) {
+  RoundTrip p;
+  const uint64_t blocks = 250000;
+  uint64_t offset = 256;
+  for (int t = 0; t < 4; ++t) {
+    p.layout.tensors.push_back({offset, blocks, 256, 256});
+    offset += blocks * 256;
+  }
+  p.layout.buffer_bytes = offset + 256;
+  p.num_pairs = blocks;
+  p.row_align = 1;
+  p.sequential_rows = true;
+  RunRoundTrip(Staged(p, 4 << 20));
+}
+
+// Scatter loads with the L2 256-byte prefetch hint.
+TEST_F(CudaBackendIpcTest, PrefetchHintLoads) {
+  RoundTrip p;
+  uint64_t offset = 4096;
+  for (int t = 0; t < 4; ++t) {
+    p.layout.tensors.push_back({offset, 64, 16384, 16384});
+    offset += 64 * 16384;
+  }
+  p.layout.buffer_bytes = offset + 4096;
+  p.num_pairs = 50;
+  p.options.l2_prefetch_bytes = 256;
+  p.options.staged_load_min_copy_bytes = daemon::cuda::kNeverUseCopyEngines;
+  RunRoundTrip(p);
+  p.options.l2_prefetch_bytes = 128;
+  RunRoundTrip(p);
+}
+
+// Fixture pieces for the event tests: one worker, one backend, one region.
+class CudaBackendEventTest : public CudaBackendIpcTest {
+ protected:
+  void SetUp() override {
+    CudaBackendIpcTest::SetUp();
+    if (IsSkipped()) return;
+    layout_.tensors.push_back({65536, 64, 65536, 65536});
+    layout_.tensors.push_back({65536 + 64 * 65536, 64, 4096, 4096});
+    layout_.buffer_bytes = LayoutEnd(layout_.tensors) + 4096;
+    absl::StatusOr<std::unique_ptr<WorkerProcess>> worker = WorkerProcess::Spawn();
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    worker_ = std::move(*worker);
+    absl::StatusOr<WorkerRegistration> reg = worker_->Setup(layout_, kGenStored, 4);
+    ASSERT_TRUE(reg.ok()) << reg.status();
+    absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend =
+        CudaCopyBackend::Create(BackendOptions());
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = std::move(*backend);
+    geometry_ = Geometry::For(layout_, 1, 1, 0, 4096);
+    region_ = std::make_unique<HostRegion>(32 * geometry_.row_bytes);
+    ASSERT_OK(backend_->RegisterRegion(region_->base(), region_->bytes(), geometry_.row_bytes));
+    absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = backend_->OpenWorker(*reg);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    memory_ = std::move(*memory);
+  }
+
+  virtual CudaBackendOptions BackendOptions() const {
+    CudaBackendOptions o;
+    o.staged_load_min_copy_bytes = daemon::cuda::kNeverUseCopyEngines;
+    return o;
+  }
+
+  // A load whose event fires only after 3 s, with a 300 ms timeout: it fails at the timeout and
+  // never writes the worker's blocks later; the worker's stream works again afterwards.
+  void CheckLoadTimeout() {
+    std::vector<uint64_t> blocks = {1, 2, 3};
+    std::vector<uint64_t> rows = {4, 5, 6};
+    ASSERT_OK(RunJob(backend_.get(), MakeJob(CopyDirection::kStore, memory_.get(), *region_,
+                                             geometry_, blocks, rows))
+                  .status);
+    ASSERT_OK(worker_->SpinFillRecord(absl::Seconds(3), kGenLate, 0));
+    std::vector<uint64_t> load_blocks = {10, 11, 12};
+    CopyJob job = MakeJob(CopyDirection::kLoad, memory_.get(), *region_, geometry_, load_blocks,
+                          rows, /*event_index=*/0);
+    job.timeout = absl::Milliseconds(300);
+    JobResult r = RunJob(backend_.get(), std::move(job));
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kDeadlineExceeded) << r.status;
+    EXPECT_LT(r.elapsed, absl::Seconds(2));
+    ASSERT_OK(worker_->Sync());
+    absl::SleepFor(absl::Milliseconds(300));
+    std::string detail;
+    absl::StatusOr<uint64_t> mismatches = worker_->CountMismatches(kGenLate, {}, &detail);
+    ASSERT_TRUE(mismatches.ok()) << mismatches.status();
+    EXPECT_EQ(*mismatches, 0u) << "a cancelled load wrote the worker's blocks: " << detail;
+    ASSERT_OK(RunJob(backend_.get(), MakeJob(CopyDirection::kLoad, memory_.get(), *region_,
+                                             geometry_, load_blocks, rows, 0))
+                  .status);
+    std::vector<WorkerProcess::Expect> expect;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      expect.push_back({load_blocks[i], blocks[i], kGenStored});
+    }
+    mismatches = worker_->CountMismatches(kGenLate, expect, &detail);
+    ASSERT_TRUE(mismatches.ok()) << mismatches.status();
+    EXPECT_EQ(*mismatches, 0u) << detail;
+  }
+
+  void TearDown() override {
+    memory_.reset();
+    if (backend_ != nullptr && region_ != nullptr) backend_->UnregisterRegion(region_->base());
+    backend_.reset();
+    region_.reset();
+    worker_.reset();
+  }
+
+  WorkerLayout layout_;
+  Geometry geometry_;
+  std::unique_ptr<WorkerProcess> worker_;
+  std::unique_ptr<CudaCopyBackend> backend_;
+  std::unique_ptr<HostRegion> region_;
+  std::unique_ptr<WorkerMemory> memory_;
+};
+
+// The worker writes new KV with a delayed kernel and records its event; the store names the
+// event and must copy the new bytes, not the old ones.
+TEST_F(CudaBackendEventTest, StoreWaitsForWorkerEvent) {
+  std::vector<uint64_t> blocks = {3, 17, 42, 5, 63, 0};
+  std::vector<uint64_t> rows = {9, 2, 30, 4, 11, 0};
+  ASSERT_OK(worker_->SpinFillRecord(absl::Milliseconds(300), kGenLate, 1));
+  JobResult r = RunJob(backend_.get(), MakeJob(CopyDirection::kStore, memory_.get(), *region_,
+                                               geometry_, blocks, rows, /*event_index=*/1));
+  ASSERT_OK(r.status);
+  EXPECT_GE(r.elapsed, absl::Milliseconds(200)) << "the store did not wait for the event";
+  std::vector<uint8_t> expected = RegionPattern(region_->bytes());
+  ApplyStore(layout_, geometry_, kGenLate, blocks, rows, &expected);
+  EXPECT_TRUE(RegionEquals(*region_, expected));
+}
+
+// vLLM #50696: the engine zeroes newly allocated blocks on its stream, then the load must land
+// after that. The load waits on the event and records it again when done.
+TEST_F(CudaBackendEventTest, LoadWaitsForEventAndRecordsIt) {
+  std::vector<uint64_t> blocks = {1, 2, 3, 4};
+  std::vector<uint64_t> rows = {20, 21, 7, 8};
+  ASSERT_OK(RunJob(backend_.get(), MakeJob(CopyDirection::kStore, memory_.get(), *region_,
+                                           geometry_, blocks, rows))
+                .status);
+  ASSERT_OK(worker_->SpinFillRecord(absl::Milliseconds(300), kGenLate, 2));  // "zeroing"
+  std::vector<uint64_t> load_blocks = {40, 50, 60, 10};
+  JobResult r = RunJob(backend_.get(), MakeJob(CopyDirection::kLoad, memory_.get(), *region_,
+                                               geometry_, load_blocks, rows, /*event_index=*/2));
+  ASSERT_OK(r.status);
+  EXPECT_GE(r.elapsed, absl::Milliseconds(200)) << "the load did not wait for the event";
+  ASSERT_OK(worker_->WaitEvent(2));  // the worker's stream waits for the daemon's record
+  std::vector<WorkerProcess::Expect> expect;
+  for (size_t i = 0; i < blocks.size(); ++i) expect.push_back({load_blocks[i], blocks[i], kGenStored});
+  std::string detail;
+  absl::StatusOr<uint64_t> mismatches = worker_->CountMismatches(kGenLate, expect, &detail);
+  ASSERT_TRUE(mismatches.ok()) << mismatches.status();
+  EXPECT_EQ(*mismatches, 0u) << detail;
+}
+
+// LMCache #4516 / PegaFlow #403: a store stuck behind an event that does not fire in time fails
+// at its timeout, and its copy never runs later (the region stays untouched after the event
+// finally fires). The worker's stream works again afterwards.
+TEST_F(CudaBackendEventTest, TimeoutCancelsCopyThatNeverStarted) {
+  std::vector<uint64_t> blocks = {7, 8, 9};
+  std::vector<uint64_t> rows = {1, 2, 3};
+  ASSERT_OK(worker_->SpinFillRecord(absl::Seconds(3), kGenLate, 0));
+  CopyJob job = MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, blocks, rows,
+                        /*event_index=*/0);
+  job.timeout = absl::Milliseconds(300);
+  JobResult r = RunJob(backend_.get(), std::move(job));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kDeadlineExceeded) << r.status;
+  EXPECT_LT(r.elapsed, absl::Seconds(2)) << "the timeout was not applied while waiting";
+  EXPECT_EQ(r.bytes, 0u);
+  ASSERT_OK(worker_->Sync());  // the event fires now
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_TRUE(RegionEquals(*region_, RegionPattern(region_->bytes())))
+      << "a cancelled copy wrote into the region";
+  // The stream is usable again.
+  JobResult again = RunJob(backend_.get(), MakeJob(CopyDirection::kStore, memory_.get(),
+                                                   *region_, geometry_, blocks, rows, 0));
+  ASSERT_OK(again.status);
+  std::vector<uint8_t> expected = RegionPattern(region_->bytes());
+  ApplyStore(layout_, geometry_, kGenLate, blocks, rows, &expected);
+  EXPECT_TRUE(RegionEquals(*region_, expected));
+}
+
+TEST_F(CudaBackendEventTest, LoadTimeoutCancelsCopyThatNeverStarted) { CheckLoadTimeout(); }
+
+// The same event semantics on the staged load path.
+class CudaBackendStagedEventTest : public CudaBackendEventTest {
+ protected:
+  CudaBackendOptions BackendOptions() const override {
+    CudaBackendOptions o;
+    o.staged_load_min_copy_bytes = 0;
+    o.staging_chunk_bytes = 256 << 10;
+    return o;
+  }
+};
+
+TEST_F(CudaBackendStagedEventTest, LoadWaitsForEventAndRecordsIt) {
+  std::vector<uint64_t> blocks = {1, 2, 3, 4, 5, 6, 7};
+  std::vector<uint64_t> rows = {20, 21, 7, 8, 9, 30, 31};
+  ASSERT_OK(RunJob(backend_.get(), MakeJob(CopyDirection::kStore, memory_.get(), *region_,
+                                           geometry_, blocks, rows))
+                .status);
+  ASSERT_OK(worker_->SpinFillRecord(absl::Milliseconds(300), kGenLate, 2));
+  std::vector<uint64_t> load_blocks = {40, 50, 60, 10, 11, 12, 13};
+  JobResult r = RunJob(backend_.get(), MakeJob(CopyDirection::kLoad, memory_.get(), *region_,
+                                               geometry_, load_blocks, rows, /*event_index=*/2));
+  ASSERT_OK(r.status);
+  EXPECT_GE(r.elapsed, absl::Milliseconds(200)) << "the load did not wait for the event";
+  ASSERT_OK(worker_->WaitEvent(2));
+  std::vector<WorkerProcess::Expect> expect;
+  for (size_t i = 0; i < blocks.size(); ++i) expect.push_back({load_blocks[i], blocks[i], kGenStored});
+  std::string detail;
+  absl::StatusOr<uint64_t> mismatches = worker_->CountMismatches(kGenLate, expect, &detail);
+  ASSERT_TRUE(mismatches.ok()) << mismatches.status();
+  EXPECT_EQ(*mismatches, 0u) << detail;
+}
+
+TEST_F(CudaBackendStagedEventTest, LoadTimeoutCancelsCopyThatNeverStarted) { CheckLoadTimeout(); }
+
+TEST_F(CudaBackendEventTest, RejectsInvalidJobsThroughDone) {
+  CopyJob job = MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, {64}, {0});
+  EXPECT_EQ(RunJob(backend_.get(), job).status.code(), absl::StatusCode::kInvalidArgument);
+  job = MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, {1}, {32});
+  EXPECT_EQ(RunJob(backend_.get(), job).status.code(), absl::StatusCode::kInvalidArgument);
+  job = MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, {1}, {0}, 4);
+  EXPECT_EQ(RunJob(backend_.get(), job).status.code(), absl::StatusCode::kInvalidArgument);
+  job = MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, {1, 2}, {0});
+  EXPECT_EQ(RunJob(backend_.get(), job).status.code(), absl::StatusCode::kInvalidArgument);
+  job = MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, {}, {});
+  JobResult empty = RunJob(backend_.get(), job);
+  EXPECT_TRUE(empty.status.ok()) << empty.status;
+  EXPECT_EQ(empty.bytes, 0u);
+}
+
+TEST_F(CudaBackendIpcTest, RejectsRegistrationsThatDoNotFitTheirAllocation) {
+  WorkerLayout layout;
+  layout.tensors.push_back({4096, 16, 4096, 4096});
+  layout.buffer_bytes = 4096 + 16 * 4096;
+  absl::StatusOr<std::unique_ptr<WorkerProcess>> worker = WorkerProcess::Spawn();
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::StatusOr<WorkerRegistration> reg = (*worker)->Setup(layout, kGenStored, 1);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create({});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+
+  WorkerRegistration bad = *reg;
+  bad.tensors[0].num_blocks = 1 << 20;  // beyond the claimed allocation size
+  EXPECT_EQ((*backend)->OpenWorker(bad).status().code(), absl::StatusCode::kInvalidArgument);
+
+  bad = *reg;
+  bad.tensors[0].allocation_bytes += uint64_t{1} << 30;  // claims more than the real allocation
+  bad.tensors[0].num_blocks = (bad.tensors[0].allocation_bytes - 4096) / 4096;
+  absl::Status s = (*backend)->OpenWorker(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+
+  // The good registration still opens (nothing was left half-open).
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->OpenWorker(*reg);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+}
+
+// Two workers (two processes) of one engine fill the two slots of the same rows concurrently.
+TEST_F(CudaBackendIpcTest, TwoWorkersShareRows) {
+  WorkerLayout layout;
+  layout.tensors.push_back({8192, 64, 16384, 16384});
+  layout.buffer_bytes = 8192 + 64 * 16384;
+  absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create({});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::unique_ptr<WorkerProcess> workers[2];
+  std::unique_ptr<WorkerMemory> memories[2];
+  for (int w = 0; w < 2; ++w) {
+    absl::StatusOr<std::unique_ptr<WorkerProcess>> worker = WorkerProcess::Spawn();
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers[w] = std::move(*worker);
+    absl::StatusOr<WorkerRegistration> reg = workers[w]->Setup(layout, kGenStored + 100 * w, 1);
+    ASSERT_TRUE(reg.ok()) << reg.status();
+    absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->OpenWorker(*reg);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    memories[w] = std::move(*memory);
+  }
+  Geometry g[2] = {Geometry::For(layout, 1, 2, 0, 4096), Geometry::For(layout, 1, 2, 1, 4096)};
+  HostRegion region(40 * g[0].row_bytes);
+  ASSERT_OK((*backend)->RegisterRegion(region.base(), region.bytes(), g[0].row_bytes));
+  std::vector<uint64_t> blocks = {0, 9, 33, 12, 63, 40, 2, 7};
+  std::vector<uint64_t> rows = {39, 0, 5, 6, 20, 21, 22, 1};
+  JobResult results[2];
+  std::thread threads[2];
+  for (int w = 0; w < 2; ++w) {
+    threads[w] = std::thread([&, w] {
+      results[w] = RunJob(backend->get(), MakeJob(CopyDirection::kStore, memories[w].get(),
+                                                  region, g[w], blocks, rows));
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<uint8_t> expected = RegionPattern(region.bytes());
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_OK(results[w].status);
+    ApplyStore(layout, g[w], kGenStored + 100 * w, blocks, rows, &expected);
+  }
+  EXPECT_TRUE(RegionEquals(region, expected));
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_OK(workers[w]->Fill(kGenPoison));
+    ASSERT_OK(RunJob(backend->get(), MakeJob(CopyDirection::kLoad, memories[w].get(), region,
+                                             g[w], blocks, rows))
+                  .status);
+    std::vector<WorkerProcess::Expect> expect;
+    for (uint64_t b : blocks) expect.push_back({b, b, kGenStored + 100 * w});
+    std::string detail;
+    absl::StatusOr<uint64_t> mismatches = workers[w]->CountMismatches(kGenPoison, expect, &detail);
+    ASSERT_TRUE(mismatches.ok()) << mismatches.status();
+    EXPECT_EQ(*mismatches, 0u) << "worker " << w << ": " << detail;
+  }
+  for (auto& m : memories) m.reset();
+  (*backend)->UnregisterRegion(region.base());
+}
+
+// Last on purpose: garbage event handles go straight to the driver.
+TEST(CudaBackendHostileInputTest, GarbageEventHandleIsInvalidArgument) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) GTEST_SKIP() << "no GPU";
+  WorkerLayout layout;
+  layout.tensors.push_back({4096, 16, 4096, 4096});
+  layout.buffer_bytes = 4096 + 16 * 4096;
+  absl::StatusOr<std::unique_ptr<WorkerProcess>> worker = WorkerProcess::Spawn();
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::StatusOr<WorkerRegistration> reg = (*worker)->Setup(layout, kGenStored, 1);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create({});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  WorkerRegistration bad = *reg;
+  bad.event_handles[0] = std::string(bad.event_handles[0].size(), '\x5a');
+  absl::Status s = (*backend)->OpenWorker(bad).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->OpenWorker(*reg);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+}
+
+}  // namespace
+}  // namespace kvoffload::testing
+
+int main(int argc, char** argv) {
+  if (int rc = kvoffload::testing::MaybeRunWorker(argc, argv); rc >= 0) return rc;
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rc = RUN_ALL_TESTS();
+  const ::testing::UnitTest& u = *::testing::UnitTest::GetInstance();
+  std::printf("gpu tests: %d passed, %d failed, %d skipped\n",
+              u.successful_test_count(), u.failed_test_count(),
+              u.skipped_test_count());
+  return rc;
+}

@@ -1,0 +1,1 @@
+../bench/gpu_baselines.cc
