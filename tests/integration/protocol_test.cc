@@ -138,6 +138,30 @@ TEST_F(ProtocolTest, RegistrationWithoutTensorsOrWithTensorsPastTheirAllocationI
   EXPECT_EQ(stats->workers(), 0u);
 }
 
+TEST_F(ProtocolTest, DeviceUuidIsRawBytes) {
+  // A CUDA device UUID is 16 arbitrary bytes, rarely valid UTF-8: the field must be `bytes`.
+  // The registration then fails on its missing shm object, not on parsing.
+  grpc::ClientContext context;
+  auto stream = worker_->Session(&context);
+  v1::WorkerMessage message;
+  v1::RegisterWorker* reg = message.mutable_register_();
+  *reg->mutable_spec() = Spec("e");
+  reg->set_device_uuid(std::string("\xff\xfe\x80\x00\x81\xc3\x28\xa0\xa1\xe2\x28\xa1\xf0\x90\x28\xbc", 16));
+  v1::TensorSpec* t = reg->add_tensors();
+  t->set_allocation_handle("/kvo-test-does-not-exist");
+  t->set_allocation_bytes(1 << 20);
+  t->set_num_blocks(16);
+  t->set_block_stride_bytes(8192);
+  t->set_page_bytes(8192);
+  ASSERT_TRUE(stream->Write(message));
+  v1::DaemonMessage reply;
+  EXPECT_FALSE(stream->Read(&reply));
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("kvo-test-does-not-exist"), std::string::npos)
+      << status.error_message();
+}
+
 TEST_F(ProtocolTest, EmptyAndOversizedSubmitsAreRefused) {
   auto worker = WorkerProcess::Start(
       daemon_->data_socket(),

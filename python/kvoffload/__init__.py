@@ -1,0 +1,21 @@
+"""kvoffload: Python bindings (ctypes) for the kvoffloadd KV-cache offload daemon.
+
+The shared library libkvoffload_c.so is loaded on first use, from $KVOFFLOAD_LIB, the package
+directory, /usr/local/lib, or the repository's bazel-bin/client (in that order); importing the
+package never needs it. See README.md for how an engine's KV connector uses the API.
+"""
+
+from .client import (EngineSpec, FinishedJob, Geometry, KeyState, KvoffloadError,
+                     PreparedStore, Scheduler, StatusCode, Worker, WorkerInfo, code_name,
+                     version)
+from .host import HostAllocation, HostTensor
+from .tensors import TensorView, kv_tensor_views
+from ._native import LibraryNotFoundError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EngineSpec", "FinishedJob", "Geometry", "HostAllocation", "HostTensor", "KeyState",
+    "KvoffloadError", "LibraryNotFoundError", "PreparedStore", "Scheduler", "StatusCode",
+    "TensorView", "Worker", "WorkerInfo", "code_name", "kv_tensor_views", "version",
+]

@@ -1,0 +1,216 @@
+"""Loads libkvoffload_c.so and declares the C ABI of client/kvoffload_c.h for ctypes.
+
+Private to the package: the public API is in kvoffload.client. Keep the structs and prototypes
+here in step with kvoffload_c.h; KVO_ABI_VERSION guards against a library of another version.
+"""
+
+import ctypes
+import os
+import threading
+
+ABI_VERSION = 1  # KVO_ABI_VERSION this binding was written for
+LIBRARY_NAME = "libkvoffload_c.so"
+ENV_LIBRARY = "KVOFFLOAD_LIB"
+
+MESSAGE_BYTES = 256  # KVO_MESSAGE_BYTES
+MAX_KEY_BYTES = 256  # KVO_MAX_KEY_BYTES
+NO_ROW = 2**64 - 1   # KVO_NO_ROW
+ERROR_BYTES = 4096   # the error buffer passed to every call
+
+
+class LibraryNotFoundError(ImportError):
+    """libkvoffload_c.so could not be found or loaded (an ImportError, as for a missing module)."""
+
+
+class c_engine_spec(ctypes.Structure):
+    _fields_ = [
+        ("engine_id", ctypes.c_char_p),
+        ("dp_rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("local_world_size", ctypes.c_uint32),
+        ("tp", ctypes.c_uint32),
+        ("pp", ctypes.c_uint32),
+        ("pcp", ctypes.c_uint32),
+        ("dcp", ctypes.c_uint32),
+        ("executor", ctypes.c_int32),
+        ("attention", ctypes.c_int32),
+        ("num_kv_groups", ctypes.c_uint32),
+        ("num_layers", ctypes.c_uint32),
+        ("blocks_per_row", ctypes.c_uint32),
+        ("page_bytes", ctypes.c_uint64),
+        ("worker_bytes_per_block", ctypes.c_uint64),
+        ("budget_bytes", ctypes.c_uint64),
+        ("secondary_tiers", ctypes.c_char_p),
+        ("rows_assigned_by_engine", ctypes.c_int32),
+    ]
+
+
+class c_geometry(ctypes.Structure):
+    _fields_ = [
+        ("replicated", ctypes.c_int32),
+        ("num_copies", ctypes.c_uint32),
+        ("blocks_per_row", ctypes.c_uint32),
+        ("created", ctypes.c_int32),
+        ("worker_bytes_per_block", ctypes.c_uint64),
+        ("slot_bytes", ctypes.c_uint64),
+        ("row_bytes", ctypes.c_uint64),
+        ("num_rows", ctypes.c_uint64),
+        ("capacity_bytes", ctypes.c_uint64),
+        ("fingerprint", ctypes.c_char * 256),
+    ]
+
+
+class c_cuda_tensor(ctypes.Structure):
+    _fields_ = [
+        ("device_ptr", ctypes.c_uint64),
+        ("num_blocks", ctypes.c_uint64),
+        ("block_stride_bytes", ctypes.c_uint64),
+        ("page_bytes", ctypes.c_uint64),
+    ]
+
+
+class c_host_tensor(ctypes.Structure):
+    _fields_ = [
+        ("shm_name", ctypes.c_char_p),
+        ("allocation_bytes", ctypes.c_uint64),
+        ("offset", ctypes.c_uint64),
+        ("num_blocks", ctypes.c_uint64),
+        ("block_stride_bytes", ctypes.c_uint64),
+        ("page_bytes", ctypes.c_uint64),
+    ]
+
+
+class c_worker_info(ctypes.Structure):
+    _fields_ = [
+        ("slot", ctypes.c_uint32),
+        ("writer", ctypes.c_int32),
+        ("num_copies", ctypes.c_uint32),
+        ("replicated", ctypes.c_int32),
+        ("blocks_per_row", ctypes.c_uint32),
+        ("device", ctypes.c_int32),
+        ("row_bytes", ctypes.c_uint64),
+        ("slot_bytes", ctypes.c_uint64),
+        ("num_rows", ctypes.c_uint64),
+        ("worker_bytes_per_block", ctypes.c_uint64),
+        ("capacity_bytes", ctypes.c_uint64),
+        ("session_id", ctypes.c_uint64),
+        ("num_events", ctypes.c_uint64),
+    ]
+
+
+class c_finished(ctypes.Structure):
+    _fields_ = [
+        ("job_id", ctypes.c_uint64),
+        ("code", ctypes.c_int32),
+        ("bytes", ctypes.c_uint64),
+        ("message", ctypes.c_char * MESSAGE_BYTES),
+    ]
+
+
+_P = ctypes.POINTER
+_handle = ctypes.c_void_p
+_err = [ctypes.c_char_p, ctypes.c_size_t]
+_keys = [_handle, _P(ctypes.c_char_p), _P(ctypes.c_size_t), ctypes.c_size_t]
+
+_PROTOTYPES = {
+    "kvo_version": (ctypes.c_char_p, []),
+    "kvo_abi_version": (ctypes.c_int, []),
+    "kvo_engine_spec_init": (None, [_P(c_engine_spec)]),
+    "kvo_worker_connect_cuda": (ctypes.c_int, [
+        ctypes.c_char_p, _P(c_engine_spec), ctypes.c_uint32, ctypes.c_int32, _P(c_cuda_tensor),
+        ctypes.c_size_t, ctypes.c_size_t, _P(_handle)] + _err),
+    "kvo_worker_connect_host": (ctypes.c_int, [
+        ctypes.c_char_p, _P(c_engine_spec), ctypes.c_uint32, _P(c_host_tensor), ctypes.c_size_t,
+        _P(_handle)] + _err),
+    "kvo_worker_info": (ctypes.c_int, [_handle, _P(c_worker_info)] + _err),
+    "kvo_worker_submit": (ctypes.c_int, [
+        _handle, ctypes.c_uint64, ctypes.c_int32, _P(ctypes.c_uint64), ctypes.c_size_t,
+        _P(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_int32] + _err),
+    "kvo_worker_record_event": (ctypes.c_int, [_handle, ctypes.c_int32, ctypes.c_uint64] + _err),
+    "kvo_worker_wait_event": (ctypes.c_int, [_handle, ctypes.c_int32, ctypes.c_uint64] + _err),
+    "kvo_worker_poll": (ctypes.c_int, [
+        _handle, _P(c_finished), ctypes.c_size_t, _P(ctypes.c_size_t)] + _err),
+    "kvo_worker_wait": (ctypes.c_int, [
+        _handle, ctypes.c_uint64, ctypes.c_int64, _P(c_finished)] + _err),
+    "kvo_worker_session_status": (ctypes.c_int, [_handle] + _err),
+    "kvo_worker_close": (None, [_handle]),
+    "kvo_scheduler_open": (ctypes.c_int, [
+        ctypes.c_char_p, _P(c_engine_spec), _P(_handle), _P(c_geometry)] + _err),
+    "kvo_scheduler_geometry": (ctypes.c_int, [_handle, _P(c_geometry)] + _err),
+    "kvo_scheduler_lookup": (ctypes.c_int, _keys + [_P(ctypes.c_int32)] + _err),
+    "kvo_scheduler_prepare_store": (ctypes.c_int, _keys + [
+        _P(ctypes.c_uint8), _P(ctypes.c_uint64), _P(ctypes.c_uint8), ctypes.c_size_t,
+        _P(ctypes.c_size_t), _P(ctypes.c_size_t)] + _err),
+    "kvo_scheduler_complete_store": (ctypes.c_int, _keys + [ctypes.c_int] + _err),
+    "kvo_scheduler_prepare_load": (ctypes.c_int, _keys + [_P(ctypes.c_uint64)] + _err),
+    "kvo_scheduler_complete_load": (ctypes.c_int, _keys + _err),
+    "kvo_scheduler_touch": (ctypes.c_int, _keys + _err),
+    "kvo_scheduler_close": (None, [_handle]),
+}
+
+
+def candidate_paths():
+    """Where the library is looked for, in order (the first that exists is loaded)."""
+    package_dir = os.path.dirname(os.path.abspath(__file__))
+    repo_root = os.path.dirname(os.path.dirname(package_dir))  # python/kvoffload -> repo
+    paths = []
+    if os.environ.get(ENV_LIBRARY):
+        paths.append(os.environ[ENV_LIBRARY])
+    paths.append(os.path.join(package_dir, LIBRARY_NAME))
+    paths.append(os.path.join("/usr/local/lib", LIBRARY_NAME))
+    paths.append(os.path.join(repo_root, "bazel-bin", "client", LIBRARY_NAME))
+    return paths
+
+
+_lock = threading.Lock()
+_lib = None
+
+
+def library():
+    """The loaded library (loaded on first use). Raises LibraryNotFoundError."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            _lib = _load()
+    return _lib
+
+
+def _load():
+    tried = []
+    explicit = os.environ.get(ENV_LIBRARY)
+    for path in candidate_paths():
+        if not os.path.exists(path):
+            tried.append(path + " (absent)")
+            if explicit and path == explicit:
+                raise LibraryNotFoundError(
+                    "%s=%s names no file; unset it or point it at %s" %
+                    (ENV_LIBRARY, explicit, LIBRARY_NAME), name="kvoffload")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise LibraryNotFoundError(
+                "cannot load %s: %s (it needs the Debian runtime libraries of gRPC, protobuf and "
+                "Abseil that it was built against)" % (path, e), name="kvoffload") from e
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            try:
+                fn = getattr(lib, name)
+            except AttributeError as e:
+                raise LibraryNotFoundError(
+                    "%s has no %s: it is not the kvoffload C ABI this package expects" %
+                    (path, name), name="kvoffload") from e
+            fn.restype = restype
+            fn.argtypes = argtypes
+        abi = lib.kvo_abi_version()
+        if abi != ABI_VERSION:
+            raise LibraryNotFoundError(
+                "%s implements C ABI version %d, this package needs %d; rebuild or reinstall one "
+                "of them" % (path, abi, ABI_VERSION), name="kvoffload")
+        lib.kvoffload_path = path
+        return lib
+    raise LibraryNotFoundError(
+        "kvoffload: cannot find %s. Build it with `bazel build //client:libkvoffload_c.so` and set "
+        "%s to its path (or install it to /usr/local/lib, or copy it into the package directory). "
+        "Tried: %s" % (LIBRARY_NAME, ENV_LIBRARY, "; ".join(tried)), name="kvoffload")

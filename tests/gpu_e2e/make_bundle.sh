@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the GPU tests, the benchmark and the binaries they start, and bundles them (with their
+# shared libraries) into bundle/gpu for tests/gpu_e2e/run_on_device.sh on the accelerator machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bazel build //daemon:kvoffloadd //client/host:kvoffload_host_worker //tests/gpu_e2e:all \
+  //tests/gpu:cuda_copy_backend_gpu_test //tests/gpu:gpu_baselines \
+  //daemon/copy/cuda:cuda_copy_backend_test //client/cuda:cuda_client_test
+rm -rf bundle/gpu
+b=bazel-bin
+../shared/tools/device-bundle bundle/gpu $b/daemon/kvoffloadd $b/client/host/kvoffload_host_worker \
+  $b/tests/gpu_e2e/kvoffload_cuda_worker $b/tests/gpu_e2e/e2e_gpu_test $b/tests/gpu_e2e/e2e_bench \
+  $b/tests/gpu/cuda_copy_backend_gpu_test $b/tests/gpu/gpu_baselines \
+  $b/daemon/copy/cuda/cuda_copy_backend_test $b/client/cuda/cuda_client_test
+bazel build //client:libkvoffload_c.so
+cp -L $b/client/libkvoffload_c.so bundle/gpu/lib/
+mkdir -p bundle/gpu/python && cp -r python/kvoffload python/tests bundle/gpu/python/
+# The device's own (newer) libstdc++/libgcc serve our gcc-12 binaries; a bundled older copy would
+# shadow the one torch needs in the Python test. Debug info stays here, in bazel-bin.
+rm -f bundle/gpu/lib/libstdc++.so* bundle/gpu/lib/libgcc_s.so*
+chmod -R u+w bundle/gpu
+strip --strip-debug bundle/gpu/bin/* bundle/gpu/lib/*.so*
+cp tests/gpu_e2e/run_on_device.sh bundle/gpu/
+grep -qx 'bundle/' .git/info/exclude || echo 'bundle/' >> .git/info/exclude
+du -sh bundle/gpu

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs every GPU test and the benchmark on the accelerator machine, from a bundle built here:
+#   tests/gpu_e2e/make_bundle.sh            # builds and bundles into bundle/gpu (git-ignored)
+#   (device) tests/gpu_e2e/run_on_device.sh bundle/gpu "$OUT"
+# Builds nothing. Writes logs, bench.jsonl (copy baselines), e2e.jsonl (kvoffload end to end) and
+# device.txt to OUT, prints a short table and a final "N passed, N failed" line.
+set -uo pipefail
+bundle=$(readlink -f "${1:-bundle/gpu}")
+out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader > "$out/device.txt" 2>&1
+echo "device: $(cat "$out/device.txt")"
+
+# The e2e test finds binaries at workspace-relative paths, as in Bazel's runfiles.
+tree=$(mktemp -d /tmp/kvo-tree-XXXXXX)
+mkdir -p "$tree/daemon" "$tree/client/host" "$tree/tests/gpu_e2e"
+ln -s "$bundle/bin/kvoffloadd" "$tree/daemon/kvoffloadd"
+ln -s "$bundle/bin/kvoffload_host_worker" "$tree/client/host/kvoffload_host_worker"
+ln -s "$bundle/bin/kvoffload_cuda_worker" "$tree/tests/gpu_e2e/kvoffload_cuda_worker"
+
+passed=0
+failed=0
+run() {  # name timeout command...
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name"
+  if (cd "$tree" && timeout "$limit" "$@") >"$out/$name.log" 2>&1; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAILED: $name (exit $?), tail of $out/$name.log:"
+    tail -15 "$out/$name.log"
+  fi
+  grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[       OK \]' "$out/$name.log" | head -40
+}
+
+run cuda_client_test 60 "$bundle/bin/cuda_client_test"
+run cuda_copy_backend_test 60 "$bundle/bin/cuda_copy_backend_test"
+run cuda_copy_backend_gpu_test 240 "$bundle/bin/cuda_copy_backend_gpu_test"
+run e2e_gpu_test 300 "$bundle/bin/e2e_gpu_test"
+run python_torch_gpu 240 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
+  KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_smoke.py"
+
+echo "=== copy baselines (same run)"
+if timeout 250 "$bundle/bin/gpu_baselines" >"$out/bench.jsonl" 2>"$out/bench.err"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAILED: gpu_baselines"; tail -5 "$out/bench.err"
+fi
+echo "=== kvoffload end to end"
+if (cd "$tree" && timeout 400 "$bundle/bin/e2e_bench" --daemon=daemon/kvoffloadd \
+      --worker=tests/gpu_e2e/kvoffload_cuda_worker) >"$out/e2e.jsonl" 2>"$out/e2e.err"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAILED: e2e_bench"; tail -5 "$out/e2e.err"
+fi
+cat "$out/e2e.jsonl"
+rm -rf "$tree"
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
