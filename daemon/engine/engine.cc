@@ -217,6 +217,7 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
     {
       absl::MutexLock lock(&mu_);
       if (closed_) return closed_why_;
+      if (draining_) return drain_why_;
       auto sit = sessions_.find(session_id);
       if (sit == sessions_.end()) {
         return absl::FailedPreconditionError(
@@ -352,6 +353,9 @@ void Engine::FailJob(Job& job, const absl::Status& why, Notices* notices) {
 
 void Engine::MaybeFinish(Job& job, Notices* notices) {
   const bool all_voted = job.voted.size() >= geometry_.local_world_size;
+  if (draining_ && !all_voted && job.copies_in_flight == 0 && job.status.ok()) {
+    job.status = drain_why_;  // the missing parts will never be accepted
+  }
   if (!job.reported && (all_voted || !job.status.ok()) && job.copies_in_flight == 0) {
     Report(job, notices);
   }
@@ -414,6 +418,23 @@ void Engine::ExpireJobs(absl::Time now) {
                                                               absl::StrJoin(missing, ","), "]"))),
               &notices);
     }
+  }
+  Deliver(notices);
+}
+
+void Engine::Drain(const absl::Status& why) {
+  absl::ReaderMutexLock delivery(&delivery_mu_);
+  Notices notices;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_ || draining_) return;
+    draining_ = true;
+    drain_why_ = why;
+    std::vector<uint64_t> waiting;
+    for (const auto& [id, job] : jobs_) {
+      if (!job.reported && job.copies_in_flight == 0) waiting.push_back(id);
+    }
+    for (uint64_t id : waiting) FailJob(jobs_.at(id), why, &notices);
   }
   Deliver(notices);
 }

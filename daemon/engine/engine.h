@@ -129,6 +129,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // Fails jobs past their deadline (DEADLINE_EXCEEDED). Called by the registry's maintenance.
   void ExpireJobs(absl::Time now);
+  // Graceful stop, first half: new parts fail with `why`, jobs still waiting for parts fail now,
+  // jobs whose copies are running finish on their own (and fail with `why` if a vote is missing).
+  void Drain(const absl::Status& why);
   // Fails every open job with `why` and tells every session to end. The engine stays usable for
   // the copies still in flight; they complete into nothing.
   void Close(const absl::Status& why);
@@ -192,6 +195,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::deque<uint64_t> finished_order_ ABSL_GUARDED_BY(mu_);
   absl::Time idle_since_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status drain_why_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_why_ ABSL_GUARDED_BY(mu_);
 
   uint64_t store_bytes_ ABSL_GUARDED_BY(mu_) = 0;

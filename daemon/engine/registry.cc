@@ -163,7 +163,9 @@ bool EngineRegistry::Shutdown(const absl::Status& why, absl::Duration grace) {
     for (auto& [key, engine] : engines_) engines.push_back(std::move(engine));
     engines_.clear();
   }
-  for (auto& engine : engines) engine->Close(why);
+  // Running copies get `grace` to finish and be reported to their workers; then the rest fail
+  // and every session ends.
+  for (auto& engine : engines) engine->Drain(why);
   const absl::Time deadline = absl::Now() + grace;
   bool drained = false;
   while (true) {
@@ -172,8 +174,10 @@ bool EngineRegistry::Shutdown(const absl::Status& why, absl::Duration grace) {
     if (drained || absl::Now() >= deadline) break;
     absl::SleepFor(absl::Milliseconds(5));
   }
-  if (!drained)
+  for (auto& engine : engines) engine->Close(why);
+  if (!drained) {
     Log()->warn("shutdown: copies still in flight after {}", absl::FormatDuration(grace));
+  }
   for (auto& engine : engines) deps_.release->Defer(std::move(engine));
   deps_.release->Flush();
   return drained;

@@ -62,8 +62,9 @@ class EngineRegistry {
   // One maintenance pass (tests call it directly): expires jobs, drops engines idle past TTL.
   void Maintain(absl::Time now);
 
-  // Stops new engines, closes every engine (failing open jobs with `why`), then waits up to
-  // `grace` for in-flight copies. Returns false if copies were still running at the deadline.
+  // Stops new engines and new jobs, lets running copies finish for up to `grace` (their jobs are
+  // reported normally), then closes every engine: open jobs fail with `why`, sessions end.
+  // Returns false if copies were still running at the deadline.
   bool Shutdown(const absl::Status& why, absl::Duration grace);
 
   uint64_t region_bytes() const;

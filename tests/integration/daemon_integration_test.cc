@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -415,6 +416,40 @@ TEST_F(JobTimeoutTest, MissingVotesFailTheJobWithDeadlineExceeded) {
   // The failed store's row goes back to the pool.
   ASSERT_TRUE(scheduler->CompleteStore(prepared->keys, false).ok());
   EXPECT_EQ(daemon_->EngineStats("it")->rows_free(), scheduler->geometry().num_rows);
+}
+
+}  // namespace
+}  // namespace kvoffload::testing
+
+namespace kvoffload::testing {
+namespace {
+
+class ShutdownTest : public DaemonTest {
+  std::vector<std::string> ExtraDaemonArgs() override { return {"--max_region_bytes=1GiB"}; }
+};
+
+TEST_F(ShutdownTest, SigtermLetsRunningCopiesFinishAndFailsWaitingJobs) {
+  TestEngine engine;
+  engine.rows_assigned_by_engine = true;
+  engine.num_layers = 16;
+  engine.page_bytes = 32 << 10;  // 512 KiB blocks
+  engine.num_blocks = 1024;      // a 512 MiB store: a copy that is surely running at SIGTERM
+  engine.budget_bytes = uint64_t{1024} * 16 * (32 << 10);
+  engine.layout = "stacked_kv";
+  auto worker = StartWorker(engine, 0);
+  ASSERT_NE(worker, nullptr);
+  std::vector<uint64_t> blocks;
+  for (uint64_t i = 0; i < 1024; ++i) blocks.push_back(i);
+  ASSERT_EQ(worker->Command(absl::StrCat("submit store 1 ", List(blocks), " ", List(blocks))),
+            "submitted 1");
+  absl::SleepFor(absl::Milliseconds(30));
+  std::thread stopper([&] { EXPECT_EQ(daemon_->Stop(), 0); });
+  // The running copy finishes within the grace period and is reported as done.
+  EXPECT_EQ(worker->Command("wait 1 20000"),
+            absl::StrCat("finished 1 0 ", 1024 * engine.worker_bytes_per_block()));
+  stopper.join();
+  // A job submitted now finds the session gone.
+  EXPECT_TRUE(absl::StartsWith(worker->Command("store 2 0 0"), "error ")) << "daemon still up";
 }
 
 }  // namespace
