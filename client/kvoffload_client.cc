@@ -32,14 +32,7 @@ std::shared_ptr<grpc::Channel> Dial(const std::string& socket_path) {
 
 RegionGeometry FromProto(const v1::Geometry& g) {
   RegionGeometry out;
-  out.replicated = g.replicated();
-  out.num_copies = g.num_copies();
-  out.blocks_per_row = g.blocks_per_row();
-  out.worker_bytes_per_block = g.worker_bytes_per_block();
-  out.slot_bytes = g.slot_bytes();
-  out.row_bytes = g.row_bytes();
-  out.num_rows = g.num_rows();
-  out.capacity_bytes = g.capacity_bytes();
+  static_cast<common::Geometry&>(out) = GeometryFromProto(g);
   out.fingerprint = g.fingerprint();
   return out;
 }

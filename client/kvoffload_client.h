@@ -30,16 +30,8 @@ namespace kvoffload::client {
 
 using common::EngineSpec;
 
-// The geometry the daemon reports for an engine (same meaning as common::Geometry).
-struct RegionGeometry {
-  bool replicated = false;
-  uint32_t num_copies = 0;
-  uint32_t blocks_per_row = 0;
-  uint64_t worker_bytes_per_block = 0;
-  uint64_t slot_bytes = 0;
-  uint64_t row_bytes = 0;
-  uint64_t num_rows = 0;
-  uint64_t capacity_bytes = 0;
+// The geometry the daemon reports for an engine, with the daemon's layout fingerprint.
+struct RegionGeometry : common::Geometry {
   std::string fingerprint;
 };
 

@@ -63,6 +63,21 @@ void GeometryToProto(const common::Geometry& g, v1::Geometry* p) {
   p->set_num_rows(g.num_rows);
   p->set_capacity_bytes(g.capacity_bytes);
   p->set_fingerprint(g.Fingerprint());
+  p->set_local_world_size(g.local_world_size);
+}
+
+common::Geometry GeometryFromProto(const v1::Geometry& p) {
+  common::Geometry g;
+  g.replicated = p.replicated();
+  g.num_copies = p.num_copies();
+  g.local_world_size = p.local_world_size();
+  g.blocks_per_row = p.blocks_per_row();
+  g.worker_bytes_per_block = p.worker_bytes_per_block();
+  g.slot_bytes = p.slot_bytes();
+  g.row_bytes = p.row_bytes();
+  g.num_rows = p.num_rows();
+  g.capacity_bytes = p.capacity_bytes();
+  return g;
 }
 
 void SpecToProto(const common::EngineSpec& s, v1::EngineSpec* p) {

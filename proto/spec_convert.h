@@ -14,6 +14,7 @@ namespace kvoffload {
 absl::StatusOr<common::EngineSpec> SpecFromProto(const v1::EngineSpec& proto);
 void SpecToProto(const common::EngineSpec& spec, v1::EngineSpec* proto);
 void GeometryToProto(const common::Geometry& geometry, v1::Geometry* proto);
+common::Geometry GeometryFromProto(const v1::Geometry& proto);
 
 }  // namespace kvoffload
 

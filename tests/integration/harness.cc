@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<
 DaemonProcess::~DaemonProcess() {
   process_.reset();
   std::string cmd = absl::StrCat("rm -rf '", dir_, "'");
-  (void)system(cmd.c_str());
+  if (system(cmd.c_str()) != 0) fprintf(stderr, "could not remove %s\n", dir_.c_str());
 }
 
 int DaemonProcess::Stop() {
