@@ -13,12 +13,14 @@
 #   --unitdir=DIR       where the unit goes (/etc/systemd/system)
 #   --kvoffloadd=PATH   the daemon binary (bazel-bin/daemon/kvoffloadd)
 #   --kvoffloadctl=PATH the admin CLI (bazel-bin/client/ctl/kvoffloadctl)
+#   --client_lib=PATH   the engines' C ABI library (bazel-bin/client/libkvoffload_c.so), if built
 #   --dry-run           print the commands instead of running them
 #
 # Installed: PREFIX/bin/{kvoffloadd,kvoffloadctl}, UNITDIR/kvoffloadd.service (ExecStart points at
 # PREFIX/bin/kvoffloadd), /etc/kvoffload/kvoffloadd.flags (only when absent) and, always, the
 # current example as /etc/kvoffload/kvoffloadd.flags.example, sysusers.d/kvoffload.conf (in
-# /usr/lib for --prefix=/usr, else /etc), PREFIX/share/doc/kvoffload/metrics.md.
+# /usr/lib for --prefix=/usr, else /etc), PREFIX/share/doc/kvoffload/metrics.md, and when built
+# PREFIX/lib/libkvoffload_c.so with PREFIX/include/kvoffload/kvoffload_c.h.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,9 +31,10 @@ unitdir=/etc/systemd/system
 sysconfdir=/etc/kvoffload
 kvoffloadd="${repo}/bazel-bin/daemon/kvoffloadd"
 kvoffloadctl="${repo}/bazel-bin/client/ctl/kvoffloadctl"
+client_lib="${repo}/bazel-bin/client/libkvoffload_c.so"
 dry_run=0
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "install.sh: $*" >&2; exit 1; }
 
 for arg in "$@"; do
@@ -41,6 +44,7 @@ for arg in "$@"; do
     --unitdir=*) unitdir="${arg#*=}" ;;
     --kvoffloadd=*) kvoffloadd="${arg#*=}" ;;
     --kvoffloadctl=*) kvoffloadctl="${arg#*=}" ;;
+    --client_lib=*) client_lib="${arg#*=}" ;;
     --dry-run) dry_run=1 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument ${arg}" ;;
@@ -95,6 +99,15 @@ else
 fi
 run install -m 0644 "${here}/kvoffload.sysusers.conf" "${destdir}${sysusersdir}/kvoffload.conf"
 run install -m 0644 "${repo}/docs/metrics.md" "${destdir}${docdir}/metrics.md"
+# The engines' side: the C ABI library and header (the Python package loads the library from
+# PREFIX/lib); optional, as a node may only run the daemon.
+if [[ -f "${client_lib}" ]]; then
+  run install -d -m 0755 "${destdir}${prefix}/lib" "${destdir}${prefix}/include/kvoffload"
+  run install -m 0755 "${client_lib}" "${destdir}${prefix}/lib/libkvoffload_c.so"
+  run install -m 0644 "${repo}/client/kvoffload_c.h" "${destdir}${prefix}/include/kvoffload/kvoffload_c.h"
+else
+  echo "install.sh: no ${client_lib}; skipping the client library (bazel build //client:libkvoffload_c.so)"
+fi
 
 if [[ -n "${destdir}" ]]; then
   echo "install.sh: staged under ${destdir}; the package's postinst creates the user" \
