@@ -18,6 +18,9 @@ absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions&
   }
   cuda::CudaBackendOptions cuda_options;
   cuda_options.sm_budget = options.copy_sms;
+  if (options.staged_store_min_bytes > 0) {
+    cuda_options.staged_store_min_copy_bytes = options.staged_store_min_bytes;
+  }
   absl::StatusOr<std::unique_ptr<CopyBackend>> backend = cuda::CreateCudaCopyBackend(cuda_options);
   if (backend.ok() || options.kind == "cuda") return backend;
   if (backend.status().code() != absl::StatusCode::kUnavailable) return backend.status();

@@ -40,4 +40,31 @@ cudaError_t LaunchSpin(uint64_t nanoseconds, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+namespace {
+__global__ void __launch_bounds__(256) FmaBurnKernel(uint64_t iters, float* out) {
+  float a = threadIdx.x * 1e-3f, b = 1.0001f, c = 0.9999f, d = blockIdx.x * 1e-3f;
+  for (uint64_t i = 0; i < iters; ++i) {
+    a = fmaf(a, b, c);
+    d = fmaf(d, c, b);
+    b = fmaf(b, 0.99999f, 1e-6f);
+    c = fmaf(c, 1.00001f, -1e-6f);
+  }
+  if (a + d == 12345.678f) out[0] = a;  // keeps the loop alive
+}
+}  // namespace
+
+int FmaBurnBlocksPerSm() {
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, FmaBurnKernel, 256, 0) !=
+      cudaSuccess) {
+    return 0;
+  }
+  return blocks;
+}
+
+cudaError_t LaunchFmaBurn(int grid, uint64_t iters, float* out, cudaStream_t stream) {
+  FmaBurnKernel<<<grid, 256, 0, stream>>>(iters, out);
+  return cudaGetLastError();
+}
+
 }  // namespace kvoffload::testing

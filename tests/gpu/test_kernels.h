@@ -15,6 +15,11 @@ cudaError_t LaunchFillPattern(void* p, uint64_t bytes, uint64_t generation, cuda
 // One thread that spins for `nanoseconds` (globaltimer): delays what follows on `stream`.
 cudaError_t LaunchSpin(uint64_t nanoseconds, cudaStream_t stream);
 
+// A compute-bound kernel (FMA loop, 256 threads per block, no memory traffic): how many of its
+// blocks fit one SM, and a launch of `grid` blocks (SMs × FmaBurnBlocksPerSm() = one full wave).
+int FmaBurnBlocksPerSm();
+cudaError_t LaunchFmaBurn(int grid, uint64_t iters, float* out, cudaStream_t stream);
+
 }  // namespace kvoffload::testing
 
 #endif  // KVOFFLOAD_TESTS_GPU_TEST_KERNELS_H_

@@ -61,7 +61,9 @@ __device__ __forceinline__ void CopyWarp(V* __restrict__ dst, const V* __restric
 }
 
 // Returns true when the host cancelled the job before this block started (JobGate protocol).
-__device__ __forceinline__ bool GateCancelled(JobGate* gate) {
+// A block that passes the gate stores `release_value` at `release` (when given).
+__device__ __forceinline__ bool GateCancelled(JobGate* gate, uint32_t* release,
+                                              uint32_t release_value) {
   __shared__ uint32_t cancelled;
   if (threadIdx.x == 0) {
     uint32_t c;
@@ -69,6 +71,10 @@ __device__ __forceinline__ bool GateCancelled(JobGate* gate) {
     asm volatile("fence.sc.sys;" ::: "memory");
     asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(c) : "l"(&gate->cancelled) : "memory");
     cancelled = c;
+    if (c == 0 && release != nullptr) {
+      asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(release), "r"(release_value)
+                   : "memory");
+    }
   }
   __syncthreads();
   return cancelled != 0;
@@ -82,7 +88,7 @@ struct UnrollTraits {
 template <typename V, int kUnroll, bool kStore, int kPrefetch = 0>
 __global__ void __launch_bounds__(UnrollTraits<kUnroll>::kMaxThreads)
     CopyPagesKernel(const CopyPagesArgs a) {
-  if (a.gate != nullptr && GateCancelled(a.gate)) return;
+  if (a.gate != nullptr && GateCancelled(a.gate, a.release, a.release_value)) return;
 
   const uint32_t lane = threadIdx.x & 31u;
   const uint64_t warps_per_block = blockDim.x >> 5;

@@ -58,6 +58,12 @@ struct CopyPagesArgs {
   uint32_t unit_bytes = 16384;            // multiple of 16
   uint32_t vector_bytes = 16;             // 16, 8, 4, 2 or 1; must divide every address and size
   JobGate* gate = nullptr;                // device-visible address of mapped host memory, or null
+  // Staged stores: every thread block that passes the gate (not cancelled) stores
+  // `release_value` here (device-visible address of mapped host memory, or null). The copy
+  // engines' D2H copies of the job wait for it (cuStreamWaitValue32), so a cancelled gather
+  // also keeps its D2H copies from ever running.
+  uint32_t* release = nullptr;
+  uint32_t release_value = 0;
   // Loads from host memory (scatter) with 16-byte accesses: L2 prefetch size hint (PTX
   // .L2::128B / .L2::256B) so that the L2 may fetch larger pieces over PCIe; 0 = no hint.
   uint32_t l2_prefetch_bytes = 0;

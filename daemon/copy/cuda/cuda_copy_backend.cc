@@ -323,6 +323,29 @@ class CudaWorkerMemory final : public WorkerMemory {
       for (cudaEvent_t e : drained_) cudaEventDestroy(e);
       cudaStreamDestroy(staging_stream_);
     }
+    if (store_.copy_stream != nullptr) {
+      // Staged stores: the D2H copies read the store staging buffers; order the frees after them.
+      if (!cancelled) cudaStreamSynchronize(store_.copy_stream);
+      cudaEvent_t joined = nullptr;
+      if (cudaEventCreateWithFlags(&joined, cudaEventDisableTiming) == cudaSuccess) {
+        cudaEventRecord(joined, store_.copy_stream);
+        cudaStreamWaitEvent(streams_[kStreamStore], joined, 0);
+        cudaEventDestroy(joined);
+        for (uint8_t*& b : store_.staging) {
+          device_->Free(b, store_.staging_bytes, streams_[kStreamStore]);
+          b = nullptr;
+        }
+      } else {
+        Log()->warn("worker teardown: cannot order the staging frees; leaking staging buffers");
+      }
+      for (cudaEvent_t e : store_.filled) cudaEventDestroy(e);
+      for (cudaEvent_t e : store_.drained) cudaEventDestroy(e);
+      cudaStreamDestroy(store_.copy_stream);
+    }
+    if (store_.release_host != nullptr && !cancelled) cudaFreeHost(store_.release_host);
+    // Streams abandoned after a cancelled staged store stay blocked forever (their memory is
+    // leaked on purpose: a blocked copy still names it); destroying them releases nothing early.
+    for (cudaStream_t s : abandoned_streams_) cudaStreamDestroy(s);
     if (kernel_table_ != all_table_) {
       device_->Free(kernel_table_, kernel_table_bytes_, streams_[kStreamStore]);
     }
@@ -369,6 +392,28 @@ class CudaWorkerMemory final : public WorkerMemory {
   cudaEvent_t filled_[2] = {nullptr, nullptr};   // staging buffer i written (staging stream)
   cudaEvent_t drained_[2] = {nullptr, nullptr};  // staging buffer i read (load stream)
   uint64_t next_staging_ = 0;
+  // Staged stores, created on first use under stream_mu_[kStreamStore]. Gathers run on the store
+  // stream, the D2H copies on copy_stream. `release` is a word of mapped pinned memory: staged
+  // store number n's gather blocks store n there once past the gate; its D2H copies wait for it,
+  // and the gathers of the next staged store wait for it too (so no later store can start, and
+  // release a cancelled store's copies, behind a cancelled one).
+  struct StoreStaging {
+    cudaStream_t copy_stream = nullptr;
+    uint8_t* staging[2] = {nullptr, nullptr};
+    size_t staging_bytes = 0;
+    cudaEvent_t filled[2] = {nullptr, nullptr};   // staging buffer i gathered (store stream)
+    cudaEvent_t drained[2] = {nullptr, nullptr};  // staging buffer i copied out (copy stream)
+    uint64_t next_staging = 0;
+    uint32_t* release_host = nullptr;
+    uint64_t release_device = 0;
+    uint32_t next_seq = 0;
+    uint32_t last_seq = 0;  // the last staged store enqueued; 0: none (in this generation)
+  };
+  StoreStaging store_;
+  // Set by the completion thread when a staged store was cancelled before it started: the store
+  // streams are blocked for good; the next store renews them (under stream_mu_[kStreamStore]).
+  std::atomic<bool> store_abandoned_{false};
+  std::vector<cudaStream_t> abandoned_streams_;
   uint64_t num_blocks_ = 0;
   uint64_t bytes_per_block_ = 0;
   cudaStream_t streams_[2] = {nullptr, nullptr};
@@ -398,6 +443,9 @@ struct PendingJob {
   bool reported = false;
   bool deadline_handled = false;
   bool fail_on_completion = false;
+  // Staged stores: the release word (host address) and this job's value (see StoreStaging).
+  uint32_t* release_host = nullptr;
+  uint32_t release_value = 0;
 };
 
 const char* DirectionName(CopyDirection d) { return d == CopyDirection::kStore ? "store" : "load"; }
@@ -547,7 +595,11 @@ class CompletionPoller {
         Log()->warn("{} copy of {} bytes had not started {} after submission (worker event not "
                      "signalled?): cancelled",
                      DirectionName(j.direction), j.bytes, waited);
-        if (j.memory != nullptr) j.memory->had_cancelled_.store(true);
+        if (j.memory != nullptr) {
+          j.memory->had_cancelled_.store(true);
+          // A staged store's D2H copies now wait forever: abandon the worker's store streams.
+          if (j.release_host != nullptr) j.memory->store_abandoned_.store(true);
+        }
         Report(j, absl::DeadlineExceededError(absl::StrCat(
                       DirectionName(j.direction), " copy had not started ", waited,
                       " after submission (worker event not signalled); cancelled, it will not "
@@ -561,6 +613,15 @@ class CompletionPoller {
       }
       // Started while we cancelled: some thread blocks may have skipped their pages.
       j.fail_on_completion = true;
+      if (j.release_host != nullptr) {
+        // Staged store: maybe no block passed the gate, so nothing released its D2H copies.
+        // Release them (they copy a partly gathered staging buffer; the job fails anyway).
+        // No later store can have stored a larger value: they wait for this one.
+        const uint32_t current = __atomic_load_n(j.release_host, __ATOMIC_SEQ_CST);
+        if (static_cast<int32_t>(current - j.release_value) < 0) {
+          __atomic_store_n(j.release_host, j.release_value, __ATOMIC_SEQ_CST);
+        }
+      }
       Log()->warn("{} copy of {} bytes cancelled while starting; will fail once it finishes",
                   DirectionName(j.direction), j.bytes);
       return;
@@ -1108,16 +1169,22 @@ class CudaCopyBackend::Impl {
     }
     p->deadline = p->submitted + timeout;
     p->worker_event = job.event_index >= 0 ? m->events_[job.event_index] : nullptr;
-    if (job.direction == CopyDirection::kLoad && UseStagedLoad(job, *m, *region)) {
+    if (job.direction == CopyDirection::kLoad &&
+        UseStaged(job, *m, *region, options_.staged_load_min_copy_bytes)) {
       return EnqueueStagedLoad(job, m, *region, p);
+    }
+    if (job.direction == CopyDirection::kStore &&
+        UseStaged(job, *m, *region, options_.staged_store_min_copy_bytes)) {
+      return EnqueueStagedStore(job, m, *region, p);
     }
     return EnqueueDirect(job, m, region.get(), p);
   }
 
   // Average contiguous host run of the job (rows × slot bytes; adjacent rows merge) is long
   // enough for the copy engines, and a block fits one staging buffer.
-  bool UseStagedLoad(const CopyJob& job, const CudaWorkerMemory& m, const Region& region) const {
-    if (options_.staged_load_min_copy_bytes == kNeverUseCopyEngines) return false;
+  bool UseStaged(const CopyJob& job, const CudaWorkerMemory& m, const Region& region,
+                 uint64_t min_copy_bytes) const {
+    if (min_copy_bytes == kNeverUseCopyEngines) return false;
     const uint64_t bpb = m.bytes_per_block_;
     if (bpb > options_.staging_chunk_bytes) return false;
     const uint64_t run_bytes = uint64_t{job.blocks_per_row} * bpb;
@@ -1130,7 +1197,7 @@ class CudaCopyBackend::Impl {
       previous_end = start + run_bytes;
     }
     const uint64_t total = job.rows.size() * run_bytes;
-    return runs > 0 && total / runs >= options_.staged_load_min_copy_bytes;
+    return runs > 0 && total / runs >= min_copy_bytes;
   }
 
   // Kernel for the small pages, copy engines (page by page) for the large ones.
@@ -1185,6 +1252,10 @@ class CudaCopyBackend::Impl {
     bool kernel_launched = false;
     {
       absl::MutexLock lock(&m->stream_mu_[which]);
+      if (store) {
+        RETURN_IF_ERROR(RenewStoreStreamsIfAbandoned(m));
+        stream = m->streams_[kStreamStore];
+      }
       if (has_kernel) {
         status = CudaStatus(cudaMemcpyAsync(p->buffer.device, p->buffer.host + kGateBytes,
                                             num_pairs * sizeof(PagePair), cudaMemcpyHostToDevice,
@@ -1233,25 +1304,12 @@ class CudaCopyBackend::Impl {
                                  PendingJob* p) {
     Device* device = m->device_;
     const uint64_t num_pairs = job.gpu_blocks.size();
-    const uint64_t bpb = m->bytes_per_block_;
     ASSIGN_OR_RETURN(p->buffer, device->AcquireBuffer(kGateBytes + num_pairs * sizeof(PagePair)));
     auto* gate = reinterpret_cast<JobGate*>(p->buffer.host);
     gate->started = 0;
     gate->cancelled = 0;
     auto* pairs = reinterpret_cast<PagePair*>(p->buffer.host + kGateBytes);
 
-    struct Copy {
-      const uint8_t* host;
-      uint64_t staging_offset;
-      uint64_t bytes;
-    };
-    struct Chunk {
-      uint64_t pair_begin = 0;
-      uint64_t pair_end = 0;
-      int buffer = 0;
-      size_t copy_begin = 0;
-      size_t copy_end = 0;
-    };
     cudaStream_t load_stream = m->streams_[kStreamLoad];
     absl::Status status;
     bool kernel_launched = false;
@@ -1259,47 +1317,11 @@ class CudaCopyBackend::Impl {
     RETURN_IF_ERROR(EnsureStaging(m));
     cudaStream_t copy_stream = m->staging_stream_;
 
-    // Plan: blocks in job order, packed into chunks; the copies are the contiguous host runs.
-    std::vector<Copy> copies;
-    std::vector<Chunk> chunks;
+    std::vector<StagedCopy> copies;
+    std::vector<StagedChunk> chunks;
     uint64_t align_bits = m->all_align_bits_;
-    const uint64_t capacity = options_.staging_chunk_bytes / bpb * bpb;
-    const uint64_t slot_offset = uint64_t{job.slot} * job.slot_bytes;
-    uint64_t fill = capacity;  // forces a first chunk
-    size_t i = 0;
-    for (uint64_t row : job.rows) {
-      const uint8_t* row_host = region.base() + row * region.row_bytes() + slot_offset;
-      for (uint32_t j = 0; j < job.blocks_per_row; ++j, ++i) {
-        if (fill + bpb > capacity) {
-          if (!chunks.empty()) {
-            chunks.back().pair_end = i;
-            chunks.back().copy_end = copies.size();
-          }
-          Chunk c;
-          c.pair_begin = i;
-          c.buffer = static_cast<int>((m->next_staging_ + chunks.size()) % 2);
-          c.copy_begin = copies.size();
-          chunks.push_back(c);
-          fill = 0;
-        }
-        const uint8_t* host = row_host + j * bpb;
-        if (copies.size() > chunks.back().copy_begin &&
-            copies.back().host + copies.back().bytes == host) {
-          copies.back().bytes += bpb;
-        } else {
-          copies.push_back({host, fill, bpb});
-        }
-        const uint64_t staged =
-            reinterpret_cast<uint64_t>(m->staging_[chunks.back().buffer]) + fill;
-        pairs[i].gpu_block = job.gpu_blocks[i];
-        pairs[i].host = staged;
-        align_bits |= staged;
-        fill += bpb;
-      }
-    }
-    chunks.back().pair_end = i;
-    chunks.back().copy_end = copies.size();
-    m->next_staging_ += chunks.size();
+    PlanStaged(job, *m, region, m->staging_, &m->next_staging_, pairs, &copies, &chunks,
+               &align_bits);
 
     status = CudaStatus(cudaMemcpyAsync(p->buffer.device, p->buffer.host + kGateBytes,
                                         num_pairs * sizeof(PagePair), cudaMemcpyHostToDevice,
@@ -1310,7 +1332,7 @@ class CudaCopyBackend::Impl {
       status = CudaStatus(cudaStreamWaitEvent(load_stream, p->worker_event, 0),
                           "cudaStreamWaitEvent on the worker's event");
     }
-    for (const Chunk& c : chunks) {
+    for (const StagedChunk& c : chunks) {
       if (!status.ok()) break;
       const int b = c.buffer;
       status = CudaStatus(cudaStreamWaitEvent(copy_stream, m->drained_[b], 0),
@@ -1367,6 +1389,263 @@ class CudaCopyBackend::Impl {
     // Cancellable only if nothing but gated kernels touches the worker's memory: true here.
     if (kernel_launched && status.ok()) p->gate = gate;
     return status;
+  }
+
+  // One contiguous host run of a staged job and its place in the staging buffer.
+  struct StagedCopy {
+    uint8_t* host;
+    uint64_t staging_offset;
+    uint64_t bytes;
+  };
+  struct StagedChunk {
+    uint64_t pair_begin = 0;
+    uint64_t pair_end = 0;
+    int buffer = 0;
+    size_t copy_begin = 0;
+    size_t copy_end = 0;
+  };
+
+  // Plans a staged job: blocks in job order, packed into chunks of at most staging_chunk_bytes
+  // (whole blocks) alternating between the two staging buffers; within a chunk the staging
+  // buffer is laid out like the host side, so each contiguous host run (adjacent rows merge) is
+  // one copy. Fills the pair table (gpu block, staging address) and advances *next_staging.
+  void PlanStaged(const CopyJob& job, const CudaWorkerMemory& m, const Region& region,
+                  uint8_t* const staging[2], uint64_t* next_staging, PagePair* pairs,
+                  std::vector<StagedCopy>* copies, std::vector<StagedChunk>* chunks,
+                  uint64_t* align_bits) const {
+    const uint64_t bpb = m.bytes_per_block_;
+    const uint64_t capacity = options_.staging_chunk_bytes / bpb * bpb;
+    const uint64_t slot_offset = uint64_t{job.slot} * job.slot_bytes;
+    uint64_t fill = capacity;  // forces a first chunk
+    size_t i = 0;
+    for (uint64_t row : job.rows) {
+      uint8_t* row_host = region.base() + row * region.row_bytes() + slot_offset;
+      for (uint32_t j = 0; j < job.blocks_per_row; ++j, ++i) {
+        if (fill + bpb > capacity) {
+          if (!chunks->empty()) {
+            chunks->back().pair_end = i;
+            chunks->back().copy_end = copies->size();
+          }
+          StagedChunk c;
+          c.pair_begin = i;
+          c.buffer = static_cast<int>((*next_staging + chunks->size()) % 2);
+          c.copy_begin = copies->size();
+          chunks->push_back(c);
+          fill = 0;
+        }
+        uint8_t* host = row_host + j * bpb;
+        if (copies->size() > chunks->back().copy_begin &&
+            copies->back().host + copies->back().bytes == host) {
+          copies->back().bytes += bpb;
+        } else {
+          copies->push_back({host, fill, bpb});
+        }
+        const uint64_t staged = reinterpret_cast<uint64_t>(staging[chunks->back().buffer]) + fill;
+        pairs[i].gpu_block = job.gpu_blocks[i];
+        pairs[i].host = staged;
+        *align_bits |= staged;
+        fill += bpb;
+      }
+    }
+    chunks->back().pair_end = i;
+    chunks->back().copy_end = copies->size();
+    *next_staging += chunks->size();
+  }
+
+  // Staged store: per chunk, the gather kernel copies the worker's pages device to device into
+  // staging buffer b, laid out like the host runs (store stream), then the copy engines copy the
+  // runs to the region (copy stream). Two buffers alternate, ordered by events: a buffer is
+  // gathered into only after its previous D2H copies (drained), and copied out only after it was
+  // gathered (filled). Cancellation: the gathers are gated; the D2H copies wait for the release
+  // word that only a block past the gate writes (StoreStaging), so a store cancelled before it
+  // started never writes the region.
+  absl::Status EnqueueStagedStore(const CopyJob& job, CudaWorkerMemory* m, const Region& region,
+                                  PendingJob* p) {
+    Device* device = m->device_;
+    const uint64_t num_pairs = job.gpu_blocks.size();
+    ASSIGN_OR_RETURN(p->buffer, device->AcquireBuffer(kGateBytes + num_pairs * sizeof(PagePair)));
+    auto* gate = reinterpret_cast<JobGate*>(p->buffer.host);
+    gate->started = 0;
+    gate->cancelled = 0;
+    auto* pairs = reinterpret_cast<PagePair*>(p->buffer.host + kGateBytes);
+
+    absl::MutexLock lock(&m->stream_mu_[kStreamStore]);
+    RETURN_IF_ERROR(RenewStoreStreamsIfAbandoned(m));
+    RETURN_IF_ERROR(EnsureStoreStaging(m));
+    CudaWorkerMemory::StoreStaging& st = m->store_;
+    cudaStream_t gather_stream = m->streams_[kStreamStore];
+    cudaStream_t copy_stream = st.copy_stream;
+
+    std::vector<StagedCopy> copies;
+    std::vector<StagedChunk> chunks;
+    uint64_t align_bits = m->all_align_bits_;
+    PlanStaged(job, *m, region, st.staging, &st.next_staging, pairs, &copies, &chunks,
+               &align_bits);
+    const uint32_t seq = ++st.next_seq;
+
+    absl::Status status = CudaStatus(
+        cudaMemcpyAsync(p->buffer.device, p->buffer.host + kGateBytes,
+                        num_pairs * sizeof(PagePair), cudaMemcpyHostToDevice, gather_stream),
+        "uploading the descriptor table");
+    if (status.ok() && p->worker_event != nullptr) {
+      status = CudaStatus(cudaStreamWaitEvent(gather_stream, p->worker_event, 0),
+                          "cudaStreamWaitEvent on the worker's event");
+    }
+    if (status.ok() && st.last_seq != 0) {
+      // Behind the previous staged store's gate: if that one is cancelled, this one never starts
+      // (and never releases the previous one's D2H copies with a larger value).
+      status = StreamWaitValueGeq(gather_stream, st.release_device, st.last_seq);
+    }
+    bool kernel_launched = false;
+    bool released_wait = false;
+    for (const StagedChunk& c : chunks) {
+      if (!status.ok()) break;
+      const int b = c.buffer;
+      status = CudaStatus(cudaStreamWaitEvent(gather_stream, st.drained[b], 0),
+                          "cudaStreamWaitEvent (staging drained)");
+      if (status.ok()) {
+        CopyPagesArgs args =
+            KernelArgs(/*store=*/true, m->all_table_, static_cast<uint32_t>(m->tensors_.size()),
+                       m->all_units_per_pair_, p->buffer, c.pair_begin,
+                       c.pair_end - c.pair_begin, align_bits);
+        args.release = reinterpret_cast<uint32_t*>(st.release_device);
+        args.release_value = seq;
+        status = CudaStatus(LaunchCopyPages(args, KernelConfig(), gather_stream),
+                            "staged gather kernel launch");
+        kernel_launched = kernel_launched || status.ok();
+      }
+      if (status.ok()) {
+        status = CudaStatus(cudaEventRecord(st.filled[b], gather_stream),
+                            "cudaEventRecord (staging filled)");
+      }
+      if (status.ok()) {
+        status = CudaStatus(cudaStreamWaitEvent(copy_stream, st.filled[b], 0),
+                            "cudaStreamWaitEvent (staging filled)");
+      }
+      if (status.ok() && !released_wait) {
+        status = StreamWaitValueGeq(copy_stream, st.release_device, seq);
+        released_wait = status.ok();
+      }
+      if (status.ok()) {
+        CopyBatcher batcher(options_.max_copies_per_batch, copy_stream, &batch_unsupported_);
+        for (size_t k = c.copy_begin; k < c.copy_end && status.ok(); ++k) {
+          status = batcher.Add(copies[k].host, st.staging[b] + copies[k].staging_offset,
+                               copies[k].bytes);
+        }
+        if (status.ok()) status = batcher.Flush();
+      }
+      if (status.ok()) {
+        status = CudaStatus(cudaEventRecord(st.drained[b], copy_stream),
+                            "cudaEventRecord (staging drained)");
+      }
+    }
+    if (status.ok()) {
+      st.last_seq = seq;
+    } else {
+      // Nothing may be left running on the store stream unseen: join it before completion.
+      cudaEvent_t joined = nullptr;
+      if (cudaEventCreateWithFlags(&joined, cudaEventDisableTiming) == cudaSuccess) {
+        cudaEventRecord(joined, gather_stream);
+        cudaStreamWaitEvent(copy_stream, joined, 0);
+        cudaEventDestroy(joined);
+      }
+    }
+    RecordCompletion(copy_stream, p, &status);
+    if (p->completion == nullptr) {
+      Log()->error("staged store: cannot track its GPU work ({}); leaking its descriptor buffer",
+                   status.ToString());
+      p->buffer = Device::Buffer();
+    }
+    p->release_host = st.release_host;
+    p->release_value = seq;
+    // Cancellable: only gated kernels read the worker's memory, and the D2H copies run only once
+    // a gather block passed the gate.
+    if (kernel_launched && released_wait && status.ok()) p->gate = gate;
+    return status;
+  }
+
+  // After a staged store was cancelled before it started, the worker's store stream and staged
+  // store copy stream are blocked for good (the copy stream waits for a release that never
+  // comes). Gives the worker fresh ones; the old ones and their staging memory are abandoned.
+  // Caller holds the store stream's mutex.
+  absl::Status RenewStoreStreamsIfAbandoned(CudaWorkerMemory* m) {
+    if (!m->store_abandoned_.load()) return absl::OkStatus();
+    Device* device = m->device_;
+    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device->ordinal()), "cudaSetDevice"));
+    cudaStream_t fresh = nullptr;
+    RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&fresh, cudaStreamNonBlocking),
+                               "cudaStreamCreateWithFlags (store, renewed)"));
+    m->store_abandoned_.store(false);
+    m->abandoned_streams_.push_back(m->streams_[kStreamStore]);
+    m->streams_[kStreamStore] = fresh;
+    CudaWorkerMemory::StoreStaging& st = m->store_;
+    if (st.copy_stream != nullptr) m->abandoned_streams_.push_back(st.copy_stream);
+    Log()->warn("device {}: a staged store was cancelled before it started; abandoning the "
+                "worker's store streams ({} MiB of staging memory leaked) and starting fresh ones",
+                device->ordinal(), (2 * st.staging_bytes) >> 20);
+    st = CudaWorkerMemory::StoreStaging();  // staging, events and release word leaked on purpose
+    return absl::OkStatus();
+  }
+
+  // Store staging buffers, copy stream, events and release word of a worker (first staged
+  // store). Caller holds the store stream's mutex.
+  absl::Status EnsureStoreStaging(CudaWorkerMemory* m) {
+    CudaWorkerMemory::StoreStaging& st = m->store_;
+    if (st.copy_stream != nullptr) return absl::OkStatus();
+    Device* device = m->device_;
+    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device->ordinal()), "cudaSetDevice"));
+    const size_t bytes = options_.staging_chunk_bytes;
+    CudaWorkerMemory::StoreStaging fresh;
+    auto undo = [&] {
+      for (cudaEvent_t e : fresh.filled) {
+        if (e != nullptr) cudaEventDestroy(e);
+      }
+      for (cudaEvent_t e : fresh.drained) {
+        if (e != nullptr) cudaEventDestroy(e);
+      }
+      if (fresh.copy_stream != nullptr) cudaStreamDestroy(fresh.copy_stream);
+      for (uint8_t* b : fresh.staging) device->Free(b, bytes, nullptr);
+      if (fresh.release_host != nullptr) cudaFreeHost(fresh.release_host);
+    };
+    for (int b = 0; b < 2; ++b) {
+      absl::StatusOr<void*> d = device->Allocate(bytes);
+      if (!d.ok()) {
+        undo();
+        return d.status();
+      }
+      fresh.staging[b] = static_cast<uint8_t*>(*d);
+    }
+    fresh.staging_bytes = bytes;
+    void* word = nullptr;
+    absl::Status s = CudaStatus(cudaHostAlloc(&word, kGateBytes,
+                                              cudaHostAllocPortable | cudaHostAllocMapped),
+                                "cudaHostAlloc (staged store release word)");
+    if (s.ok()) {
+      fresh.release_host = static_cast<uint32_t*>(word);
+      *fresh.release_host = 0;
+      void* device_word = nullptr;
+      s = CudaStatus(cudaHostGetDevicePointer(&device_word, word, 0),
+                     "cudaHostGetDevicePointer (staged store release word)");
+      fresh.release_device = reinterpret_cast<uint64_t>(device_word);
+    }
+    if (s.ok()) {
+      s = CudaStatus(cudaStreamCreateWithFlags(&fresh.copy_stream, cudaStreamNonBlocking),
+                     "cudaStreamCreateWithFlags (store staging)");
+    }
+    for (int e = 0; e < 2 && s.ok(); ++e) {
+      s = CudaStatus(cudaEventCreateWithFlags(&fresh.filled[e], cudaEventDisableTiming),
+                     "cudaEventCreateWithFlags (store staging)");
+      if (s.ok()) {
+        s = CudaStatus(cudaEventCreateWithFlags(&fresh.drained[e], cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags (store staging)");
+      }
+    }
+    if (!s.ok()) {
+      undo();
+      return s;
+    }
+    st = fresh;
+    return absl::OkStatus();
   }
 
   // Staging buffers, stream and events of a worker (first staged load). Caller holds the load

@@ -18,6 +18,10 @@
 //     staged: copy engines move the runs into a device staging buffer, and the scatter kernel
 //     spreads them device to device (SM reads of host memory top out at ~92.5 % of the link,
 //     copy engines reach ~98 %: TUNING.md);
+//   * a store whose region side comes in long contiguous runs (`staged_store_min_copy_bytes`) is
+//     staged the other way: the gather kernel copies device to device into a staging buffer laid
+//     out like the runs, then the copy engines copy the runs D2H (SMs busy ~2 % of the transfer
+//     time instead of all of it);
 //   * a store waits on the worker's IPC event (cudaStreamWaitEvent) before reading; a load waits
 //     on it when given and records it again after the copy;
 //   * one thread polls per-job completion events and calls `done` exactly once.
@@ -32,6 +36,13 @@
 //     deadline is logged and reported DEADLINE_EXCEEDED only when its work has finished.
 // Staged loads count as kernel-only: their copy engines only read the region and write the
 // backend's staging buffer; the gated scatter kernels alone touch the worker's blocks.
+// Staged stores count as kernel-only too: their D2H copies wait (cuStreamWaitValue32) for a word
+// in mapped host memory that only a gather block that passed the gate writes, so a staged store
+// cancelled before it started never writes the region. Its copy stream then stays blocked
+// forever: the worker's store streams and store staging buffers are abandoned (leaked) and
+// fresh ones created for the next store; stores already queued behind the cancelled one never
+// start and are cancelled at their own deadlines (jobs with copy-engine pages, off by default,
+// would then never finish: keep copy_engine_min_page_bytes off with staged stores).
 //
 // Streams. Each worker gets its own streams (store, load, and a staging stream for staged loads):
 // a worker whose event never fires blocks only itself. The SM budget bounds each kernel, so one
@@ -85,6 +96,18 @@ struct CudaBackendOptions {
   // Measured: 97.6 % of the ceiling with 256 KiB runs, 98.4 % from 1 MiB, against 92.5 % for
   // the direct scatter kernel at any page size.
   uint64_t staged_load_min_copy_bytes = uint64_t{256} << 10;
+  // Staged stores, the mirror image: when a store's host side comes in contiguous runs averaging
+  // at least this many bytes, the gather kernel copies the pages device to device into a staging
+  // buffer laid out like the host runs (two more buffers of `staging_chunk_bytes` per worker,
+  // allocated on first use), and the copy engines move each run to the region (D2H), chunk by
+  // chunk, the gather of chunk k+1 overlapping the D2H of chunk k. The SMs then work only for the
+  // device-local gather (~50× shorter than the PCIe transfer) instead of the whole transfer,
+  // which is what slows down the workers' own kernels. kNeverUseCopyEngines disables it.
+  // OFF by default for now: after a staged store is cancelled at its deadline, its copy stream
+  // waits forever, and a later cudaHostUnregister of the region (UnregisterRegion, shutdown)
+  // then hangs (seen on the H200, 2026-11-29; TUNING.md). Measured when on (256 KiB runs and
+  // up): 52.4-53.1 GB/s vs 51.4-51.9 direct; compute-kernel slowdown 0.3 % vs 13.2 % direct.
+  uint64_t staged_store_min_copy_bytes = kNeverUseCopyEngines;
   uint64_t staging_chunk_bytes = uint64_t{16} << 20;
   // Bound on one cudaMemcpyBatchAsync call (vLLM #49276: one of ~52K descriptors crashed).
   size_t max_copies_per_batch = 4096;
