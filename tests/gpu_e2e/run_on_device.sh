@@ -2,8 +2,8 @@
 # Runs every GPU test and the benchmark on the accelerator machine, from a bundle built here:
 #   tests/gpu_e2e/make_bundle.sh            # builds and bundles into bundle/gpu (git-ignored)
 #   (device) tests/gpu_e2e/run_on_device.sh bundle/gpu "$OUT"
-# Builds nothing. Writes logs, bench.jsonl (copy baselines), e2e.jsonl (kvoffload end to end) and
-# device.txt to OUT, prints a short table and a final "N passed, N failed" line.
+# Builds nothing. Writes logs, bench.jsonl (copy baselines), e2e.jsonl (kvoffload end to end, default
+# flags), e2e_staged.jsonl (the same with experimental staged stores) and device.txt to OUT, prints a short table and a final "N passed, N failed" line.
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
@@ -56,6 +56,15 @@ else
   failed=$((failed + 1)); echo "FAILED: e2e_bench"; tail -5 "$out/e2e.err"
 fi
 cat "$out/e2e.jsonl"
+echo "=== kvoffload end to end, experimental staged stores (--staged_store_min_bytes=256KiB)"
+if (cd "$tree" && timeout 400 "$bundle/bin/e2e_bench" --daemon=daemon/kvoffloadd \
+      --worker=tests/gpu_e2e/kvoffload_cuda_worker --daemon_args=--staged_store_min_bytes=256KiB) \
+      >"$out/e2e_staged.jsonl" 2>"$out/e2e_staged.err"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAILED: e2e_bench (staged stores)"; tail -5 "$out/e2e_staged.err"
+fi
+grep -E '"store"|interference' "$out/e2e_staged.jsonl"
 rm -rf "$tree"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
