@@ -50,15 +50,24 @@ struct WorkerClient::Impl {
   WorkerRegistration registration;
   std::thread reader;
 
-  absl::Mutex write_mu;  // one writer at a time on the stream
+  absl::Mutex write_mu;  // one writer at a time on the stream; Finish excludes writers
+  bool stream_finished ABSL_GUARDED_BY(write_mu) = false;
   mutable absl::Mutex mu;
   std::map<uint64_t, FinishedJob> finished ABSL_GUARDED_BY(mu);
   absl::Status session_status ABSL_GUARDED_BY(mu);
+  absl::Status closed_reason ABSL_GUARDED_BY(mu);  // from SessionClosed, if the daemon sent one
   bool ended ABSL_GUARDED_BY(mu) = false;
 
   void ReadLoop() {
     v1::DaemonMessage message;
     while (stream->Read(&message)) {
+      if (message.has_closed()) {
+        // The daemon's reason for ending the session (it cancels the call right after).
+        absl::MutexLock lock(&mu);
+        closed_reason = absl::Status(static_cast<absl::StatusCode>(message.closed().code()),
+                                     message.closed().message());
+        continue;
+      }
       if (!message.has_finished()) continue;
       const v1::JobFinished& f = message.finished();
       FinishedJob job;
@@ -70,10 +79,19 @@ struct WorkerClient::Impl {
       absl::MutexLock lock(&mu);
       finished.emplace(job.job_id, std::move(job));  // the first verdict for an id wins
     }
-    absl::Status status = FromGrpcStatus(stream->Finish());
+    absl::Status status;
+    {
+      absl::MutexLock lock(&write_mu);  // gRPC: no Write may run concurrently with Finish
+      status = FromGrpcStatus(stream->Finish());
+      stream_finished = true;
+    }
     absl::MutexLock lock(&mu);
     ended = true;
-    session_status = status.ok() ? absl::UnavailableError("session ended by kvoffloadd") : status;
+    if (!closed_reason.ok()) {
+      session_status = closed_reason;
+    } else {
+      session_status = status.ok() ? absl::UnavailableError("session ended by kvoffloadd") : status;
+    }
   }
 };
 
@@ -131,7 +149,7 @@ WorkerClient::WorkerClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 WorkerClient::~WorkerClient() {
   {
     absl::MutexLock lock(&impl_->write_mu);
-    impl_->stream->WritesDone();
+    if (!impl_->stream_finished) impl_->stream->WritesDone();
   }
   impl_->context.TryCancel();
   impl_->reader.join();
@@ -147,11 +165,11 @@ absl::Status WorkerClient::Submit(const JobRequest& job) {
   s->mutable_gpu_blocks()->Add(job.gpu_blocks.begin(), job.gpu_blocks.end());
   s->mutable_rows()->Add(job.rows.begin(), job.rows.end());
   s->set_event_index(job.event_index);
-  {
-    absl::MutexLock lock(&impl_->mu);
-    if (impl_->ended) return impl_->session_status;
-  }
   absl::MutexLock lock(&impl_->write_mu);
+  if (impl_->stream_finished) {
+    absl::MutexLock state(&impl_->mu);
+    return impl_->session_status;
+  }
   if (!impl_->stream->Write(message)) {
     return absl::UnavailableError("the session with kvoffloadd has ended");
   }

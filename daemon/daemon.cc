@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -47,6 +48,9 @@ struct Daemon::Impl {
   // Destruction order matters (reverse of declaration): servers, then services, registry,
   // release queue (engines die there), budget, and the backend last.
   std::unique_ptr<CopyBackend> backend;
+  // Copy callbacks still running; they touch `release` and `budget` (through engines).
+  std::unique_ptr<std::atomic<int64_t>> callbacks_running =
+      std::make_unique<std::atomic<int64_t>>(0);
   std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<DeferredRelease> release;
   std::unique_ptr<EngineRegistry> registry;
@@ -100,6 +104,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   deps.release = impl->release.get();
   deps.region_options = options.region_options;
   deps.job_timeout = options.job_timeout;
+  deps.callbacks_running = impl->callbacks_running.get();
   deps.max_blocks_per_job = options.max_blocks_per_job;
   RegistryOptions registry_options;
   registry_options.idle_engine_ttl = options.idle_engine_ttl;
@@ -150,10 +155,16 @@ void Daemon::Shutdown(absl::Duration grace) {
   if (impl_ == nullptr || impl_->shut_down) return;
   impl_->shut_down = true;
   Log()->info("shutting down (grace {})", absl::FormatDuration(grace));
-  // Engines first: open jobs fail, sessions are told to end (their streams are cancelled), so
-  // the servers' Shutdown does not wait on live worker streams.
-  const bool drained =
+  // Engines first: new jobs are refused, running copies get `grace`, open jobs fail, sessions
+  // are told to end, so the servers' Shutdown does not wait on live worker streams.
+  bool drained =
       impl_->registry->Shutdown(absl::UnavailableError("kvoffloadd is shutting down"), grace);
+  // A retired job's copy callback may still be returning (it defers its references last).
+  const absl::Time callbacks_deadline = absl::Now() + absl::Seconds(2);
+  while (impl_->callbacks_running->load() > 0 && absl::Now() < callbacks_deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  drained = drained && impl_->callbacks_running->load() == 0;
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
   impl_->data_server->Shutdown(deadline);
   impl_->admin_server->Shutdown(deadline);
@@ -163,10 +174,13 @@ void Daemon::Shutdown(absl::Duration grace) {
   impl_->release->Flush();
   if (!drained) {
     // A copy that outlived its grace may still write (PegaFlow 403): keep its region, its
-    // mappings and the backend alive until the process exits instead of freeing them now.
+    // mappings, the backend and everything its callback touches alive until the process exits
+    // instead of freeing them now.
     impl_->backend.release();
     impl_->release.release();
     impl_->registry.release();
+    impl_->budget.release();
+    impl_->callbacks_running.release();
   }
   unlink(impl_->data_socket.c_str());
   unlink(impl_->admin_socket.c_str());

@@ -284,7 +284,7 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
       job.submitted.insert(mp_rank);
       if (part.direction == CopyDirection::kStore && !session.writer) {
         // Replicated non-writer: acknowledges without copying. The writer's vote is still needed.
-        Vote(job, mp_rank, absl::OkStatus(), &notices);
+        Vote(job, mp_rank, session.slot, absl::OkStatus(), &notices);
       } else {
         ++job.copies_in_flight;
         memory = session.memory;
@@ -307,18 +307,23 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
     // The closure keeps the engine (region) and the worker's mapping alive until the copy ends.
     std::shared_ptr<Engine> self = shared_from_this();
     const uint64_t job_id = part.job_id;
-    deps_.backend->Submit(std::move(copy), [self, memory, job_id, mp_rank](absl::Status status,
-                                                                           uint64_t bytes) mutable {
-      self->OnCopyDone(job_id, mp_rank, std::move(status), bytes);
+    const uint32_t slot = copy.slot;
+    std::atomic<int64_t>* running = deps_.callbacks_running;
+    if (running != nullptr) running->fetch_add(1);
+    deps_.backend->Submit(std::move(copy), [self, memory, job_id, mp_rank, slot, running](
+                                               absl::Status status, uint64_t bytes) mutable {
+      self->OnCopyDone(job_id, mp_rank, slot, std::move(status), bytes);
       DeferredRelease* release = self->deps_.release;
       release->Defer(std::move(memory));
       release->Defer(std::move(self));
+      if (running != nullptr) running->fetch_sub(1);  // the callback's last act
     });
   }
   return absl::OkStatus();
 }
 
-void Engine::OnCopyDone(uint64_t job_id, uint32_t mp_rank, absl::Status status, uint64_t bytes) {
+void Engine::OnCopyDone(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::Status status,
+                        uint64_t bytes) {
   absl::ReaderMutexLock delivery(&delivery_mu_);
   Notices notices;
   {
@@ -334,25 +339,31 @@ void Engine::OnCopyDone(uint64_t job_id, uint32_t mp_rank, absl::Status status, 
       status = absl::Status(status.code(), absl::StrCat("job ", job_id, " mp_rank ", mp_rank,
                                                         " copy failed: ", status.message()));
     }
-    Vote(job, mp_rank, status, &notices);
+    Vote(job, mp_rank, slot, status, &notices);
   }
   Deliver(notices);
 }
 
-void Engine::Vote(Job& job, uint32_t mp_rank, const absl::Status& status, Notices* notices) {
+void Engine::Vote(Job& job, uint32_t mp_rank, uint32_t slot, const absl::Status& status,
+                  Notices* notices) {
   job.voted.insert(mp_rank);
+  job.voted_slots.insert(slot);
   if (!status.ok() && job.status.ok()) job.status = status;
   MaybeFinish(job, notices);
 }
 
 void Engine::FailJob(Job& job, const absl::Status& why, Notices* notices) {
   if (job.status.ok()) job.status = why;
-  if (!job.reported) Report(job, notices);
+  // Reported only once no copy of the job can still write (MaybeFinish): a worker told "failed"
+  // reuses its GPU blocks, and a load landing afterwards would corrupt them. The backend bounds
+  // the wait: a copy not started by its deadline is cancelled.
   MaybeFinish(job, notices);
 }
 
 void Engine::MaybeFinish(Job& job, Notices* notices) {
-  const bool all_voted = job.voted.size() >= geometry_.local_world_size;
+  // Replicated: every local rank (all share slot 0). Per-rank: every slot of the row.
+  const bool all_voted = (geometry_.replicated ? job.voted.size() : job.voted_slots.size()) >=
+                         geometry_.local_world_size;
   if (draining_ && !all_voted && job.copies_in_flight == 0 && job.status.ok()) {
     job.status = drain_why_;  // the missing parts will never be accepted
   }

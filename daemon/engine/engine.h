@@ -13,6 +13,7 @@
 #ifndef KVOFFLOAD_DAEMON_ENGINE_ENGINE_H_
 #define KVOFFLOAD_DAEMON_ENGINE_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -58,6 +59,9 @@ struct EngineDeps {
   absl::Duration job_timeout = absl::Seconds(30);
   uint64_t max_blocks_per_job = 1u << 22;  // larger submits are INVALID_ARGUMENT
   size_t finished_jobs_remembered = 1u << 16;
+  // Copy callbacks still running (incremented before a backend Submit, decremented as the
+  // callback's last act): shutdown waits for zero before it frees what callbacks touch.
+  std::atomic<int64_t>* callbacks_running = nullptr;
 };
 
 // One worker's part of a job, as submitted.
@@ -159,9 +163,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   absl::Status ValidatePart(const Session& session, const JobPart& part) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnCopyDone(uint64_t job_id, uint32_t mp_rank, absl::Status status, uint64_t bytes);
+  void OnCopyDone(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::Status status,
+                  uint64_t bytes);
   // Records `mp_rank`'s vote (and error); finishes or reports the job when due.
-  void Vote(Job& job, uint32_t mp_rank, const absl::Status& status, Notices* notices)
+  void Vote(Job& job, uint32_t mp_rank, uint32_t slot, const absl::Status& status, Notices* notices)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailJob(Job& job, const absl::Status& why, Notices* notices)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -16,8 +16,11 @@ namespace kvoffload::daemon {
 struct Job {
   uint64_t id = 0;
   CopyDirection direction = CopyDirection::kStore;
-  std::vector<uint64_t> rows;     // shared by every part
-  std::set<uint32_t> voted;       // mp_ranks whose part is counted
+  std::vector<uint64_t> rows;  // shared by every part
+  std::set<uint32_t> voted;    // mp_ranks whose part is counted
+  // Slots whose part is counted. A per-rank job needs every slot: a rank that voted and left
+  // must not be counted again through a newcomer in the same slot.
+  std::set<uint32_t> voted_slots;
   std::set<uint32_t> submitted;   // mp_ranks that submitted a part
   uint32_t copies_in_flight = 0;  // backend copies not yet done
   absl::Status status;            // first error, if any

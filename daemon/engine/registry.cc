@@ -41,18 +41,27 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
   common::EngineSpec spec = requested;
   spec.local_world_size = geometry.local_world_size;
   spec.worker_bytes_per_block = geometry.worker_bytes_per_block;
-  absl::MutexLock create_lock(&create_mu_);
-  {
+  auto existing = [&]() -> absl::StatusOr<OpenedEngine> {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("kvoffloadd is shutting down");
     auto it = engines_.find(spec.Key());
-    if (it != engines_.end()) {
-      RETURN_IF_ERROR(it->second->CheckSameSpec(spec));
-      return OpenedEngine{it->second, false};
-    }
-  }
+    if (it == engines_.end()) return absl::NotFoundError("");
+    RETURN_IF_ERROR(it->second->CheckSameSpec(spec));
+    return OpenedEngine{it->second, false};
+  };
+  // Joining an existing engine never waits behind another engine's region population.
+  absl::StatusOr<OpenedEngine> found = existing();
+  if (found.ok() || found.status().code() != absl::StatusCode::kNotFound) return found;
+  absl::MutexLock create_lock(&create_mu_);
+  found = existing();  // created while we waited?
+  if (found.ok() || found.status().code() != absl::StatusCode::kNotFound) return found;
   ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Engine::Create(spec, deps_));
   absl::MutexLock lock(&mu_);
+  if (shutting_down_) {
+    // Shutdown began while the region was populated: it will not drain this engine.
+    deps_.release->Defer(std::move(engine));
+    return absl::UnavailableError("kvoffloadd is shutting down");
+  }
   engines_.emplace(spec.Key(), engine);
   return OpenedEngine{std::move(engine), true};
 }

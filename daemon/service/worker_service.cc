@@ -14,7 +14,10 @@ namespace {
 using Stream = grpc::ServerReaderWriter<v1::DaemonMessage, v1::WorkerMessage>;
 
 // Queues messages for one session and writes them from its own thread, so engine threads never
-// block on a slow worker's flow control (gRPC allows one writer at a time).
+// block on a slow worker's flow control (gRPC allows one writer at a time). Nothing is written
+// before `registered`, so a verdict that races the registration cannot overtake it; when the
+// engine closes, the queue is drained, a SessionClosed with the reason is written, and only then
+// is the call cancelled (which unblocks the session's Read).
 class SessionWriter final : public JobListener {
  public:
   SessionWriter(grpc::ServerContext* context, Stream* stream)
@@ -28,9 +31,11 @@ class SessionWriter final : public JobListener {
     thread_.join();
   }
 
-  void Send(v1::DaemonMessage message) {
+  // The registration reply: written before anything queued so far.
+  void SendRegistered(v1::DaemonMessage message) {
     absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(message));
+    queue_.push_front(std::move(message));
+    ready_ = true;
   }
 
   void OnJobFinished(const JobResult& result) override {
@@ -40,15 +45,14 @@ class SessionWriter final : public JobListener {
     f->set_code(static_cast<int32_t>(result.status.code()));
     f->set_message(std::string(result.status.message()));
     f->set_bytes(result.bytes);
-    Send(std::move(message));
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(message));
   }
 
   void OnEngineClosed(const absl::Status& why) override {
-    {
-      absl::MutexLock lock(&mu_);
-      closed_why_ = why;
-    }
-    context_->TryCancel();  // unblocks the session's Read
+    absl::MutexLock lock(&mu_);
+    closed_why_ = why;
+    closing_ = true;
   }
 
   absl::Status closed_why() {
@@ -57,24 +61,34 @@ class SessionWriter final : public JobListener {
   }
 
  private:
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || (ready_ && (!queue_.empty() || (closing_ && !close_sent_)));
+  }
+
   void Run() {
     for (;;) {
       v1::DaemonMessage message;
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](SessionWriter* w)
-                 ABSL_NO_THREAD_SAFETY_ANALYSIS { return w->stop_ || !w->queue_.empty(); },
-            this));
-        if (queue_.empty()) return;
-        message = std::move(queue_.front());
-        queue_.pop_front();
+        mu_.Await(absl::Condition(this, &SessionWriter::HasWork));
+        if (stop_ && (queue_.empty() || !ready_)) return;
+        if (!queue_.empty()) {
+          message = std::move(queue_.front());
+          queue_.pop_front();
+        } else {
+          v1::SessionClosed* closed = message.mutable_closed();
+          closed->set_code(static_cast<int32_t>(closed_why_.code()));
+          closed->set_message(std::string(closed_why_.message()));
+          close_sent_ = true;
+        }
       }
+      const bool last = message.has_closed();
       if (!stream_->Write(message)) {
         // The worker is gone; the reader side notices and detaches. Drop what is queued.
         absl::MutexLock lock(&mu_);
         queue_.clear();
       }
+      if (last) context_->TryCancel();
     }
   }
 
@@ -82,7 +96,10 @@ class SessionWriter final : public JobListener {
   Stream* const stream_;
   absl::Mutex mu_;
   std::deque<v1::DaemonMessage> queue_ ABSL_GUARDED_BY(mu_);
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool close_sent_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status closed_why_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
@@ -122,7 +139,7 @@ grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream
     r->set_slot(info->slot);
     r->set_writer(info->writer);
     r->set_session_id(info->session_id);
-    writer.Send(std::move(message));
+    writer.SendRegistered(std::move(message));
   }
 
   v1::WorkerMessage message;

@@ -360,7 +360,10 @@ TEST_F(DaemonTest, AdminDropAndCleanup) {
     EXPECT_TRUE(stub->DropEngine(&context, request, &response).ok());
   }
   // The worker's session was ended by the drop.
-  EXPECT_TRUE(absl::StartsWith(worker->Command("store 1 1 1"), "error "));
+  // The worker hears why (SessionClosed), not just that the call was cancelled.
+  const std::string after_drop = worker->Command("store 1 1 1");
+  EXPECT_NE(after_drop.find("ABORTED: engine dropped by an operator"), std::string::npos)
+      << after_drop;
   EXPECT_EQ(scheduler->Lookup({"k-0"}).status().code(), absl::StatusCode::kNotFound);
   {
     grpc::ClientContext context;
@@ -376,6 +379,26 @@ TEST_F(DaemonTest, AdminDropAndCleanup) {
   }
   EXPECT_EQ(daemon_->Stats()->region_bytes(), 0u);
   EXPECT_EQ(daemon_->Stop(), 0);
+}
+
+TEST_F(DaemonTest, VotesCountSlotsSoARankThatLeftIsNotCountedTwice) {
+  // TP4 over two nodes, this node holds slots 0 and 1. Rank 1 votes and leaves; rank 3 (also
+  // slot 1 here) joins and votes for the same job: slot 0 has still not voted.
+  TestEngine engine;
+  engine.world_size = 4;
+  engine.local_world_size = 2;
+  engine.rows_assigned_by_engine = true;
+  auto w0 = StartWorker(engine, 0);
+  auto w1 = StartWorker(engine, 1);
+  ASSERT_EQ(w1->Command("submit store 1 4 9"), "submitted 1");
+  w1->Command("quit", 5);
+  w1->process().Wait();
+  auto w3 = StartWorker(engine, 3);
+  ASSERT_TRUE(absl::StartsWith(w3->hello(), "registered slot=1")) << w3->hello();
+  ASSERT_EQ(w3->Command("submit store 1 4 9"), "submitted 1");
+  EXPECT_TRUE(absl::StartsWith(w3->Command("wait 1 300"), "error 4 ")) << "finished without slot 0";
+  ASSERT_EQ(w0->Command("submit store 1 4 9"), "submitted 1");
+  EXPECT_TRUE(absl::StartsWith(w3->Command("wait 1 10000"), "finished 1 0 "));
 }
 
 class IdleTtlTest : public DaemonTest {
