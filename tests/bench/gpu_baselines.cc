@@ -90,6 +90,7 @@ struct Flags {
   int sm = 0;  // 0: CudaBackendOptions defaults
   int threads = 0;
   int unroll = 0;
+  bool interference = true;  // compute-kernel slowdown while stores stream (direct vs staged)
 };
 
 Flags ParseFlags(int argc, char** argv) {
@@ -101,6 +102,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.sweep = true;
     } else if (a == "--quick") {
       f.quick = true;
+    } else if (a == "--no_interference") {
+      f.interference = false;
     } else if (a == "--no_layers") {
       f.layers = false;
     } else if (a.rfind("--sm=", 0) == 0 && absl::SimpleAtoi(a.substr(5), &v)) {
@@ -199,6 +202,8 @@ class Bench {
     if (flags_.sm > 0) o.sm_budget = flags_.sm;
     if (flags_.threads > 0) o.threads_per_block = flags_.threads;
     if (flags_.unroll > 0) o.unroll = flags_.unroll;
+    // `backend` rows: stores on the direct gather kernel; `backend_staged` rows: staged stores.
+    o.staged_store_min_copy_bytes = daemon::cuda::kNeverUseCopyEngines;
     return o;
   }
 
@@ -237,10 +242,120 @@ class Bench {
         RunLayers(l.tensors, l.page, l.sequential);
       }
     }
+    if (flags_.interference) {
+      RunInterference(false);
+      RunInterference(true);
+    }
     Summary();
   }
 
  private:
+  // A compute-bound kernel of one full wave (every SM, as many blocks as fit), timed alone and
+  // while the backend streams store jobs back to back (64 tensors × 4 KiB pages, random rows:
+  // 256 KiB host runs), on the direct gather path or the staged one.
+  void RunInterference(bool staged) {
+    int sms = 0;
+    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int grid = sms * testing::FmaBurnBlocksPerSm();
+    float* out = nullptr;
+    CHECK_CUDA(cudaMalloc(&out, sizeof(float)));
+    cudaStream_t compute = nullptr;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    auto time_burn = [&](uint64_t iters, int reps) {
+      std::vector<double> v;
+      for (int r = 0; r < reps; ++r) {
+        cudaEvent_t a, b;
+        CHECK_CUDA(cudaEventCreate(&a));
+        CHECK_CUDA(cudaEventCreate(&b));
+        CHECK_CUDA(cudaEventRecord(a, compute));
+        CHECK_CUDA(testing::LaunchFmaBurn(grid, iters, out, compute));
+        CHECK_CUDA(cudaEventRecord(b, compute));
+        CHECK_CUDA(cudaEventSynchronize(b));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+        v.push_back(ms);
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+      }
+      return Median(v);
+    };
+    uint64_t iters = 1 << 14;
+    const double probe = time_burn(iters, 3);
+    iters = static_cast<uint64_t>(iters * (20.0 / std::max(probe, 1e-3)));  // ~20 ms alone
+    const double alone = time_burn(iters, 7);
+
+    const uint32_t tensors = 64;
+    const uint64_t page = 4096;
+    const uint64_t bpb = tensors * page;
+    const uint64_t n = flags_.bytes / bpb;
+    const uint64_t bytes = n * bpb;
+    std::vector<uint64_t> rows(n);
+    std::iota(rows.begin(), rows.end(), 0);
+    std::mt19937_64 rng(99);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    std::vector<uint64_t> blocks(n);
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::vector<CudaCopyBackend::LocalTensor> local;
+    for (uint32_t t = 0; t < tensors; ++t) {
+      CudaCopyBackend::LocalTensor lt;
+      lt.device_ptr = reinterpret_cast<uint64_t>(device_) + t * n * page;
+      lt.num_blocks = n;
+      lt.block_stride_bytes = page;
+      lt.page_bytes = page;
+      local.push_back(lt);
+    }
+    CudaBackendOptions options = Options();
+    options.staged_store_min_copy_bytes = staged ? 0 : daemon::cuda::kNeverUseCopyEngines;
+    absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create(options);
+    CHECK_OK(backend.status());
+    CHECK_OK((*backend)->RegisterRegion(host_, bytes, bpb));
+    absl::StatusOr<std::unique_ptr<daemon::WorkerMemory>> memory =
+        (*backend)->OpenLocalWorker(0, local, {});
+    CHECK_OK(memory.status());
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> stored{0};
+    std::atomic<int> started{0};
+    const absl::Time t0 = absl::Now();
+    std::thread feeder([&] {
+      while (!stop.load()) {
+        CopyJob job;
+        job.direction = CopyDirection::kStore;
+        job.memory = memory->get();
+        job.region_base = host_;
+        job.row_bytes = bpb;
+        job.slot_bytes = bpb;
+        job.gpu_blocks = blocks;
+        job.rows = rows;
+        absl::Notification finished;
+        absl::Status status;
+        (*backend)->Submit(std::move(job), [&](absl::Status s, uint64_t b) {
+          status = s;
+          stored.fetch_add(b);
+          finished.Notify();
+        });
+        started.fetch_add(1);
+        finished.WaitForNotification();
+        CHECK_OK(status);
+      }
+    });
+    while (started.load() < 2) absl::SleepFor(absl::Microseconds(100));
+    const double with = time_burn(iters, 7);
+    stop.store(true);
+    feeder.join();
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    const double slowdown = 100.0 * (with / alone - 1.0);
+    std::printf("{\"method\":\"interference\",\"store_path\":\"%s\",\"compute_grid\":%d,"
+                "\"alone_ms\":%.3f,\"with_stores_ms\":%.3f,\"slowdown_pct\":%.1f,"
+                "\"store_gbps_meanwhile\":%.2f}\n",
+                staged ? "staged" : "direct", grid, alone, with, slowdown,
+                stored.load() / seconds / 1e9);
+    std::fflush(stdout);
+    memory->reset();
+    (*backend)->UnregisterRegion(host_);
+    cudaStreamDestroy(compute);
+    cudaFree(out);
+  }
+
   void RunPageSize(uint64_t page) {
     const uint64_t bytes = flags_.bytes / page * page;
     const uint64_t n = bytes / page;
@@ -324,8 +439,22 @@ class Bench {
         }
       }
       // backend end to end
-      ms = TimeBackend(store, page, n, perm);
+      ms = TimeBackend(backend_.get(), store, page, n, perm);
       Emit("backend", store, page, bytes, ms, ConfigJson(config, defaults.unit_bytes));
+      if (store) {
+        // Staged store: another backend needs the registration meanwhile.
+        backend_->UnregisterRegion(host_);
+        CudaBackendOptions staged = Options();
+        staged.staged_store_min_copy_bytes = 0;
+        absl::StatusOr<std::unique_ptr<CudaCopyBackend>> b = CudaCopyBackend::Create(staged);
+        CHECK_OK(b.status());
+        CHECK_OK((*b)->RegisterRegion(host_, bytes, page));
+        ms = TimeBackend(b->get(), store, page, n, perm);
+        Emit("backend_staged", store, page, bytes, ms, ConfigJson(config, defaults.unit_bytes));
+        (*b)->UnregisterRegion(host_);
+        b->reset();
+        CHECK_OK(backend_->RegisterRegion(host_, bytes, page));
+      }
     }
     if (!flags_.quick) {
       VerifyKernel(kernel_args(true, defaults.unit_bytes),
@@ -419,9 +548,10 @@ class Bench {
       local.push_back(lt);
     }
     char extra[160];
-    for (int path = 0; path < 2; ++path) {  // 0: direct kernel, 1: staged loads
+    for (int path = 0; path < 2; ++path) {  // 0: direct kernels, 1: staged loads and stores
       CudaBackendOptions options = Options();
       options.staged_load_min_copy_bytes = path == 0 ? daemon::cuda::kNeverUseCopyEngines : 0;
+      options.staged_store_min_copy_bytes = path == 0 ? daemon::cuda::kNeverUseCopyEngines : 0;
       absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create(options);
       CHECK_OK(backend.status());
       CHECK_OK((*backend)->RegisterRegion(host_, bytes, bpb));
@@ -429,7 +559,6 @@ class Bench {
           (*backend)->OpenLocalWorker(0, local, {});
       CHECK_OK(memory.status());
       for (bool store : {true, false}) {
-        if (store && path == 1) continue;  // stores are never staged
         std::vector<double> ms;
         for (int r = 0; r <= flags_.reps; ++r) {
           CopyJob job;
@@ -491,14 +620,15 @@ class Bench {
     }
   }
 
-  double TimeBackend(bool store, uint64_t page, uint64_t n, const std::vector<uint64_t>& perm) {
+  double TimeBackend(CudaCopyBackend* backend, bool store, uint64_t page, uint64_t n,
+                     const std::vector<uint64_t>& perm) {
     CudaCopyBackend::LocalTensor t;
     t.device_ptr = reinterpret_cast<uint64_t>(device_);
     t.num_blocks = n;
     t.block_stride_bytes = page;
     t.page_bytes = page;
     absl::StatusOr<std::unique_ptr<daemon::WorkerMemory>> memory =
-        backend_->OpenLocalWorker(0, {t}, {});
+        backend->OpenLocalWorker(0, {t}, {});
     CHECK_OK(memory.status());
     std::vector<uint64_t> blocks(n);
     std::iota(blocks.begin(), blocks.end(), 0);
@@ -516,7 +646,7 @@ class Bench {
       absl::Status status;
       const absl::Time start = absl::Now();
       absl::Time end;
-      backend_->Submit(std::move(job), [&](absl::Status s, uint64_t) {
+      backend->Submit(std::move(job), [&](absl::Status s, uint64_t) {
         end = absl::Now();
         status = s;
         finished.Notify();
