@@ -65,6 +65,7 @@ void ToProto(const EngineSnapshot& s, v1::EngineStats* p) {
   p->set_rows_writing(s.index.rows_writing);
   p->set_rows_ready(s.index.rows_ready);
   p->set_rows_reading(s.index.rows_reading);
+  p->set_rows_quarantined(s.index.rows_quarantined);
   p->set_region_bytes(s.region_bytes);
   p->set_store_bytes(s.store_bytes);
   p->set_load_bytes(s.load_bytes);

@@ -208,6 +208,9 @@ TEST_F(DaemonTest, EvictionIsLeastRecentlyUsedAndPinnedRowsStay) {
   EXPECT_EQ(stats->evictions(), 1u);
   EXPECT_EQ(stats->rows_reading(), 3u);
   EXPECT_EQ(stats->rows_writing(), 1u);
+  EXPECT_EQ(stats->rows_free() + stats->rows_quarantined() + stats->rows_writing() +
+                stats->rows_ready() + stats->rows_reading(),
+            stats->num_rows());
 }
 
 TEST_F(DaemonTest, NodeCapIsEnforcedAndNothingIsAllocated) {
