@@ -27,7 +27,6 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,7 +35,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -260,7 +258,7 @@ class Bench {
     CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int grid = sms * testing::FmaBurnBlocksPerSm();
     float* out = nullptr;
-    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(float)));
+    CHECK_CUDA(cudaMalloc(&out, sizeof(float)));
     cudaStream_t compute = nullptr;
     CHECK_CUDA(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
     auto time_burn = [&](uint64_t iters, int reps) {
