@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +36,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -258,7 +260,7 @@ class Bench {
     CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int grid = sms * testing::FmaBurnBlocksPerSm();
     float* out = nullptr;
-    CHECK_CUDA(cudaMalloc(&out, sizeof(float)));
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(float)));
     cudaStream_t compute = nullptr;
     CHECK_CUDA(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
     auto time_burn = [&](uint64_t iters, int reps) {
