@@ -241,12 +241,13 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
                            done->second.status.ok() ? "OK" : done->second.status.ToString(),
                            "); job ids must be unique"));
         }
-        std::vector<uint64_t> sorted = part.rows;
-        std::sort(sorted.begin(), sorted.end());
-        if (part.direction == CopyDirection::kStore &&
-            std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("job ", part.job_id, ": a row appears twice in one store"));
+        if (part.direction == CopyDirection::kStore) {  // loads may read a row twice
+          std::vector<uint64_t> sorted = part.rows;
+          std::sort(sorted.begin(), sorted.end());
+          if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("job ", part.job_id, ": a row appears twice in one store"));
+          }
         }
         // A new job: its rows must be in the state the index expects, and stay quarantined until
         // the job retires (no eviction or reuse while a copy may still touch them). Engines that

@@ -192,6 +192,4 @@ bool EngineRegistry::Shutdown(const absl::Status& why, absl::Duration grace) {
   return drained;
 }
 
-uint64_t EngineRegistry::region_bytes() const { return deps_.budget->reserved(); }
-
 }  // namespace kvoffload::daemon

@@ -67,8 +67,6 @@ class EngineRegistry {
   // Returns false if copies were still running at the deadline.
   bool Shutdown(const absl::Status& why, absl::Duration grace);
 
-  uint64_t region_bytes() const;
-
  private:
   void RunMaintenance();
   void CloseAndForget(std::shared_ptr<Engine> engine, const absl::Status& why);

@@ -29,13 +29,21 @@ absl::StatusOr<std::shared_ptr<Engine>> EngineService::IndexedEngine(const std::
   return engine;
 }
 
+absl::StatusOr<EngineService::IndexRequest> EngineService::ResolveIndexRequest(
+    const std::string& engine_id, uint32_t dp_rank,
+    const google::protobuf::RepeatedPtrField<std::string>& keys) {
+  auto engine = IndexedEngine(engine_id, dp_rank);
+  if (!engine.ok()) return engine.status();
+  auto parsed = KeysFromProto(keys);
+  if (!parsed.ok()) return parsed.status();
+  return IndexRequest{std::move(*engine), std::move(*parsed)};
+}
+
 grpc::Status EngineService::Lookup(grpc::ServerContext*, const v1::KeysRequest* request,
                                    v1::LookupResponse* response) {
-  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
-  if (!engine.ok()) return ToGrpcStatus(engine.status());
-  auto keys = KeysFromProto(request->keys());
-  if (!keys.ok()) return ToGrpcStatus(keys.status());
-  for (SlotIndex::KeyState s : (*engine)->index().Lookup(*keys)) {
+  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  if (!req.ok()) return ToGrpcStatus(req.status());
+  for (SlotIndex::KeyState s : req->engine->index().Lookup(req->keys)) {
     switch (s) {
       case SlotIndex::KeyState::kMiss:
         response->add_states(v1::KEY_STATE_MISS);
@@ -53,11 +61,9 @@ grpc::Status EngineService::Lookup(grpc::ServerContext*, const v1::KeysRequest* 
 
 grpc::Status EngineService::PrepareStore(grpc::ServerContext*, const v1::KeysRequest* request,
                                          v1::PrepareStoreResponse* response) {
-  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
-  if (!engine.ok()) return ToGrpcStatus(engine.status());
-  auto keys = KeysFromProto(request->keys());
-  if (!keys.ok()) return ToGrpcStatus(keys.status());
-  auto result = (*engine)->index().PrepareStore(*keys);
+  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  if (!req.ok()) return ToGrpcStatus(req.status());
+  auto result = req->engine->index().PrepareStore(req->keys);
   if (!result.ok()) return ToGrpcStatus(result.status());
   for (const std::string& k : result->keys) response->add_keys(k);
   for (uint64_t r : result->rows) response->add_rows(r);
@@ -67,20 +73,16 @@ grpc::Status EngineService::PrepareStore(grpc::ServerContext*, const v1::KeysReq
 
 grpc::Status EngineService::CompleteStore(grpc::ServerContext*,
                                           const v1::CompleteStoreRequest* request, v1::Empty*) {
-  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
-  if (!engine.ok()) return ToGrpcStatus(engine.status());
-  auto keys = KeysFromProto(request->keys());
-  if (!keys.ok()) return ToGrpcStatus(keys.status());
-  return ToGrpcStatus((*engine)->index().CompleteStore(*keys, request->success()));
+  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  if (!req.ok()) return ToGrpcStatus(req.status());
+  return ToGrpcStatus(req->engine->index().CompleteStore(req->keys, request->success()));
 }
 
 grpc::Status EngineService::PrepareLoad(grpc::ServerContext*, const v1::KeysRequest* request,
                                         v1::PrepareLoadResponse* response) {
-  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
-  if (!engine.ok()) return ToGrpcStatus(engine.status());
-  auto keys = KeysFromProto(request->keys());
-  if (!keys.ok()) return ToGrpcStatus(keys.status());
-  auto rows = (*engine)->index().PrepareLoad(*keys);
+  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  if (!req.ok()) return ToGrpcStatus(req.status());
+  auto rows = req->engine->index().PrepareLoad(req->keys);
   if (!rows.ok()) return ToGrpcStatus(rows.status());
   for (uint64_t r : *rows) response->add_rows(r);
   return grpc::Status::OK;
@@ -88,20 +90,16 @@ grpc::Status EngineService::PrepareLoad(grpc::ServerContext*, const v1::KeysRequ
 
 grpc::Status EngineService::CompleteLoad(grpc::ServerContext*, const v1::KeysRequest* request,
                                          v1::Empty*) {
-  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
-  if (!engine.ok()) return ToGrpcStatus(engine.status());
-  auto keys = KeysFromProto(request->keys());
-  if (!keys.ok()) return ToGrpcStatus(keys.status());
-  return ToGrpcStatus((*engine)->index().CompleteLoad(*keys));
+  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  if (!req.ok()) return ToGrpcStatus(req.status());
+  return ToGrpcStatus(req->engine->index().CompleteLoad(req->keys));
 }
 
 grpc::Status EngineService::Touch(grpc::ServerContext*, const v1::KeysRequest* request,
                                   v1::Empty*) {
-  auto engine = IndexedEngine(request->engine_id(), request->dp_rank());
-  if (!engine.ok()) return ToGrpcStatus(engine.status());
-  auto keys = KeysFromProto(request->keys());
-  if (!keys.ok()) return ToGrpcStatus(keys.status());
-  return ToGrpcStatus((*engine)->index().Touch(*keys));
+  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  if (!req.ok()) return ToGrpcStatus(req.status());
+  return ToGrpcStatus(req->engine->index().Touch(req->keys));
 }
 
 }  // namespace kvoffload::daemon

@@ -3,6 +3,8 @@
 #define KVOFFLOAD_DAEMON_SERVICE_ENGINE_SERVICE_H_
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/engine/registry.h"
@@ -34,6 +36,14 @@ class EngineService final : public v1::Engine::Service {
   // The engine of a request, if it exists and its rows are handed out by this index.
   absl::StatusOr<std::shared_ptr<Engine>> IndexedEngine(const std::string& engine_id,
                                                         uint32_t dp_rank);
+  // IndexedEngine, and the request's keys validated (KeysFromProto).
+  struct IndexRequest {
+    std::shared_ptr<Engine> engine;
+    std::vector<std::string> keys;
+  };
+  absl::StatusOr<IndexRequest> ResolveIndexRequest(
+      const std::string& engine_id, uint32_t dp_rank,
+      const google::protobuf::RepeatedPtrField<std::string>& keys);
 
   EngineRegistry* const registry_;
 };

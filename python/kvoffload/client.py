@@ -238,7 +238,33 @@ def _stream_handle(stream) -> int:
                     (stream,))
 
 
-class Worker:
+class _Handle:
+    """Owns one native handle: close() once, context manager, closed on garbage collection."""
+
+    _handle = None
+
+    def _close_handle(self, handle) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            self._close_handle(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Worker(_Handle):
     """A GPU worker's session with kvoffloadd (one per GPU rank).
 
     Create with Worker.connect_cuda (device tensors) or Worker.connect_host (shm tensors, for a
@@ -378,22 +404,8 @@ class Worker:
         err = _err_buffer()
         return self._lib.kvo_worker_session_status(self._handle, err, len(err)) == 0
 
-    def close(self) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            self._lib.kvo_worker_close(handle)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _close_handle(self, handle) -> None:
+        self._lib.kvo_worker_close(handle)
 
 
 class _Keys:
@@ -407,7 +419,7 @@ class _Keys:
         self.lens = (ctypes.c_size_t * max(1, n))(*(len(k) for k in self.keys))
 
 
-class Scheduler:
+class Scheduler(_Handle):
     """The scheduler's handle on an engine's region and row index (one per engine replica).
 
     Row states: FREE → WRITING (prepare_store) → READY (complete_store) ⇄ READING
@@ -515,22 +527,8 @@ class Scheduler:
         _raise_for(self._lib.kvo_scheduler_touch(self._h(), k.ptrs, k.lens, k.n, err, len(err)),
                    err)
 
-    def close(self) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            self._lib.kvo_scheduler_close(handle)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _close_handle(self, handle) -> None:
+        self._lib.kvo_scheduler_close(handle)
 
 
 def version() -> str:
