@@ -394,12 +394,18 @@ TEST_F(DaemonTest, VotesCountSlotsSoARankThatLeftIsNotCountedTwice) {
   auto w0 = StartWorker(engine, 0);
   auto w1 = StartWorker(engine, 1);
   ASSERT_EQ(w1->Command("submit store 1 4 9"), "submitted 1");
+  // Leave only once rank 1's copy is done (its vote counted): leaving earlier fails the job.
+  for (int i = 0; i < 500 && daemon_->EngineStats("it")->store_bytes() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(daemon_->EngineStats("it")->store_bytes(), engine.worker_bytes_per_block());
   w1->Command("quit", 5);
   w1->process().Wait();
   auto w3 = StartWorker(engine, 3);
   ASSERT_TRUE(absl::StartsWith(w3->hello(), "registered slot=1")) << w3->hello();
   ASSERT_EQ(w3->Command("submit store 1 4 9"), "submitted 1");
-  EXPECT_TRUE(absl::StartsWith(w3->Command("wait 1 300"), "error 4 ")) << "finished without slot 0";
+  const std::string early = w3->Command("wait 1 300");
+  EXPECT_TRUE(absl::StartsWith(early, "error 4 ")) << "finished without slot 0: " << early;
   ASSERT_EQ(w0->Command("submit store 1 4 9"), "submitted 1");
   EXPECT_TRUE(absl::StartsWith(w3->Command("wait 1 10000"), "finished 1 0 "));
 }
