@@ -16,7 +16,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "daemon/copy/host/descriptor_table.h"
+#include "daemon/copy/copy_plan.h"
+#include "daemon/copy/descriptor_table.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -131,43 +132,23 @@ absl::Status ValidateTensor(const TensorRegistration& t, size_t index) {
   if (t.allocation_bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": allocation_bytes is 0"));
   }
-  if (t.num_blocks == 0 || t.page_bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": num_blocks ", t.num_blocks,
-                                                   " and page_bytes ", t.page_bytes,
-                                                   " must both be > 0"));
-  }
-  if (t.block_stride_bytes < t.page_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": block_stride_bytes ", t.block_stride_bytes,
-                     " is smaller than page_bytes ", t.page_bytes, " (blocks would overlap)"));
-  }
-  uint64_t last_start = 0;
-  uint64_t end = 0;
-  if (__builtin_mul_overflow(t.num_blocks - 1, t.block_stride_bytes, &last_start) ||
-      __builtin_add_overflow(last_start, t.offset, &last_start) ||
-      __builtin_add_overflow(last_start, t.page_bytes, &end) || end > t.allocation_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": offset ", t.offset, " + (", t.num_blocks, " - 1) x stride ", t.block_stride_bytes,
-        " + page ", t.page_bytes, " runs past its allocation of ", t.allocation_bytes, " bytes"));
-  }
-  return absl::OkStatus();
+  return ValidateTensorGeometry(index, t.offset, t.num_blocks, t.block_stride_bytes, t.page_bytes,
+                                t.allocation_bytes);
 }
 
-// Moves the bytes of descriptors [first, last): for each pair, every tensor's page.
+// Moves the bytes of descriptors [first, last): for each pair, every tensor's page, pages that
+// are contiguous on both sides in one memcpy (the same segments the CUDA backend's DMA path uses).
 void CopyBlocks(CopyDirection direction, const BlockDescriptor* first, const BlockDescriptor* last,
                 const std::vector<TensorDescriptor>& tensors, uint8_t* region_base) {
-  for (const BlockDescriptor* d = first; d != last; ++d) {
-    uint8_t* host = region_base + d->host_offset;
-    for (const TensorDescriptor& t : tensors) {
-      uint8_t* gpu = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(t.gpu_address)) +
-                     d->gpu_block * t.block_stride_bytes;
-      if (direction == CopyDirection::kStore) {
-        std::memcpy(host + t.host_offset, gpu, t.page_bytes);
-      } else {
-        std::memcpy(gpu, host + t.host_offset, t.page_bytes);
-      }
+  VisitSegments(first, last, tensors, [&](const Segment& s) {
+    uint8_t* host = region_base + s.host_offset;
+    uint8_t* gpu = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(s.gpu_address));
+    if (direction == CopyDirection::kStore) {
+      std::memcpy(host, gpu, s.bytes);
+    } else {
+      std::memcpy(gpu, host, s.bytes);
     }
-  }
+  });
 }
 
 }  // namespace

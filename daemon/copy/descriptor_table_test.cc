@@ -1,4 +1,4 @@
-#include "daemon/copy/host/descriptor_table.h"
+#include "daemon/copy/descriptor_table.h"
 
 #include <cstdint>
 #include <vector>

@@ -13,12 +13,11 @@
 //       memcpy(region_base + d.host_offset + t.host_offset,
 //              (uint8_t*)t.gpu_address + d.gpu_block * t.block_stride_bytes, t.page_bytes);
 //
-// Lives under daemon/copy/host/ for now; it has no host-specific dependency and may move up to
-// daemon/copy/ once the CUDA backend uses it.
+// Shared by every backend (the CUDA backend builds the same table; copy_plan.h plans its chunks).
 //
 // Thread-safety: plain values; a built table is immutable and may be read from many threads.
-#ifndef KVOFFLOAD_DAEMON_COPY_HOST_DESCRIPTOR_TABLE_H_
-#define KVOFFLOAD_DAEMON_COPY_HOST_DESCRIPTOR_TABLE_H_
+#ifndef KVOFFLOAD_DAEMON_COPY_DESCRIPTOR_TABLE_H_
+#define KVOFFLOAD_DAEMON_COPY_DESCRIPTOR_TABLE_H_
 
 #include <cstdint>
 #include <vector>
@@ -68,4 +67,4 @@ absl::StatusOr<DescriptorTable> BuildDescriptorTable(const CopyJob& job, uint64_
 
 }  // namespace kvoffload::daemon
 
-#endif  // KVOFFLOAD_DAEMON_COPY_HOST_DESCRIPTOR_TABLE_H_
+#endif  // KVOFFLOAD_DAEMON_COPY_DESCRIPTOR_TABLE_H_
