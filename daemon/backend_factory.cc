@@ -17,9 +17,16 @@ absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions&
         absl::StrCat("--backend must be auto, cuda or host (got '", options.kind, "')"));
   }
   cuda::CudaBackendOptions cuda_options;
-  cuda_options.sm_budget = options.copy_sms;
-  if (options.staged_store_min_bytes > 0) {
-    cuda_options.staged_store_min_copy_bytes = options.staged_store_min_bytes;
+  cuda_options.copy_sms = options.copy_sms;
+  if (options.copy_path == "copy_engine") {
+    cuda_options.forced_path = cuda::ForcedPath::kCopyEngine;
+  } else if (options.copy_path == "staged") {
+    cuda_options.forced_path = cuda::ForcedPath::kStaged;
+  } else if (options.copy_path == "kernel") {
+    cuda_options.forced_path = cuda::ForcedPath::kKernel;
+  } else if (options.copy_path != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--copy_path must be auto, copy_engine, staged or kernel (got '", options.copy_path, "')"));
   }
   absl::StatusOr<std::unique_ptr<CopyBackend>> backend = cuda::CreateCudaCopyBackend(cuda_options);
   if (backend.ok() || options.kind == "cuda") return backend;

@@ -14,10 +14,8 @@ namespace kvoffload::daemon {
 struct BackendOptions {
   std::string kind = "auto";  // auto | cuda | host
   int host_copy_threads = 4;
-  int copy_sms = 16;  // CUDA: bound on the SMs the copy kernels may occupy
-  // CUDA: stores whose host runs are at least this long go through a device staging buffer and
-  // the copy engines (SM-light); 0 keeps every store on the gather kernel.
-  uint64_t staged_store_min_bytes = 0;
+  int copy_sms = 8;  // CUDA: SMs of one staging gather/scatter launch
+  std::string copy_path = "auto";  // CUDA: auto | copy_engine | staged | kernel
 };
 
 absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions& options);

@@ -31,11 +31,12 @@ ABSL_FLAG(uint64_t, max_blocks_per_job, 1u << 22,
 ABSL_FLAG(int32_t, populate_threads, 8, "Threads that fault a new region in.");
 ABSL_FLAG(bool, huge_pages, false, "Try hugetlbfs pages for regions (falls back, with a note).");
 ABSL_FLAG(int32_t, host_copy_threads, 4, "Host backend: memcpy threads.");
-ABSL_FLAG(int32_t, copy_sms, 16, "CUDA backend: most SMs the copy kernels may occupy.");
-ABSL_FLAG(std::string, staged_store_min_bytes, "0",
-          "CUDA: stores with host runs of at least this many bytes (e.g. 256KiB) are gathered on "
-          "the GPU and moved by copy engines, which keeps SMs free for the model; 0 disables. "
-          "Experimental: a staged store cancelled at its deadline blocks daemon shutdown.");
+ABSL_FLAG(int32_t, copy_sms, 8,
+          "CUDA: SMs of one short gather/scatter launch that reorders pages through device "
+          "staging; the copy engines carry the bytes.");
+ABSL_FLAG(std::string, copy_path, "auto",
+          "CUDA: auto (the daemon picks per job), or force copy_engine, staged or kernel "
+          "(diagnostics and benchmarks).");
 ABSL_FLAG(int64_t, shutdown_grace_s, 10, "On SIGTERM, seconds running copies get to finish.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off. SIGHUP re-reads it.");
@@ -95,12 +96,7 @@ int main(int argc, char** argv) {
   backend_options.kind = absl::GetFlag(FLAGS_backend);
   backend_options.host_copy_threads = absl::GetFlag(FLAGS_host_copy_threads);
   backend_options.copy_sms = absl::GetFlag(FLAGS_copy_sms);
-  auto staged = kvoffload::common::ParseBytes(absl::GetFlag(FLAGS_staged_store_min_bytes));
-  if (!staged.ok()) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--staged_store_min_bytes: ", staged.status().message())));
-  }
-  backend_options.staged_store_min_bytes = *staged;
+  backend_options.copy_path = absl::GetFlag(FLAGS_copy_path);
   auto backend = d::CreateBackend(backend_options);
   if (!backend.ok()) return Fail(backend.status());
 

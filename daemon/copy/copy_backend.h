@@ -108,6 +108,10 @@ class CopyBackend {
 
   // GPU memory the daemon itself uses per device ordinal (context, streams, descriptor tables).
   virtual std::map<int32_t, uint64_t> GpuMemoryBytes() const = 0;
+
+  // Devices that can no longer copy (a sticky CUDA error; only a restart recovers them), each
+  // with the reason; their jobs fail fast with UNAVAILABLE. Empty when every device is healthy.
+  virtual std::map<int32_t, std::string> FailedDevices() const { return {}; }
 };
 
 }  // namespace kvoffload::daemon

@@ -201,11 +201,11 @@ class Bench {
   // Backend options: defaults, with the kernel config flags applied.
   CudaBackendOptions Options() const {
     CudaBackendOptions o;
-    if (flags_.sm > 0) o.sm_budget = flags_.sm;
+    if (flags_.sm > 0) o.kernel_sms = flags_.sm;
     if (flags_.threads > 0) o.threads_per_block = flags_.threads;
     if (flags_.unroll > 0) o.unroll = flags_.unroll;
-    // `backend` rows: stores on the direct gather kernel; `backend_staged` rows: staged stores.
-    o.staged_store_min_copy_bytes = daemon::cuda::kNeverUseCopyEngines;
+    // `backend` rows: the path the daemon picks itself (ForcedPath::kAuto); `backend_kernel` and
+    // `backend_staged` rows force one path, so each path's win is measured in the same run.
     return o;
   }
 
@@ -307,7 +307,8 @@ class Bench {
       local.push_back(lt);
     }
     CudaBackendOptions options = Options();
-    options.staged_store_min_copy_bytes = staged ? 0 : daemon::cuda::kNeverUseCopyEngines;
+    options.forced_path =
+        staged ? daemon::cuda::ForcedPath::kStaged : daemon::cuda::ForcedPath::kKernel;
     absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create(options);
     CHECK_OK(backend.status());
     CHECK_OK((*backend)->RegisterRegion(host_, bytes, bpb));
@@ -385,7 +386,7 @@ class Bench {
 
     const CudaBackendOptions defaults = Options();
     CopyKernelConfig config;
-    config.max_blocks = defaults.sm_budget;
+    config.max_blocks = defaults.kernel_sms;
     config.threads_per_block = defaults.threads_per_block;
     config.unroll = defaults.unroll;
     auto kernel_args = [&](bool store, uint32_t unit_bytes) {
@@ -430,29 +431,21 @@ class Bench {
       ms = TimeOnStream(stream_, flags_.reps,
                         [&] { CHECK_CUDA(LaunchCopyPages(a, config, stream_)); });
       Emit("kernel", store, page, bytes, ms, ConfigJson(config, defaults.unit_bytes));
-      if (!store) {
-        for (uint32_t pf : {128u, 256u}) {
-          CopyPagesArgs b = a;
-          b.l2_prefetch_bytes = pf;
-          ms = TimeOnStream(stream_, flags_.reps,
-                            [&] { CHECK_CUDA(LaunchCopyPages(b, config, stream_)); });
-          Emit(pf == 128 ? "kernel_l2pf128" : "kernel_l2pf256", store, page, bytes, ms,
-               ConfigJson(config, defaults.unit_bytes));
-        }
-      }
       // backend end to end
       ms = TimeBackend(backend_.get(), store, page, n, perm);
       Emit("backend", store, page, bytes, ms, ConfigJson(config, defaults.unit_bytes));
-      if (store) {
-        // Staged store: another backend needs the registration meanwhile.
+      for (daemon::cuda::ForcedPath forced :
+           {daemon::cuda::ForcedPath::kKernel, daemon::cuda::ForcedPath::kStaged}) {
+        // Another backend needs the registration meanwhile.
         backend_->UnregisterRegion(host_);
-        CudaBackendOptions staged = Options();
-        staged.staged_store_min_copy_bytes = 0;
-        absl::StatusOr<std::unique_ptr<CudaCopyBackend>> b = CudaCopyBackend::Create(staged);
+        CudaBackendOptions one = Options();
+        one.forced_path = forced;
+        absl::StatusOr<std::unique_ptr<CudaCopyBackend>> b = CudaCopyBackend::Create(one);
         CHECK_OK(b.status());
         CHECK_OK((*b)->RegisterRegion(host_, bytes, page));
         ms = TimeBackend(b->get(), store, page, n, perm);
-        Emit("backend_staged", store, page, bytes, ms, ConfigJson(config, defaults.unit_bytes));
+        Emit(forced == daemon::cuda::ForcedPath::kKernel ? "backend_kernel" : "backend_staged",
+             store, page, bytes, ms, ConfigJson(config, defaults.unit_bytes));
         (*b)->UnregisterRegion(host_);
         b->reset();
         CHECK_OK(backend_->RegisterRegion(host_, bytes, page));
@@ -552,8 +545,8 @@ class Bench {
     char extra[160];
     for (int path = 0; path < 2; ++path) {  // 0: direct kernels, 1: staged loads and stores
       CudaBackendOptions options = Options();
-      options.staged_load_min_copy_bytes = path == 0 ? daemon::cuda::kNeverUseCopyEngines : 0;
-      options.staged_store_min_copy_bytes = path == 0 ? daemon::cuda::kNeverUseCopyEngines : 0;
+      options.forced_path =
+          path == 0 ? daemon::cuda::ForcedPath::kKernel : daemon::cuda::ForcedPath::kStaged;
       absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create(options);
       CHECK_OK(backend.status());
       CHECK_OK((*backend)->RegisterRegion(host_, bytes, bpb));

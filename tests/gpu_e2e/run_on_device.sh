@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs every GPU test and the benchmark on the accelerator machine, from a bundle built here:
 #   tests/gpu_e2e/make_bundle.sh            # builds and bundles into bundle/gpu (git-ignored)
-#   (device) tests/gpu_e2e/run_on_device.sh bundle/gpu "$OUT"
+#   (device) tests/gpu_e2e/run_on_device.sh bundle/gpu "$OUT" [tests|bench|all]
 # Builds nothing. Writes logs, bench.jsonl (copy baselines), e2e.jsonl (kvoffload end to end, default
-# flags), e2e_staged.jsonl (the same with experimental staged stores) and device.txt to OUT, prints a short table and a final "N passed, N failed" line.
+# flags), e2e_sms4.jsonl (the same with --copy_sms=4), torch.jsonl (against PyTorch alone, Python
+# latency, interference, CPU per job) and device.txt to OUT, prints a short table and a final
+# "N passed, N failed" line. `tests` runs the GPU tests only, `bench` the benchmarks only.
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
+stage=${3:-all}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader > "$out/device.txt" 2>&1
@@ -35,6 +38,7 @@ run() {  # name timeout command...
   grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[       OK \]' "$out/$name.log" | head -40
 }
 
+if [[ $stage != bench ]]; then
 run cuda_client_test 60 "$bundle/bin/cuda_client_test"
 run cuda_copy_backend_test 60 "$bundle/bin/cuda_copy_backend_test"
 run cuda_copy_backend_gpu_test 240 "$bundle/bin/cuda_copy_backend_gpu_test"
@@ -42,6 +46,8 @@ run e2e_gpu_test 300 "$bundle/bin/e2e_gpu_test"
 run python_torch_gpu 240 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_smoke.py"
 
+fi
+if [[ $stage != tests ]]; then
 echo "=== copy baselines (same run)"
 if timeout 250 "$bundle/bin/gpu_baselines" >"$out/bench.jsonl" 2>"$out/bench.err"; then
   passed=$((passed + 1))
@@ -56,15 +62,25 @@ else
   failed=$((failed + 1)); echo "FAILED: e2e_bench"; tail -5 "$out/e2e.err"
 fi
 cat "$out/e2e.jsonl"
-echo "=== kvoffload end to end, experimental staged stores (--staged_store_min_bytes=256KiB)"
+echo "=== kvoffload end to end, --copy_sms=4"
 if (cd "$tree" && timeout 400 "$bundle/bin/e2e_bench" --daemon=daemon/kvoffloadd \
-      --worker=tests/gpu_e2e/kvoffload_cuda_worker --daemon_args=--staged_store_min_bytes=256KiB) \
-      >"$out/e2e_staged.jsonl" 2>"$out/e2e_staged.err"; then
+      --worker=tests/gpu_e2e/kvoffload_cuda_worker --daemon_args=--copy_sms=4) \
+      >"$out/e2e_sms4.jsonl" 2>"$out/e2e_sms4.err"; then
   passed=$((passed + 1))
 else
-  failed=$((failed + 1)); echo "FAILED: e2e_bench (staged stores)"; tail -5 "$out/e2e_staged.err"
+  failed=$((failed + 1)); echo "FAILED: e2e_bench (--copy_sms=4)"; tail -5 "$out/e2e_sms4.err"
 fi
-grep -E '"store"|interference' "$out/e2e_staged.jsonl"
+grep -E '"store"|interference' "$out/e2e_sms4.jsonl"
+echo "=== against PyTorch alone (Python package)"
+if timeout 500 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
+    KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/torch_bench.py" \
+    >"$out/torch.jsonl" 2>"$out/torch.err"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAILED: torch_bench"; tail -15 "$out/torch.err"
+fi
+cat "$out/torch.jsonl"
+fi
 rm -rf "$tree"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -36,7 +36,10 @@ TEST(CudaCopyBackendTest, RejectsBadOptionsBeforeLookingForGpus) {
   options.unroll = 16;  // needs at most 512 threads
   EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
   options = CudaBackendOptions();
-  options.sm_budget = 0;
+  options.copy_sms = 0;
+  EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = CudaBackendOptions();
+  options.staging_buffers = 1;  // no pipelining: refused
   EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
   options = CudaBackendOptions();
   options.unit_bytes = 1000;

@@ -1,0 +1,163 @@
+#include "daemon/copy/cuda/completion.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "daemon/copy/cuda/cuda_status.h"
+#include "daemon/copy/cuda/worker_memory.h"
+
+namespace kvoffload::daemon::cuda {
+namespace {
+
+spdlog::logger* Log() {
+  static spdlog::logger* const log = common::Logger("cuda");
+  return log;
+}
+
+const char* DirectionName(CopyDirection d) { return d == CopyDirection::kStore ? "store" : "load"; }
+
+}  // namespace
+
+CompletionQueue::CompletionQueue(Device* device, absl::Duration interval)
+    : device_(device), interval_(interval), thread_([this] { Run(); }) {}
+
+CompletionQueue::~CompletionQueue() { Shutdown(); }
+
+void CompletionQueue::Add(std::unique_ptr<PendingJob> job) {
+  absl::MutexLock lock(&mu_);
+  incoming_.push_back(std::move(job));
+}
+
+size_t CompletionQueue::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_;
+}
+
+void CompletionQueue::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+}
+
+void CompletionQueue::Report(PendingJob& j, absl::Status status) {
+  const uint64_t bytes = status.ok() ? j.bytes : 0;
+  if (j.device != nullptr) {
+    j.device->ReleaseBuffer(j.buffer);
+    j.device->ReleaseEvent(j.completion);
+    j.buffer = Device::Buffer();
+    j.completion = nullptr;
+  }
+  CopyDone done = std::move(j.done);
+  if (j.memory != nullptr) {
+    j.memory->in_flight_.fetch_sub(1);
+    j.memory = nullptr;  // may be destroyed as soon as `done` runs
+  }
+  if (done) done(std::move(status), bytes);
+}
+
+void CompletionQueue::Run() {
+  std::vector<std::unique_ptr<PendingJob>> active;
+  for (;;) {
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !incoming_.empty() || stopping_;
+      };
+      if (active.empty()) {
+        mu_.Await(absl::Condition(&ready));
+      } else {
+        mu_.AwaitWithTimeout(absl::Condition(&ready), interval_);
+      }
+      for (auto& j : incoming_) active.push_back(std::move(j));
+      incoming_.clear();
+      stopping = stopping_;
+      if (stopping && active.empty()) return;
+    }
+    const absl::Time now = absl::Now();
+    size_t kept = 0;
+    size_t waiting = 0;
+    for (size_t i = 0; i < active.size(); ++i) {
+      PendingJob& j = *active[i];
+      if (stopping && !j.started && j.status.ok()) {
+        j.status = absl::CancelledError(absl::StrCat(
+            DirectionName(j.direction), " job cancelled: the daemon is stopping and the worker's "
+            "event had not fired; nothing was copied"));
+      }
+      if (Step(j, now)) continue;
+      waiting += j.started ? 0 : 1;
+      if (kept != i) active[kept] = std::move(active[i]);
+      ++kept;
+    }
+    active.resize(kept);
+    absl::MutexLock lock(&mu_);
+    waiting_ = waiting;
+  }
+}
+
+bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
+  // Started with nothing left running, or failed before anything was enqueued.
+  if (j.started ? j.completion == nullptr : !j.status.ok()) {
+    Report(j, j.status);
+    return true;
+  }
+  if (!j.started) {
+    absl::Status health = device_ != nullptr ? device_->health() : absl::OkStatus();
+    if (!health.ok()) {
+      Report(j, health);
+      return true;
+    }
+    if (j.worker_event != nullptr) {
+      const cudaError_t err = cudaEventQuery(j.worker_event);
+      if (err == cudaErrorNotReady) {
+        if (now < j.deadline) return false;
+        Log()->warn("{} job of {} bytes: the worker's event did not fire within {}; failed "
+                    "without copying",
+                    DirectionName(j.direction), j.bytes, absl::FormatDuration(now - j.submitted));
+        Report(j, absl::DeadlineExceededError(absl::StrCat(
+                      DirectionName(j.direction), " job: the worker's event did not fire within ",
+                      absl::FormatDuration(now - j.submitted),
+                      " (worker dead or stalled?); nothing was copied")));
+        return true;
+      }
+      if (err != cudaSuccess) {
+        Report(j, device_->Check(err, "cudaEventQuery on the worker's event"));
+        return true;
+      }
+    }
+    j.started = true;
+    j.start(&j);
+    j.start = nullptr;
+    if (j.completion == nullptr) {
+      Report(j, j.status);
+      return true;
+    }
+    j.next_warning = std::max(j.deadline, now + absl::Seconds(1));
+    return false;
+  }
+  const cudaError_t err = cudaEventQuery(j.completion);
+  if (err == cudaSuccess) {
+    Report(j, j.status);
+    return true;
+  }
+  if (err != cudaErrorNotReady) {
+    // A sticky error: nothing more runs on this context; the device is failed from now on.
+    Report(j, device_->Check(err, absl::StrCat(DirectionName(j.direction), " job")));
+    return true;
+  }
+  if (now >= j.next_warning) {
+    Log()->warn("{} job of {} bytes still copying {} after submission (past its deadline: the "
+                "copy cannot be recalled, it is reported when it ends)",
+                DirectionName(j.direction), j.bytes, absl::FormatDuration(now - j.submitted));
+    j.next_warning = now + absl::Seconds(30);
+  }
+  return false;
+}
+
+}  // namespace kvoffload::daemon::cuda

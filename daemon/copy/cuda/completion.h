@@ -1,0 +1,98 @@
+// Completion and deadlines of the CUDA backend, one CompletionQueue per device (so one engine's
+// completions never wait behind another device's).
+//
+// A job goes through two states:
+//   1. waiting — its worker's interprocess event (the KV a store reads is written, or the blocks a
+//      load overwrites are free) is watched FROM THE HOST with cudaEventQuery. Nothing has been
+//      enqueued: no daemon stream ever waits on a worker's event, so a worker that dies before
+//      its event fires wedges nothing (a stream blocked on a dead process's event never resumes
+//      and then blocks cudaIpcCloseMemHandle and every engine on the GPU: MACHINES.md). When the
+//      event fires, `start` enqueues the job's GPU work; at the deadline the job fails with
+//      DEADLINE_EXCEEDED having copied nothing.
+//   2. running — its own completion event (recorded after its last GPU operation) is polled; the
+//      job is reported when that event has completed, never earlier. A running job holds only
+//      the daemon's own work (kernels and DMA of bounded size), so it always ends; past its
+//      deadline it is logged, and reported with its real status when it finishes.
+// `done` runs exactly once, on the queue's thread, with no lock held.
+//
+// Thread-safety: Add may be called from any thread. Ownership: owned by its Device's backend.
+#ifndef KVOFFLOAD_DAEMON_COPY_CUDA_COMPLETION_H_
+#define KVOFFLOAD_DAEMON_COPY_CUDA_COMPLETION_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/copy/copy_backend.h"
+#include "daemon/copy/cuda/device.h"
+
+namespace kvoffload::daemon::cuda {
+
+class CudaWorkerMemory;
+
+struct PendingJob {
+  CopyDone done;
+  CopyDirection direction = CopyDirection::kStore;
+  uint64_t bytes = 0;
+  Device* device = nullptr;
+  CudaWorkerMemory* memory = nullptr;  // its in_flight_ counts this job until it is reported
+  absl::Time submitted;
+  absl::Time deadline = absl::InfiniteFuture();
+  // A failure known before anything was enqueued: reported at once.
+  absl::Status status;
+  // Waiting state: the worker's event (null: start at once) and what starts the job. `start`
+  // enqueues the GPU work and fills `completion` and `status`; a null completion after `start`
+  // means nothing of the job is left running (reported at once).
+  cudaEvent_t worker_event = nullptr;
+  std::function<void(PendingJob*)> start;
+  bool started = false;
+  // Running state.
+  cudaEvent_t completion = nullptr;
+  Device::Buffer buffer;  // the descriptor table, returned to the device when the job ends
+  absl::Time next_warning = absl::InfiniteFuture();
+};
+
+class CompletionQueue {
+ public:
+  CompletionQueue(Device* device, absl::Duration interval);
+  ~CompletionQueue();  // Shutdown()
+  CompletionQueue(const CompletionQueue&) = delete;
+  CompletionQueue& operator=(const CompletionQueue&) = delete;
+
+  // Takes a job in either state (started or waiting).
+  void Add(std::unique_ptr<PendingJob> job);
+  // Jobs still waiting for their worker's event end at once with CANCELLED; running jobs are
+  // waited for (they hold only the daemon's own work). Then the thread stops. Idempotent.
+  void Shutdown();
+  size_t waiting() const;
+
+  // Reports a job exactly once: returns its buffer and event to the device, releases its worker
+  // memory, calls `done`.
+  static void Report(PendingJob& job, absl::Status status);
+
+ private:
+  void Run();
+  // True when the job is over (reported).
+  bool Step(PendingJob& job, absl::Time now);
+
+  Device* const device_;
+  const absl::Duration interval_;
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<PendingJob>> incoming_ ABSL_GUARDED_BY(mu_);
+  size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+}  // namespace kvoffload::daemon::cuda
+
+#endif  // KVOFFLOAD_DAEMON_COPY_CUDA_COMPLETION_H_

@@ -1,0 +1,293 @@
+#include "daemon/copy/cuda/device.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "daemon/copy/cuda/copy_kernels.h"
+#include "daemon/copy/cuda/cuda_status.h"
+#include "daemon/copy/cuda/driver_api.h"
+
+namespace kvoffload::daemon::cuda {
+namespace {
+
+constexpr size_t kMinBufferBytes = size_t{64} << 10;
+
+spdlog::logger* Log() {
+  static spdlog::logger* const log = common::Logger("cuda");
+  return log;
+}
+
+size_t RoundUpPow2(size_t n) {
+  size_t c = kMinBufferBytes;
+  while (c < n) c <<= 1;
+  return c;
+}
+
+}  // namespace
+
+bool IsStickyError(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorCudartUnloading:
+    case cudaErrorDevicesUnavailable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// ----- Releaser -----
+
+Releaser::Releaser(std::string name) : name_(std::move(name)), thread_([this] { Run(); }) {}
+
+Releaser::~Releaser() {
+  const bool drained = Drain(absl::Seconds(10));
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (drained) {
+    thread_.join();
+  } else {
+    // A release the driver never returns from: do not hang the daemon's exit behind it.
+    Log()->error("{}: a release has not returned for {}; leaving it behind at shutdown", name_,
+                 absl::FormatDuration(StalledFor()));
+    thread_.detach();
+  }
+}
+
+void Releaser::Post(std::function<void()> release) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(release));
+  ++posted_;
+}
+
+absl::Duration Releaser::StalledFor() const {
+  absl::MutexLock lock(&mu_);
+  return running_ ? absl::Now() - running_since_ : absl::ZeroDuration();
+}
+
+size_t Releaser::pending() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size() + (running_ ? 1 : 0);
+}
+
+bool Releaser::Drain(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t target = posted_;
+  auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= target; };
+  return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+}
+
+void Releaser::Run() {
+  for (;;) {
+    std::function<void()> release;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || stop_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // stop_ and nothing left
+      release = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+      running_since_ = absl::Now();
+    }
+    release();
+    absl::MutexLock lock(&mu_);
+    running_ = false;
+    ++done_;
+  }
+}
+
+// ----- Device -----
+
+Device::Device(int ordinal)
+    : ordinal_(ordinal), releaser_(absl::StrCat("device ", ordinal, " releaser")) {}
+
+absl::StatusOr<std::unique_ptr<Device>> Device::Create(int ordinal) {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
+  RETURN_IF_ERROR(CudaStatus(cudaFree(nullptr), "creating the CUDA context"));
+  RETURN_IF_ERROR(CudaStatus(LoadCopyKernels(), "loading the copy kernels"));
+  auto device = std::unique_ptr<Device>(new Device(ordinal));
+  absl::StatusOr<uint64_t> context_bytes = MeasureContextBytes(ordinal);
+  if (context_bytes.ok()) {
+    device->context_bytes_ = *context_bytes;
+  } else {
+    Log()->warn("device {}: could not measure the CUDA context's memory: {}", ordinal,
+                context_bytes.status().ToString());
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithFlags(&device->alloc_stream_, cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags"));
+  int pools = 0;
+  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, ordinal) != cudaSuccess) {
+    pools = 0;
+  }
+  device->stream_ordered_ = pools != 0;
+  if (!device->stream_ordered_) {
+    Log()->warn("device {}: no stream-ordered allocator; using cudaMalloc/cudaFree", ordinal);
+  }
+  Log()->info("device {}: CUDA context of about {} MiB", ordinal, device->context_bytes_ >> 20);
+  return device;
+}
+
+Device::~Device() {
+  if (!health().ok()) return;  // a broken context frees nothing; the process is ending anyway
+  releaser_.Drain(absl::Seconds(10));
+  cudaSetDevice(ordinal_);
+  absl::MutexLock lock(&mu_);
+  for (auto& [capacity, buffers] : free_buffers_) {
+    for (Buffer& b : buffers) {
+      if (stream_ordered_) {
+        cudaFreeAsync(b.device, alloc_stream_);
+      } else {
+        cudaFree(b.device);
+      }
+      cudaFreeHost(b.host);
+    }
+  }
+  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  if (alloc_stream_ != nullptr) {
+    cudaStreamSynchronize(alloc_stream_);
+    cudaStreamDestroy(alloc_stream_);
+  }
+}
+
+void Device::Fail(const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (!failed_.ok()) return;
+  failed_ = absl::UnavailableError(absl::StrCat("device ", ordinal_, " failed: ", why.message(),
+                                                "; restart kvoffloadd to recover it"));
+  Log()->error("{}", std::string(failed_.message()));
+}
+
+absl::Status Device::health() const {
+  absl::MutexLock lock(&mu_);
+  return failed_;
+}
+
+absl::Status Device::Check(cudaError_t err, const std::string& context) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  absl::Status s = CudaStatus(err, context);
+  if (IsStickyError(err)) Fail(s);
+  return s;
+}
+
+absl::StatusOr<void*> Device::Allocate(size_t bytes) {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  void* p = nullptr;
+  if (!stream_ordered_) {
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMalloc(&p, bytes), absl::StrCat("cudaMalloc of ", bytes, " bytes")));
+    allocated_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    return p;
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(&p, bytes, alloc_stream_),
+                             absl::StrCat("cudaMallocAsync of ", bytes, " bytes")));
+  absl::Status synced = Check(cudaStreamSynchronize(alloc_stream_), "cudaStreamSynchronize");
+  if (!synced.ok()) {
+    cudaFreeAsync(p, alloc_stream_);
+    return synced;
+  }
+  allocated_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  return p;
+}
+
+void Device::Free(void* p, size_t bytes, cudaStream_t stream) {
+  if (p == nullptr) return;
+  cudaSetDevice(ordinal_);
+  const cudaError_t err = stream_ordered_
+                              ? cudaFreeAsync(p, stream != nullptr ? stream : alloc_stream_)
+                              : cudaFree(p);
+  if (err != cudaSuccess) Log()->warn("device {}: {}", ordinal_, CudaStatus(err, "free").ToString());
+  allocated_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+absl::StatusOr<Device::Buffer> Device::AcquireBuffer(size_t bytes) {
+  const size_t capacity = RoundUpPow2(bytes);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = free_buffers_.find(capacity);
+    if (it != free_buffers_.end() && !it->second.empty()) {
+      Buffer b = it->second.back();
+      it->second.pop_back();
+      return b;
+    }
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  Buffer b;
+  b.capacity = capacity;
+  void* host = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaHostAlloc(&host, capacity, cudaHostAllocPortable),
+                             absl::StrCat("cudaHostAlloc of a ", capacity,
+                                          "-byte descriptor staging buffer")));
+  b.host = static_cast<uint8_t*>(host);
+  absl::StatusOr<void*> device = Allocate(capacity);
+  if (!device.ok()) {
+    cudaFreeHost(host);
+    return device.status();
+  }
+  b.device = static_cast<uint8_t*>(*device);
+  return b;
+}
+
+void Device::ReleaseBuffer(const Buffer& b) {
+  if (b.host == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  free_buffers_[b.capacity].push_back(b);
+}
+
+absl::StatusOr<cudaEvent_t> Device::AcquireEvent() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!free_events_.empty()) {
+      cudaEvent_t e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  cudaEvent_t e = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                             "cudaEventCreateWithFlags"));
+  return e;
+}
+
+void Device::ReleaseEvent(cudaEvent_t e) {
+  if (e == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  free_events_.push_back(e);
+}
+
+// ----- PinnedRegion -----
+
+absl::StatusOr<const std::vector<uint64_t>*> PinnedRegion::DevicePointers(int device) {
+  absl::MutexLock lock(&mu_);
+  auto it = device_pointers_.find(device);
+  if (it != device_pointers_.end()) return &it->second;
+  std::vector<uint64_t> pointers;
+  for (size_t c = 0; c < num_chunks(); ++c) {
+    void* p = nullptr;
+    RETURN_IF_ERROR(CudaStatus(cudaHostGetDevicePointer(&p, base_ + c * chunk_bytes_, 0),
+                               absl::StrCat("cudaHostGetDevicePointer (region chunk ", c, ")")));
+    pointers.push_back(reinterpret_cast<uint64_t>(p));
+  }
+  return &device_pointers_.emplace(device, std::move(pointers)).first->second;
+}
+
+}  // namespace kvoffload::daemon::cuda

@@ -1,0 +1,147 @@
+// Per-device state of the CUDA backend: the daemon's context on one GPU, its stream-ordered
+// allocations, pooled descriptor buffers and completion events, the device's health (a sticky
+// CUDA error fails the device, visibly and for good), and a release thread that closes what
+// workers leave behind without ever blocking a caller. Internal to the CUDA backend.
+//
+// Thread-safety: every method may be called from any thread.
+// Ownership: created by the backend on first use of a device; lives as long as the backend.
+#ifndef KVOFFLOAD_DAEMON_COPY_CUDA_DEVICE_H_
+#define KVOFFLOAD_DAEMON_COPY_CUDA_DEVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace kvoffload::daemon::cuda {
+
+// True for the errors after which the context is unusable (every later call fails with them):
+// illegal address, launch failure, ECC, assert, ... (the CUDA runtime calls them "sticky").
+bool IsStickyError(cudaError_t err);
+
+// Runs release work (stream teardown, cudaIpcCloseMemHandle, staging frees) on its own thread, in
+// order. Release never runs on a caller's thread: if the driver does not return, nothing but this
+// thread waits, and the stall is reported (StalledFor) instead of hanging the daemon.
+class Releaser {
+ public:
+  explicit Releaser(std::string name);
+  ~Releaser();  // runs what is queued; waits at most `shutdown_wait` for a stalled release
+  Releaser(const Releaser&) = delete;
+  Releaser& operator=(const Releaser&) = delete;
+
+  void Post(std::function<void()> release);
+  // How long the release running now has been running (zero when idle).
+  absl::Duration StalledFor() const;
+  // Releases queued or running.
+  size_t pending() const;
+  // Blocks until everything posted before the call has run, or `timeout`; false on timeout.
+  bool Drain(absl::Duration timeout);
+
+ private:
+  void Run();
+
+  const std::string name_;
+  mutable absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  absl::Time running_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t posted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;  // detached at destruction if a release is stalled
+};
+
+class Device {
+ public:
+  // Pinned host memory (mapped) for a job's descriptor table, and its device copy.
+  struct Buffer {
+    uint8_t* host = nullptr;
+    uint8_t* device = nullptr;
+    size_t capacity = 0;
+  };
+
+  // Creates the context, loads the kernels, measures the context's memory.
+  static absl::StatusOr<std::unique_ptr<Device>> Create(int ordinal);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  int ordinal() const { return ordinal_; }
+  uint64_t context_bytes() const { return context_bytes_; }
+  uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+  Releaser& releaser() { return releaser_; }
+
+  // Health. After Fail(), every job on the device fails fast with UNAVAILABLE naming the first
+  // sticky error; the state is never cleared (only a new process gets a new context).
+  void Fail(const absl::Status& why);
+  absl::Status health() const;  // OK, or UNAVAILABLE "device N failed: ..."
+  // Converts a CUDA result like CudaStatus; a sticky error also fails the device.
+  absl::Status Check(cudaError_t err, const std::string& context);
+
+  // Device memory usable from any stream on return (stream-ordered allocator, then synchronized).
+  absl::StatusOr<void*> Allocate(size_t bytes);
+  // Frees after the work already queued on `stream` (null: the allocation stream).
+  void Free(void* p, size_t bytes, cudaStream_t stream);
+
+  absl::StatusOr<Buffer> AcquireBuffer(size_t bytes);
+  void ReleaseBuffer(const Buffer& b);
+  absl::StatusOr<cudaEvent_t> AcquireEvent();
+  void ReleaseEvent(cudaEvent_t e);
+
+ private:
+  explicit Device(int ordinal);
+
+  const int ordinal_;
+  uint64_t context_bytes_ = 0;
+  cudaStream_t alloc_stream_ = nullptr;
+  bool stream_ordered_ = true;  // cudaMallocAsync/cudaFreeAsync (no device-wide sync)
+  std::atomic<uint64_t> allocated_bytes_{0};
+  mutable absl::Mutex mu_;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  std::map<size_t, std::vector<Buffer>> free_buffers_ ABSL_GUARDED_BY(mu_);
+  std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(mu_);
+  Releaser releaser_;  // last: drains before the members above go
+};
+
+// A registered region, pinned in chunks that end on row boundaries: one row never spans two
+// chunks, so its device address is chunk_device_base + offset within the chunk.
+class PinnedRegion {
+ public:
+  PinnedRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes, uint64_t chunk_bytes)
+      : base_(base), bytes_(bytes), row_bytes_(row_bytes), chunk_bytes_(chunk_bytes) {}
+
+  uint8_t* base() const { return base_; }
+  uint64_t bytes() const { return bytes_; }
+  uint64_t row_bytes() const { return row_bytes_; }
+  uint64_t chunk_bytes() const { return chunk_bytes_; }
+  size_t num_chunks() const { return (bytes_ + chunk_bytes_ - 1) / chunk_bytes_; }
+
+  // The device-visible address of region offset `offset` on `device` (cached per device).
+  // The calling thread's current device must be `device`.
+  absl::StatusOr<const std::vector<uint64_t>*> DevicePointers(int device);
+
+ private:
+  uint8_t* const base_;
+  const uint64_t bytes_;
+  const uint64_t row_bytes_;
+  const uint64_t chunk_bytes_;
+  absl::Mutex mu_;
+  std::map<int, std::vector<uint64_t>> device_pointers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kvoffload::daemon::cuda
+
+#endif  // KVOFFLOAD_DAEMON_COPY_CUDA_DEVICE_H_

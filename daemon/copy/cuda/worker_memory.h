@@ -1,0 +1,88 @@
+// A worker's memory as the CUDA backend holds it: its IPC mappings (each distinct allocation
+// opened once), its interprocess events, its tensor tables (host side for planning and DMA, device
+// side for the kernels) and, per direction, a Lane: the streams and staging buffers its copies
+// use. Internal to the CUDA backend.
+//
+// Thread-safety: a Lane's streams and staging are used under the lane's mutex; everything else is
+// immutable after open. Ownership: owned by the worker session (through the WorkerMemory seam);
+// it must outlive every job submitted with it. Its destructor returns at once: the teardown
+// (stream synchronisation, staging frees, cudaIpcCloseMemHandle) runs on the device's Releaser,
+// so a driver that does not return blocks nobody and shows up in the backend's health.
+#ifndef KVOFFLOAD_DAEMON_COPY_CUDA_WORKER_MEMORY_H_
+#define KVOFFLOAD_DAEMON_COPY_CUDA_WORKER_MEMORY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/copy/copy_backend.h"
+#include "daemon/copy/cuda/copy_kernels.h"
+#include "daemon/copy/cuda/device.h"
+#include "daemon/copy/descriptor_table.h"
+
+namespace kvoffload::daemon::cuda {
+
+inline constexpr int kMaxStagingBuffers = 4;
+
+// The streams of one direction. Stores: `kernel` gathers into staging, `dma` copies staging (or
+// pages) to the region. Loads: `dma` fills staging from the region, `kernel` scatters it. Staging
+// buffer i is refilled only after `drained[i]` (its last reader finished) and read only after
+// `filled[i]`; both events carry over from job to job so consecutive jobs pipeline.
+struct Lane {
+  absl::Mutex mu;
+  cudaStream_t kernel = nullptr;
+  cudaStream_t dma = nullptr;
+  uint8_t* staging[kMaxStagingBuffers] = {};
+  cudaEvent_t filled[kMaxStagingBuffers] = {};
+  cudaEvent_t drained[kMaxStagingBuffers] = {};
+  size_t staging_bytes ABSL_GUARDED_BY(mu) = 0;
+  uint32_t num_staging ABSL_GUARDED_BY(mu) = 0;
+  uint64_t next_staging ABSL_GUARDED_BY(mu) = 0;
+  absl::Time last_staged ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+};
+
+class CudaWorkerMemory final : public WorkerMemory {
+ public:
+  CudaWorkerMemory(const void* owner, Device* device) : owner_(owner), device_(device) {}
+  ~CudaWorkerMemory() override;
+
+  uint64_t num_blocks() const override { return num_blocks_; }
+  uint64_t bytes_per_block() const override { return bytes_per_block_; }
+  size_t num_events() const override { return events_.size(); }
+
+  // Tensor tables and streams, once the tensors are known (mappings opened; `num_blocks` is the
+  // minimum over tensors). The current device is the worker's.
+  absl::Status Finish(std::vector<TensorDescriptor> tensors, uint64_t num_blocks,
+                      uint32_t unit_bytes);
+  // Staging buffers of `lane` (first staged job, or after an idle release). Caller holds lane.mu.
+  absl::Status EnsureStaging(Lane& lane, size_t bytes, uint32_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
+  // Frees `lane`'s staging once its queued work is done. Caller holds lane.mu.
+  void FreeStaging(Lane& lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
+
+  const void* const owner_;
+  Device* const device_;
+  std::vector<void*> ipc_mappings_;
+  std::vector<cudaEvent_t> events_;
+  bool owns_events_ = false;
+  std::vector<TensorDescriptor> tensors_;  // gpu_address = mapped base + offset
+  KernelTensor* kernel_table_ = nullptr;   // device memory, every tensor
+  size_t kernel_table_bytes_ = 0;
+  uint64_t units_per_pair_ = 0;
+  uint64_t align_bits_ = 0;  // OR of every tensor's addresses and sizes (vector width)
+  uint64_t num_blocks_ = 0;
+  uint64_t bytes_per_block_ = 0;
+  Lane store_;
+  Lane load_;
+  std::atomic<int64_t> in_flight_{0};
+};
+
+}  // namespace kvoffload::daemon::cuda
+
+#endif  // KVOFFLOAD_DAEMON_COPY_CUDA_WORKER_MEMORY_H_
