@@ -30,6 +30,11 @@ cudaError_t LaunchDelay(uint64_t nanoseconds, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+cudaError_t LaunchSpin(uint64_t nanoseconds, int blocks, int threads, cudaStream_t stream) {
+  DelayKernel<<<blocks, threads, 0, stream>>>(nanoseconds);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchBusyFma(float* sink, int blocks, int threads, int iterations,
                           cudaStream_t stream) {
   BusyFmaKernel<<<blocks, threads, 0, stream>>>(sink, iterations);

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "tests/gpu_e2e/bench_kernels.h"
 
 namespace kvoffload::testing {
@@ -31,6 +32,18 @@ double Micros(Clock::time_point a, Clock::time_point b) {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// "3,4,9" (or "-" for none), as the scripted worker's own commands take them.
+bool ParseList(const std::string& text, std::vector<uint64_t>* out) {
+  out->clear();
+  if (text == "-") return true;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    uint64_t v;
+    if (!absl::SimpleAtoi(item, &v)) return false;
+    out->push_back(v);
+  }
+  return true;
 }
 
 std::vector<uint64_t> Range(uint64_t first, uint64_t n) {
@@ -86,6 +99,9 @@ void CudaKvMemory::Fill(uint64_t seed) {
     }
     patterns_.push_back(std::move(pattern));
   }
+  // A pageable cudaMemcpy may return before its DMA lands; a store the daemon starts at once
+  // (no event) must read the new bytes.
+  cudaDeviceSynchronize();
   std::fill(overrides_.begin(), overrides_.end(), std::string());
 }
 
@@ -166,6 +182,12 @@ bool CudaKvMemory::HandleCommand(const std::vector<std::string>& w, client::Work
     Latency(w, worker, out);
   } else if (w[0] == "interference" && w.size() >= 4) {
     Interference(w, worker, out);
+  } else if (w[0] == "submit_gated" && w.size() >= 7) {
+    SubmitGated(w, worker, out);
+  } else if (w[0] == "record_behind" && w.size() >= 3) {
+    RecordBehind(w, out);
+  } else if (w[0] == "busy" && w.size() >= 2) {
+    Busy(w, out);
   } else {
     return false;
   }
@@ -372,6 +394,108 @@ void CudaKvMemory::Interference(const std::vector<std::string>& w, client::Worke
              "interference alone_ms=%.3f loaded_ms=%.3f slowdown_pct=%.2f copy_gbps=%.2f", base,
              with, (with / base - 1) * 100, moved_during / seconds / 1e9)
       << std::endl;
+}
+
+// submit_gated store|load JOB BLOCKS ROWS SLOT DELAY_MS [PROBE_JOB PROBE_BLOCKS PROBE_ROWS]:
+// records event SLOT on the worker's stream behind DELAY_MS of GPU work (a one-thread delay
+// kernel; 0: behind only what the stream already holds, e.g. `busy`), submits the job naming SLOT
+// and does not wait for it → "submitted JOB". With a probe it then submits a store PROBE_JOB
+// naming no event and waits for it (20 s): one session's messages are handled in order, so the
+// probe's verdict proves the daemon holds the gated part → "submitted JOB probe=finished PROBE
+// CODE BYTES" (or "probe=error ..."). The test SIGKILLs the worker while the record is still
+// queued: the event never fires.
+void CudaKvMemory::SubmitGated(const std::vector<std::string>& w, client::WorkerClient& worker,
+                               std::ostream& out) {
+  client::JobRequest request;
+  uint64_t slot, delay_ms;
+  if ((w[1] != "store" && w[1] != "load") || !absl::SimpleAtoi(w[2], &request.job_id) ||
+      !ParseList(w[3], &request.gpu_blocks) || !ParseList(w[4], &request.rows) ||
+      !absl::SimpleAtoi(w[5], &slot) || !absl::SimpleAtoi(w[6], &delay_ms) ||
+      slot >= events_->size() || (w.size() != 7 && w.size() != 10)) {
+    out << "error bad arguments" << std::endl;
+    return;
+  }
+  client::JobRequest probe;
+  if (w.size() == 10 && (!absl::SimpleAtoi(w[7], &probe.job_id) ||
+                         !ParseList(w[8], &probe.gpu_blocks) || !ParseList(w[9], &probe.rows))) {
+    out << "error bad arguments" << std::endl;
+    return;
+  }
+  request.direction = w[1] == "store" ? client::Direction::kStore : client::Direction::kLoad;
+  request.event_index = static_cast<int32_t>(slot);
+  if (delay_ms > 0) {
+    if (auto s = Cuda(LaunchDelay(delay_ms * 1'000'000, stream_), "LaunchDelay"); !s.ok()) {
+      out << "error " << s.ToString() << std::endl;
+      return;
+    }
+  }
+  if (auto s = events_->Record(slot, stream_); !s.ok()) {
+    out << "error " << s.ToString() << std::endl;
+    return;
+  }
+  if (auto s = worker.Submit(request); !s.ok()) {
+    out << "error " << s.ToString() << std::endl;
+    return;
+  }
+  std::string line = absl::StrCat("submitted ", request.job_id);
+  if (w.size() == 10) {
+    probe.direction = client::Direction::kStore;
+    probe.event_index = -1;
+    absl::Status s = worker.Submit(probe);
+    auto done = s.ok() ? worker.WaitFinished(probe.job_id, absl::Seconds(20))
+                       : absl::StatusOr<client::FinishedJob>(s);
+    if (!done.ok()) {
+      absl::StrAppend(&line, " probe=error ", static_cast<int>(done.status().code()));
+    } else {
+      absl::StrAppend(&line, " probe=finished ", done->job_id, " ",
+                      static_cast<int>(done->status.code()), " ", done->bytes);
+    }
+  }
+  out << line << std::endl;
+}
+
+// record_behind SLOT DELAY_MS: records event SLOT behind DELAY_MS of GPU work and submits
+// nothing (a worker killed between its record and its submit) → "recorded SLOT".
+void CudaKvMemory::RecordBehind(const std::vector<std::string>& w, std::ostream& out) {
+  uint64_t slot, delay_ms;
+  if (!absl::SimpleAtoi(w[1], &slot) || !absl::SimpleAtoi(w[2], &delay_ms) ||
+      slot >= events_->size()) {
+    out << "error bad arguments" << std::endl;
+    return;
+  }
+  absl::Status s = Cuda(LaunchDelay(delay_ms * 1'000'000, stream_), "LaunchDelay");
+  if (s.ok()) s = events_->Record(slot, stream_);
+  out << (s.ok() ? absl::StrCat("recorded ", slot) : absl::StrCat("error ", s.ToString()))
+      << std::endl;
+}
+
+// busy MS: queues MS milliseconds of GPU work that keeps every SM busy (spin kernels of at most
+// 250 ms, two blocks of 512 threads per SM) on the worker's compute stream, and returns at once
+// → "busy MS". Work submitted to the stream afterwards (e.g. submit_gated's record) runs only
+// after it.
+void CudaKvMemory::Busy(const std::vector<std::string>& w, std::ostream& out) {
+  uint64_t ms;
+  if (!absl::SimpleAtoi(w[1], &ms) || ms == 0) {
+    out << "error bad arguments" << std::endl;
+    return;
+  }
+  int sms = 0;
+  if (auto s = Cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_),
+                    "cudaDeviceGetAttribute");
+      !s.ok()) {
+    out << "error " << s.ToString() << std::endl;
+    return;
+  }
+  for (uint64_t left = ms; left > 0;) {
+    const uint64_t chunk = std::min<uint64_t>(left, 250);
+    if (auto s = Cuda(LaunchSpin(chunk * 1'000'000, 2 * sms, 512, stream_), "LaunchSpin");
+        !s.ok()) {
+      out << "error " << s.ToString() << std::endl;
+      return;
+    }
+    left -= chunk;
+  }
+  out << "busy " << ms << std::endl;
 }
 
 }  // namespace kvoffload::testing

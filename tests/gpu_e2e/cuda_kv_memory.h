@@ -48,6 +48,11 @@ class CudaKvMemory final : public client::KvBlocks {
   void Latency(const std::vector<std::string>& w, client::WorkerClient& worker, std::ostream& out);
   void Interference(const std::vector<std::string>& w, client::WorkerClient& worker,
                     std::ostream& out);
+  // Worker-death tests: the GPU states a worker can be SIGKILLed in.
+  void SubmitGated(const std::vector<std::string>& w, client::WorkerClient& worker,
+                   std::ostream& out);
+  void RecordBehind(const std::vector<std::string>& w, std::ostream& out);
+  void Busy(const std::vector<std::string>& w, std::ostream& out);
 
   client::KvLayout layout_;
   std::vector<uint8_t*> allocations_;

@@ -5,6 +5,13 @@
 //   bench store|load JOB_BASE FIRST_ROW N REPS   → "bench DIR median_us=.. bytes=.. gbps=.."
 //   latency N ROWS                        → "latency p50_us=.. p99_us=.. n=.."
 //   interference ITERATIONS N ROWS        → "interference alone_ms=.. loaded_ms=.. slowdown_pct=.."
+// For the worker-death tests (the worker is SIGKILLed right after):
+//   submit_gated store|load JOB BLOCKS ROWS SLOT DELAY_MS [PROBE_JOB PROBE_BLOCKS PROBE_ROWS]
+//       event SLOT recorded behind DELAY_MS of GPU work, the job submitted naming it, not waited
+//       for; the probe (a store, no event) is waited for → "submitted JOB [probe=finished ...]"
+//   record_behind SLOT DELAY_MS           event recorded behind GPU work, nothing submitted
+//                                         → "recorded SLOT"
+//   busy MS                               MS ms of every-SM spin kernels queued → "busy MS"
 #include <memory>
 
 #include "client/scripted/scripted_worker.h"

@@ -5,11 +5,13 @@
 # Builds nothing. Writes logs, bench.jsonl (copy baselines), e2e.jsonl (kvoffload end to end, default
 # flags), e2e_sms4.jsonl (the same with --copy_sms=4), torch.jsonl (against PyTorch alone, Python
 # latency, interference, CPU per job) and device.txt to OUT, prints a short table and a final
-# "N passed, N failed" line. `tests` runs the GPU tests only, `bench` the benchmarks only.
+# "N passed, N failed" line. The third argument picks stages (quoted, space separated):
+# tests baselines e2e e2e_sms4 torch, or all (the default).
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
-stage=${3:-all}
+stages=" ${3:-all} "  # any of: tests baselines e2e e2e_sms4 torch, or all
+want() { [[ $stages == *" all "* || $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader > "$out/device.txt" 2>&1
@@ -38,22 +40,24 @@ run() {  # name timeout command...
   grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[       OK \]' "$out/$name.log" | head -40
 }
 
-if [[ $stage != bench ]]; then
+if want tests; then
 run cuda_client_test 60 "$bundle/bin/cuda_client_test"
 run cuda_copy_backend_test 60 "$bundle/bin/cuda_copy_backend_test"
 run cuda_copy_backend_gpu_test 240 "$bundle/bin/cuda_copy_backend_gpu_test"
-run e2e_gpu_test 300 "$bundle/bin/e2e_gpu_test"
+run e2e_gpu_test 420 "$bundle/bin/e2e_gpu_test"
 run python_torch_gpu 240 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_smoke.py"
 
 fi
-if [[ $stage != tests ]]; then
+if want baselines; then
 echo "=== copy baselines (same run)"
 if timeout 250 "$bundle/bin/gpu_baselines" >"$out/bench.jsonl" 2>"$out/bench.err"; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1)); echo "FAILED: gpu_baselines"; tail -5 "$out/bench.err"
 fi
+fi
+if want e2e; then
 echo "=== kvoffload end to end"
 if (cd "$tree" && timeout 400 "$bundle/bin/e2e_bench" --daemon=daemon/kvoffloadd \
       --worker=tests/gpu_e2e/kvoffload_cuda_worker) >"$out/e2e.jsonl" 2>"$out/e2e.err"; then
@@ -62,6 +66,8 @@ else
   failed=$((failed + 1)); echo "FAILED: e2e_bench"; tail -5 "$out/e2e.err"
 fi
 cat "$out/e2e.jsonl"
+fi
+if want e2e_sms4; then
 echo "=== kvoffload end to end, --copy_sms=4"
 if (cd "$tree" && timeout 400 "$bundle/bin/e2e_bench" --daemon=daemon/kvoffloadd \
       --worker=tests/gpu_e2e/kvoffload_cuda_worker --daemon_args=--copy_sms=4) \
@@ -71,6 +77,8 @@ else
   failed=$((failed + 1)); echo "FAILED: e2e_bench (--copy_sms=4)"; tail -5 "$out/e2e_sms4.err"
 fi
 grep -E '"store"|interference' "$out/e2e_sms4.jsonl"
+fi
+if want torch; then
 echo "=== against PyTorch alone (Python package)"
 if timeout 500 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
     KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/torch_bench.py" \
