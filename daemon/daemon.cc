@@ -8,9 +8,13 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/engine/deferred_release.h"
@@ -64,8 +68,39 @@ struct Daemon::Impl {
   std::unique_ptr<MetricsServer> metrics_server;  // null when options.metrics_address is empty
   std::string backend_name;
   bool shut_down = false;
+  // Health follows the copy devices: NOT_SERVING while any device is failed (a sticky CUDA error
+  // needs a daemon restart, which is what a supervisor acting on health should do).
+  absl::Mutex health_mu;
+  bool health_stop ABSL_GUARDED_BY(health_mu) = false;
+  std::thread health_watch;
+
+  void WatchHealth() {
+    bool serving = true;
+    absl::MutexLock lock(&health_mu);
+    while (!health_mu.AwaitWithTimeout(absl::Condition(&health_stop), absl::Seconds(1))) {
+      const std::map<int32_t, std::string> failed = backend->FailedDevices();
+      if (failed.empty() == serving) continue;
+      serving = failed.empty();
+      for (grpc::Server* server : {data_server.get(), admin_server.get()}) {
+        server->GetHealthCheckService()->SetServingStatus(serving);
+      }
+      for (const auto& [device, why] : failed) {
+        Log()->error("health NOT_SERVING: device {}: {}", device, why);
+      }
+      if (serving) Log()->info("health SERVING again: no failed device");
+    }
+  }
+
+  void StopHealthWatch() {
+    {
+      absl::MutexLock lock(&health_mu);
+      health_stop = true;
+    }
+    if (health_watch.joinable()) health_watch.join();
+  }
 
   ~Impl() {
+    StopHealthWatch();
     if (lock_fd >= 0) close(lock_fd);
   }
 };
@@ -142,6 +177,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
         absl::StrCat("cannot listen on ", impl->data_socket, " and ", impl->admin_socket));
   }
   impl->registry->Start();
+  impl->health_watch = std::thread([raw = impl.get()] { raw->WatchHealth(); });
   Log()->info("kvoffloadd serving {} and {} (backend {}, node cap {} bytes)", impl->data_socket,
               impl->admin_socket, impl->backend_name, options.max_region_bytes);
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
@@ -155,6 +191,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   if (impl_ == nullptr || impl_->shut_down) return;
   impl_->shut_down = true;
   Log()->info("shutting down (grace {})", absl::FormatDuration(grace));
+  impl_->StopHealthWatch();
   // Engines first: new jobs are refused, running copies get `grace`, open jobs fail, sessions
   // are told to end, so the servers' Shutdown does not wait on live worker streams.
   bool drained =

@@ -120,6 +120,15 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       gpu.metric.push_back(Gauge(static_cast<double>(bytes), {{"device", std::to_string(device)}}));
     }
     out.push_back(std::move(gpu));
+    MetricFamily failed = Family("kvoffload_device_failed",
+                                 "1 for a CUDA device that can no longer copy (sticky CUDA error, "
+                                 "or a worker's mappings whose release has not returned); see "
+                                 "kvoffloadctl stats for the reason. Absent while healthy.",
+                                 kGauge);
+    for (const auto& [device, why] : backend_->FailedDevices()) {
+      failed.metric.push_back(Gauge(1, {{"device", std::to_string(device)}}));
+    }
+    out.push_back(std::move(failed));
   }
 
   // Per engine.

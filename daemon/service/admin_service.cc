@@ -14,6 +14,9 @@ grpc::Status AdminService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
   for (const auto& [device, bytes] : backend_->GpuMemoryBytes()) {
     (*response->mutable_gpu_memory_bytes())[device] = bytes;
   }
+  for (const auto& [device, why] : backend_->FailedDevices()) {
+    (*response->mutable_failed_devices())[device] = why;
+  }
   response->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   return grpc::Status::OK;
 }

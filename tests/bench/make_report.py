@@ -4,8 +4,10 @@ docs/benchmarks.md. Every number comes from the same run (tests/gpu_e2e/run_on_d
 
   python3 tests/bench/make_report.py RUN_DIR --commit SHA [--date YYYY-MM-DD]
 
-RUN_DIR holds device.txt, bench.jsonl (copy baselines: ceiling, memcpy_per_page, memcpy_batch)
-and e2e.jsonl (kvoffload end to end, latency, interference).
+RUN_DIR holds device.txt, bench.jsonl (copy baselines: ceiling, memcpy_per_page, memcpy_batch),
+e2e.jsonl (kvoffload end to end, latency, one-wave interference), torch.jsonl (against PyTorch
+alone: torch_staged, Python latency, both directions at once, GEMM/decode interference, CPU per
+job) and optionally e2e_sms4.jsonl (the end-to-end run with --copy_sms=4).
 """
 import argparse
 import datetime
@@ -15,7 +17,9 @@ import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [4096, 16384, 65536, 262144, 2097152]
-TARGETS = {"ceiling_fraction": 0.95, "interference_slowdown_pct": 5.0, "latency_p50_us": 100.0}
+TARGETS = {"ceiling_fraction": 0.97, "torch_staged_ratio": 1.0, "bidirectional_fraction": 0.90,
+           "one_wave_pct": 5.0, "gemm_pct": 2.0, "decode_pct": 2.0, "latency_p50_us": 70.0,
+           "python_latency_p50_us": 100.0}
 
 
 def read_jsonl(path):
@@ -41,7 +45,8 @@ def main():
     device = (run / "device.txt").read_text().strip()
     baselines = read_jsonl(run / "bench.jsonl")
     e2e = read_jsonl(run / "e2e.jsonl")
-    staged = read_jsonl(run / "e2e_staged.jsonl") if (run / "e2e_staged.jsonl").exists() else []
+    torch_rows = read_jsonl(run / "torch.jsonl") if (run / "torch.jsonl").exists() else []
+    sms4 = read_jsonl(run / "e2e_sms4.jsonl") if (run / "e2e_sms4.jsonl").exists() else []
 
     ceiling = {}
     for r in baselines:
@@ -61,22 +66,46 @@ def main():
             latency = r["latency_us"]
         elif "interference_slowdown_pct" in r:
             interference = r
+    torch_ceiling = next((r for r in torch_rows if r.get("method") == "ceiling"), {})
+    for r in torch_rows:
+        if r.get("method") in ("torch_staged", "kvoffload_python") and r["direction"] != "bidirectional":
+            rows.append({"method": r["method"], "direction": r["direction"],
+                         "page_bytes": r["page_bytes"], "shape": "vllm_per_layer", "gbps": r["gbps"]})
+    bidir = [r for r in torch_rows if r.get("direction") == "bidirectional"]
+    gemm = next((r for r in torch_rows if r.get("interference") == "gemm"), {})
+    decode = next((r for r in torch_rows if r.get("interference") == "decode"), {})
+    py_latency = next((r["latency_python_us"] for r in torch_rows if "latency_python_us" in r), {})
     report = {
         "device": device,
         "commit": args.commit,
         "date": args.date,
         "ceiling": ceiling,
         "rows": rows,
-        "interference_slowdown_pct": interference.get("interference_slowdown_pct"),
-        "interference": interference,
-        "latency_us": {"p50": latency.get("p50"), "p99": latency.get("p99")},
-        "targets": TARGETS,
-        # Not the default: the same benchmark with --staged_store_min_bytes=256KiB.
-        "experimental_staged_stores": {
-            "rows": [{k: r[k] for k in ("method", "direction", "page_bytes", "shape", "gbps")}
-                     for r in staged if r.get("method") == "kvoffload" and r["direction"] == "store"],
-            "interference": next((r for r in staged if "interference_slowdown_pct" in r), None),
+        "bidirectional": {
+            "gbps": min((r["gbps"] for r in bidir), default=None),
+            "by_page": {str(r["page_bytes"]): r["gbps"] for r in bidir},
+            "ceiling_gbps": torch_ceiling.get("bidirectional_gbps"),
         },
+        "interference_slowdown_pct": interference.get("interference_slowdown_pct"),
+        "interference": {
+            "one_wave_pct": interference.get("interference_slowdown_pct"),
+            "gemm_pct": gemm.get("slowdown_pct"),
+            "decode_pct": decode.get("slowdown_pct"),
+            "copy_gbps": interference.get("copy_gbps"),
+            "gemm_copy_gbps": gemm.get("copy_gbps"),
+            "decode_copy_gbps": decode.get("copy_gbps"),
+            "one_wave": interference,
+            "gemm": gemm,
+            "decode": decode,
+        },
+        "latency_us": {"p50": latency.get("p50"), "p99": latency.get("p99"),
+                       "python_p50": py_latency.get("p50"), "python_p99": py_latency.get("p99")},
+        "cpu_us_per_job": [r["cpu_us_per_job"] for r in torch_rows if "cpu_us_per_job" in r],
+        "torch_ceiling": torch_ceiling,
+        "copy_sms_4": [{k: r[k] for k in ("direction", "page_bytes", "shape", "gbps")}
+                       for r in sms4 if r.get("method") == "kvoffload"],
+        "copy_sms_4_interference": next((r for r in sms4 if "interference_slowdown_pct" in r), None),
+        "targets": TARGETS,
     }
     (ROOT / "docs/benchmarks.json").write_text(json.dumps(report, indent=2) + "\n")
 
@@ -96,7 +125,7 @@ def main():
         lines.append(f"**{direction}** ({'GPU → host' if direction == 'store' else 'host → GPU'}), "
                      f"ceiling {ceil} GB/s (one contiguous pinned cudaMemcpyAsync)")
         lines.append("")
-        lines.append("| page | memcpy_per_page | memcpy_batch | kvoffload | kvoffload / ceiling | target 95 % |")
+        lines.append("| page | memcpy_per_page | memcpy_batch | kvoffload | kvoffload / ceiling | target 97 % |")
         lines.append("|---|---:|---:|---:|---:|---|")
         for page in PAGES:
             k = next((r for r in rows if r["method"] == "kvoffload" and r["direction"] == direction
@@ -106,7 +135,7 @@ def main():
             lines.append(f"| {human(page)} | {pp} | {mb} | {k['gbps'] if k else '—'} "
                          f"({k.get('gbps_single_job') if k else '—'}) | "
                          f"{f'{ratio:.1%}' if ratio else '—'} | "
-                         f"{'met' if ratio and ratio >= 0.95 else 'missed'} |")
+                         f"{'met' if ratio and ratio >= 0.97 else 'missed'} |")
         lines.append("")
     lines.append("| model shape | direction | page | kvoffload GB/s | / ceiling |")
     lines.append("|---|---|---:|---:|---:|")
@@ -117,12 +146,52 @@ def main():
                          f"{r['gbps']} ({r.get('gbps_single_job')}) | {r['gbps'] / ceil:.1%} |")
     lines.append("")
     lines.append(f"- 1-block job latency, submit → finished (CUDA backend, 4 KiB block): "
-                 f"p50 {latency.get('p50')} µs, p99 {latency.get('p99')} µs (target p50 ≤ 100 µs).")
+                 f"p50 {latency.get('p50')} µs, p99 {latency.get('p99')} µs (target p50 ≤ 70 µs); from Python "
+                 f"p50 {py_latency.get('p50')} µs, p99 {py_latency.get('p99')} µs (target p50 ≤ 100 µs).")
     if interference:
         lines.append(f"- Concurrent compute-bound kernel (one wave on every SM) while kvoffload moves "
                      f"{interference.get('copy_gbps')} GB/s: {interference.get('alone_ms')} ms alone, "
                      f"{interference.get('loaded_ms')} ms loaded, slowdown "
                      f"{interference.get('interference_slowdown_pct')} % (target ≤ 5 %).")
+    for name, r in (("bf16 GEMM loop (torch.matmul 8192³ × 20)", gemm),
+                    ("Llama-shaped decode loop (random init, bf16, batch 64)", decode)):
+        if r:
+            lines.append(f"- {name} while kvoffload moves {r['copy_gbps']} GB/s: {r['alone_ms']} ms "
+                         f"alone, {r['loaded_ms']} ms loaded, slowdown {r['slowdown_pct']} % "
+                         f"(target ≤ 2 %).")
+    if torch_rows:
+        lines += ["", "**Against PyTorch alone** (tests/gpu_e2e/torch_bench.py, same process run): vLLM's",
+                  "per-layer layout, 8 layers × K and V, 1 GiB per job, a random permutation of GPU blocks",
+                  "into consecutive rows. `torch_staged`: per-layer index_select into 2 × 64 MiB GPU staging,",
+                  "non_blocking copies to pinned memory on a second stream. `kvoffload (Python)`: the same",
+                  "blocks through the Python package, one job at a time, submit → finished. "
+                  f"Ceiling (torch copy_): {torch_ceiling.get('d2h_gbps')} D2H, "
+                  f"{torch_ceiling.get('h2d_gbps')} H2D, {torch_ceiling.get('bidirectional_gbps')} both at once.", "",
+                  "| direction | page | torch_staged | kvoffload (Python) | ratio |", "|---|---:|---:|---:|---:|"]
+        for direction in ("store", "load"):
+            for page in sorted({r["page_bytes"] for r in rows if r["shape"] == "vllm_per_layer"}):
+                t = cell("torch_staged", direction, page, "vllm_per_layer")
+                k = cell("kvoffload_python", direction, page, "vllm_per_layer")
+                lines.append(f"| {direction} | {human(page)} | {t} | {k} | "
+                             f"{k / t:.2f}× |" if t and k else f"| {direction} | {human(page)} | {t} | {k} | — |")
+        for r in bidir:
+            lines.append(f"- Both directions at once ({human(r['page_bytes'])} pages): {r['gbps']} GB/s, "
+                         f"{r['gbps'] / torch_ceiling['bidirectional_gbps']:.1%} of the bidirectional "
+                         f"ceiling (target 90 %).")
+        cpu = report["cpu_us_per_job"]
+        if cpu:
+            lines.append("- Daemon CPU per store job (one run of consecutive 4 KiB blocks): " +
+                         ", ".join(f"{c['blocks']} blocks {c['us']} µs" for c in cpu) +
+                         " (target: flat).")
+    if sms4:
+        lines += ["", "Same end-to-end run with `--copy_sms=4` (default 8):", "",
+                  "| shape | direction | page | GB/s |", "|---|---|---:|---:|"]
+        for r in report["copy_sms_4"]:
+            lines.append(f"| {r['shape']} | {r['direction']} | {human(r['page_bytes'])} | {r['gbps']} |")
+        i = report["copy_sms_4_interference"]
+        if i:
+            lines.append(f"- One-wave kernel slowdown with --copy_sms=4: {i['interference_slowdown_pct']} % "
+                         f"while moving {i['copy_gbps']} GB/s.")
     backend_interference = [r for r in baselines if r.get("method") == "interference"]
     report["backend_interference"] = backend_interference
     (ROOT / "docs/benchmarks.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -130,23 +199,6 @@ def main():
         lines.append(f"- Backend alone (gpu_baselines, in-process, stores only): a one-wave compute "
                      f"kernel of {r['alone_ms']} ms slows by {r['slowdown_pct']} % with "
                      f"{r['store_path']} stores ({r['store_gbps_meanwhile']} GB/s meanwhile).")
-    if staged:
-        st = report["experimental_staged_stores"]
-        lines.append("")
-        lines.append("Experimental, not the default: the same run with `--staged_store_min_bytes=256KiB` "
-                     "(stores gathered on the GPU, moved by copy engines):")
-        lines.append("")
-        lines.append("| shape | page | store GB/s | / ceiling |")
-        lines.append("|---|---:|---:|---:|")
-        for r in st["rows"]:
-            lines.append(f"| {r['shape']} | {human(r['page_bytes'])} | {r['gbps']} | "
-                         f"{r['gbps'] / ceiling['d2h_gbps']:.1%} |")
-        if st["interference"]:
-            i = st["interference"]
-            lines.append("")
-            lines.append(f"- Concurrent compute-bound kernel with staged stores: slowdown "
-                         f"{i['interference_slowdown_pct']} % while moving {i['copy_gbps']} GB/s.")
-        (ROOT / "docs/benchmarks.json").write_text(json.dumps(report, indent=2) + "\n")
     table = "\n".join(lines) + "\n"
 
     md = ROOT / "docs/benchmarks.md"
