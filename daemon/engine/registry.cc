@@ -142,21 +142,18 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(const common::Engine
   common::EngineSpec spec = requested;
   spec.local_world_size = geometry.local_world_size;
   spec.worker_bytes_per_block = geometry.worker_bytes_per_block;
-  RETURN_IF_ERROR(Engine::CheckRegistration(spec, geometry, mp_rank, registration));
+  std::shared_ptr<Engine> existing;
   {
-    std::shared_ptr<Engine> existing;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = engines_.find(spec.Key());
-      if (it != engines_.end()) existing = it->second;
-    }
-    // Refuse a differing spec, a taken rank or slot before opening the worker's memory (CUDA
-    // IPC handles are opened once per process).
-    if (existing != nullptr) {
-      RETURN_IF_ERROR(existing->CheckSameSpec(spec));
-      RETURN_IF_ERROR(existing->CheckAttach(mp_rank, registration));
-    }
+    absl::MutexLock lock(&mu_);
+    auto it = engines_.find(spec.Key());
+    if (it != engines_.end()) existing = it->second;
   }
+  // A differing spec is named first (it explains any rank or size error that follows).
+  if (existing != nullptr) RETURN_IF_ERROR(existing->CheckSameSpec(spec));
+  RETURN_IF_ERROR(Engine::CheckRegistration(spec, geometry, mp_rank, registration));
+  // Refuse a taken rank or slot before opening the worker's memory (CUDA IPC handles are opened
+  // once per process).
+  if (existing != nullptr) RETURN_IF_ERROR(existing->CheckAttach(mp_rank, registration));
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerMemory> memory, deps_.backend->OpenWorker(registration));
   absl::StatusOr<OpenedEngine> opened = Open(spec, expected_epoch);
   if (!opened.ok()) {

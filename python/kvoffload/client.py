@@ -339,7 +339,7 @@ class Worker(_Handle):
             raise KvoffloadError(StatusCode.FAILED_PRECONDITION, "the worker is closed")
         return self._handle
 
-    def _submit(self, direction, job_id, gpu_blocks, rows, event_index, region_epoch):
+    def _submit(self, direction, job_id, gpu_blocks, rows, event_index, region_epoch=0):
         blocks, nb = _u64_array(gpu_blocks, "gpu_blocks")
         row_arr, nr = _u64_array(rows, "rows")
         err = _err_buffer()
