@@ -400,6 +400,14 @@ int kvo_worker_info(const kvo_worker* worker, struct kvo_worker_info* info_out, 
 int kvo_worker_submit(kvo_worker* worker, uint64_t job_id, int32_t direction,
                       const uint64_t* gpu_blocks, size_t num_gpu_blocks, const uint64_t* rows,
                       size_t num_rows, int32_t event_index, char* err, size_t err_len) {
+  return kvo_worker_submit_epoch(worker, job_id, direction, gpu_blocks, num_gpu_blocks, rows,
+                                 num_rows, event_index, /*region_epoch=*/0, err, err_len);
+}
+
+int kvo_worker_submit_epoch(kvo_worker* worker, uint64_t job_id, int32_t direction,
+                            const uint64_t* gpu_blocks, size_t num_gpu_blocks,
+                            const uint64_t* rows, size_t num_rows, int32_t event_index,
+                            uint64_t region_epoch, char* err, size_t err_len) {
   return Guarded(err, err_len, [&] {
     if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
     if (direction != KVO_STORE && direction != KVO_LOAD) {
@@ -418,6 +426,7 @@ int kvo_worker_submit(kvo_worker* worker, uint64_t job_id, int32_t direction,
     job.gpu_blocks.assign(gpu_blocks, gpu_blocks + num_gpu_blocks);
     job.rows.assign(rows, rows + num_rows);
     job.event_index = event_index;
+    job.region_epoch = region_epoch;
     return worker->client->Submit(job);
   });
 }
@@ -517,13 +526,20 @@ void kvo_worker_close(kvo_worker* worker) {
 int kvo_scheduler_open(const char* socket_path, const kvo_engine_spec* spec,
                        kvo_scheduler** scheduler_out, kvo_geometry* geometry_out, char* err,
                        size_t err_len) {
+  return kvo_scheduler_open_epoch(socket_path, spec, /*region_epoch=*/0, scheduler_out,
+                                  geometry_out, err, err_len);
+}
+
+int kvo_scheduler_open_epoch(const char* socket_path, const kvo_engine_spec* spec,
+                             uint64_t region_epoch, kvo_scheduler** scheduler_out,
+                             kvo_geometry* geometry_out, char* err, size_t err_len) {
   return Guarded(err, err_len, [&] {
     if (absl::Status s = Required(socket_path, "socket_path"); !s.ok()) return s;
     if (absl::Status s = Required(scheduler_out, "scheduler_out"); !s.ok()) return s;
     absl::StatusOr<kvo::EngineSpec> cpp_spec = SpecFromC(spec);
     if (!cpp_spec.ok()) return cpp_spec.status();
     absl::StatusOr<std::unique_ptr<kvo::SchedulerClient>> client =
-        kvo::SchedulerClient::Open(socket_path, *cpp_spec);
+        kvo::SchedulerClient::Open(socket_path, *cpp_spec, region_epoch);
     if (!client.ok()) return client.status();
     auto scheduler = std::make_unique<kvo_scheduler>();
     scheduler->client = std::move(*client);
@@ -531,6 +547,26 @@ int kvo_scheduler_open(const char* socket_path, const kvo_engine_spec* spec,
       GeometryToC(scheduler->client->geometry(), scheduler->client->created(), geometry_out);
     }
     *scheduler_out = scheduler.release();
+    return absl::OkStatus();
+  });
+}
+
+int kvo_scheduler_region_epoch(const kvo_scheduler* scheduler, uint64_t* epoch_out, char* err,
+                               size_t err_len) {
+  return Guarded(err, err_len, [&] {
+    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
+    if (absl::Status s = Required(epoch_out, "epoch_out"); !s.ok()) return s;
+    *epoch_out = scheduler->client->region_epoch();
+    return absl::OkStatus();
+  });
+}
+
+int kvo_worker_region_epoch(const kvo_worker* worker, uint64_t* epoch_out, char* err,
+                            size_t err_len) {
+  return Guarded(err, err_len, [&] {
+    if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
+    if (absl::Status s = Required(epoch_out, "epoch_out"); !s.ok()) return s;
+    *epoch_out = worker->client->registration().region_epoch;
     return absl::OkStatus();
   });
 }

@@ -191,6 +191,19 @@ int kvo_worker_submit(kvo_worker* worker, uint64_t job_id, int32_t direction,
                       const uint64_t* gpu_blocks, size_t num_gpu_blocks, const uint64_t* rows,
                       size_t num_rows, int32_t event_index, char* err, size_t err_len);
 
+/* kvo_worker_submit, checked against the region the rows were planned in: region_epoch is the
+ * scheduler's kvo_scheduler_region_epoch (0 = this session's own region, which kvo_worker_submit
+ * always sends). A re-created region fails the job with FAILED_PRECONDITION naming both epochs
+ * instead of serving zeroed rows as stored. */
+int kvo_worker_submit_epoch(kvo_worker* worker, uint64_t job_id, int32_t direction,
+                            const uint64_t* gpu_blocks, size_t num_gpu_blocks,
+                            const uint64_t* rows, size_t num_rows, int32_t event_index,
+                            uint64_t region_epoch, char* err, size_t err_len);
+
+/* Identity of the engine's region on this node as the daemon reported it at registration. */
+int kvo_worker_region_epoch(const kvo_worker* worker, uint64_t* epoch_out, char* err,
+                            size_t err_len);
+
 /* cudaEventRecord(event[index], stream) / cudaStreamWaitEvent(stream, event[index]); cuda_stream
  * is a cudaStream_t cast to an integer (0 = the legacy default stream). */
 int kvo_worker_record_event(kvo_worker* worker, int32_t index, uint64_t cuda_stream, char* err,
@@ -240,6 +253,14 @@ int kvo_scheduler_open(const char* socket_path, const kvo_engine_spec* spec,
                        size_t err_len);
 int kvo_scheduler_geometry(const kvo_scheduler* scheduler, kvo_geometry* geometry_out, char* err,
                            size_t err_len);
+/* kvo_scheduler_open requiring the region of an earlier kvo_scheduler_region_epoch (0 = any):
+ * FAILED_PRECONDITION naming both epochs, and nothing created, when it was dropped since. */
+int kvo_scheduler_open_epoch(const char* socket_path, const kvo_engine_spec* spec,
+                             uint64_t region_epoch, kvo_scheduler** scheduler_out,
+                             kvo_geometry* geometry_out, char* err, size_t err_len);
+/* Identity of the engine's region (never 0); workers pass it to kvo_worker_submit_epoch. */
+int kvo_scheduler_region_epoch(const kvo_scheduler* scheduler, uint64_t* epoch_out, char* err,
+                               size_t err_len);
 
 /* Keys are passed as n byte strings: keys[i] points at key_lens[i] bytes (binary-safe). */
 

@@ -122,6 +122,7 @@ absl::StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(const Worker
   }
   for (const std::string& h : options.event_handles) reg->add_event_handles(h);
   reg->set_pid(static_cast<uint32_t>(getpid()));
+  reg->set_region_epoch(options.region_epoch);
   if (!impl->stream->Write(first)) {
     return FromGrpcStatus(impl->stream->Finish());
   }
@@ -139,6 +140,7 @@ absl::StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(const Worker
   impl->registration.slot = reply.registered().slot();
   impl->registration.writer = reply.registered().writer();
   impl->registration.session_id = reply.registered().session_id();
+  impl->registration.region_epoch = reply.registered().region_epoch();
   Impl* raw = impl.get();
   impl->reader = std::thread([raw] { raw->ReadLoop(); });
   return std::unique_ptr<WorkerClient>(new WorkerClient(std::move(impl)));
@@ -165,6 +167,8 @@ absl::Status WorkerClient::Submit(const JobRequest& job) {
   s->mutable_gpu_blocks()->Add(job.gpu_blocks.begin(), job.gpu_blocks.end());
   s->mutable_rows()->Add(job.rows.begin(), job.rows.end());
   s->set_event_index(job.event_index);
+  s->set_region_epoch(job.region_epoch != 0 ? job.region_epoch
+                                            : impl_->registration.region_epoch);
   absl::MutexLock lock(&impl_->write_mu);
   if (impl_->stream_finished) {
     absl::MutexLock state(&impl_->mu);
@@ -214,6 +218,7 @@ struct SchedulerClient::Impl {
   EngineSpec spec;
   RegionGeometry geometry;
   bool created = false;
+  uint64_t region_epoch = 0;
 
   v1::KeysRequest Keys(const std::vector<std::string>& keys) const {
     v1::KeysRequest request;
@@ -225,12 +230,13 @@ struct SchedulerClient::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
-    const std::string& socket_path, const EngineSpec& spec) {
+    const std::string& socket_path, const EngineSpec& spec, uint64_t region_epoch) {
   auto impl = std::make_unique<Impl>();
   impl->stub = v1::Engine::NewStub(Dial(socket_path));
   impl->spec = spec;
   v1::OpenEngineRequest request;
   SpecToProto(spec, request.mutable_spec());
+  request.set_region_epoch(region_epoch);
   v1::OpenEngineResponse response;
   grpc::ClientContext context;
   context.set_wait_for_ready(true);
@@ -239,6 +245,7 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
   if (!status.ok()) return FromGrpcStatus(status);
   impl->geometry = FromProto(response.geometry());
   impl->created = response.created();
+  impl->region_epoch = response.region_epoch();
   return std::unique_ptr<SchedulerClient>(new SchedulerClient(std::move(impl)));
 }
 
@@ -247,6 +254,7 @@ SchedulerClient::~SchedulerClient() = default;
 
 const RegionGeometry& SchedulerClient::geometry() const { return impl_->geometry; }
 bool SchedulerClient::created() const { return impl_->created; }
+uint64_t SchedulerClient::region_epoch() const { return impl_->region_epoch; }
 
 absl::StatusOr<std::vector<KeyState>> SchedulerClient::Lookup(
     const std::vector<std::string>& keys) {

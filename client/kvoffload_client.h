@@ -55,6 +55,10 @@ struct WorkerOptions {
   std::vector<TensorHandle> tensors;
   std::vector<std::string> event_handles;              // cudaIpcEventHandle_t bytes each
   absl::Duration connect_timeout = absl::Seconds(30);  // includes region creation
+  // The region this worker (or its scheduler) used before, e.g. after a reconnect; 0 = none.
+  // Non-zero: registration is refused (FAILED_PRECONDITION naming both epochs, nothing created)
+  // unless the engine still has that very region.
+  uint64_t region_epoch = 0;
 };
 
 struct WorkerRegistration {
@@ -62,6 +66,7 @@ struct WorkerRegistration {
   uint32_t slot = 0;
   bool writer = true;
   uint64_t session_id = 0;
+  uint64_t region_epoch = 0;  // identity of the engine's region on this node; never 0
 };
 
 enum class Direction { kStore, kLoad };
@@ -72,6 +77,10 @@ struct JobRequest {
   std::vector<uint64_t> gpu_blocks;  // rows.size() × blocks_per_row
   std::vector<uint64_t> rows;
   int32_t event_index = -1;
+  // The region the rows were planned against (the scheduler's SchedulerClient::region_epoch());
+  // 0 = this session's region (registration().region_epoch). Always checked by the daemon: a
+  // re-created region fails the part with FAILED_PRECONDITION instead of serving zeroed rows.
+  uint64_t region_epoch = 0;
 };
 
 struct FinishedJob {
@@ -122,15 +131,20 @@ struct PreparedStore {
 // The scheduler's handle on an engine's region and row index. Thread-safe.
 class SchedulerClient {
  public:
-  // OpenEngine: creates the engine's region or joins it (idempotent).
+  // OpenEngine: creates the engine's region or joins it (idempotent). A non-zero
+  // `region_epoch` (from an earlier region_epoch()) requires that very region: FAILED_PRECONDITION
+  // naming both epochs, and nothing created, when it was dropped or re-created since.
   static absl::StatusOr<std::unique_ptr<SchedulerClient>> Open(const std::string& socket_path,
-                                                               const EngineSpec& spec);
+                                                               const EngineSpec& spec,
+                                                               uint64_t region_epoch = 0);
   ~SchedulerClient();
   SchedulerClient(const SchedulerClient&) = delete;
   SchedulerClient& operator=(const SchedulerClient&) = delete;
 
   const RegionGeometry& geometry() const;
   bool created() const;  // this Open created the region
+  // Identity of the engine's region; workers pass it with their parts (JobRequest::region_epoch).
+  uint64_t region_epoch() const;
 
   absl::StatusOr<std::vector<KeyState>> Lookup(const std::vector<std::string>& keys);
   absl::StatusOr<PreparedStore> PrepareStore(const std::vector<std::string>& keys);

@@ -14,6 +14,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/errno_status.h"
+#include "common/fd_usage.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -24,6 +26,7 @@
 #include "daemon/region/memory_budget.h"
 #include "daemon/service/admin_service.h"
 #include "daemon/service/engine_service.h"
+#include "daemon/service/limits.h"
 #include "daemon/service/worker_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -37,10 +40,7 @@ spdlog::logger* Log() {
   return log;
 }
 
-absl::Status ErrnoStatus(const std::string& what) {
-  const int err = errno;
-  return absl::FailedPreconditionError(absl::StrCat(what, ": ", std::strerror(err)));
-}
+absl::Status ErrnoStatus(const std::string& what) { return common::ErrnoStatus(errno, what); }
 
 }  // namespace
 
@@ -131,6 +131,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   unlink(impl->data_socket.c_str());  // stale, from a daemon that died: we hold the lock now
   unlink(impl->admin_socket.c_str());
 
+  // systemd gives services 1024 descriptors (soft) unless told otherwise; engines hold memfds
+  // and workers hold connections, and --min_free_fds is kept below whatever limit is in force.
+  absl::StatusOr<uint64_t> fd_limit = common::RaiseFdSoftLimit();
+  if (!fd_limit.ok()) {
+    Log()->warn("cannot raise RLIMIT_NOFILE: {}", fd_limit.status().ToString());
+  } else {
+    Log()->info("file descriptor limit {}", *fd_limit);
+  }
+
   impl->budget = std::make_unique<MemoryBudget>(options.max_region_bytes);
   impl->release = std::make_unique<DeferredRelease>();
   EngineDeps deps;
@@ -141,11 +150,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   deps.job_timeout = options.job_timeout;
   deps.callbacks_running = impl->callbacks_running.get();
   deps.max_blocks_per_job = options.max_blocks_per_job;
+  deps.max_jobs_per_engine = options.max_jobs_per_engine;
+  deps.max_jobs_per_session = options.max_jobs_per_session;
   RegistryOptions registry_options;
   registry_options.idle_engine_ttl = options.idle_engine_ttl;
+  registry_options.max_engines = options.max_engines;
+  registry_options.min_free_fds = options.min_free_fds;
   impl->registry = std::make_unique<EngineRegistry>(deps, registry_options);
   impl->engine_service = std::make_unique<EngineService>(impl->registry.get());
-  impl->worker_service = std::make_unique<WorkerService>(impl->registry.get());
+  WorkerServiceOptions worker_options;
+  worker_options.max_sessions = options.max_worker_sessions;
+  worker_options.first_message_timeout = options.first_message_timeout;
+  worker_options.max_queued_verdicts = options.max_queued_verdicts;
+  impl->worker_service =
+      std::make_unique<WorkerService>(impl->registry.get(), worker_options);
   impl->admin_service =
       std::make_unique<AdminService>(impl->registry.get(), impl->backend.get(), impl->budget.get());
   if (!options.metrics_address.empty()) {
@@ -160,17 +178,31 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   // Sockets are created 0660: only the daemon's user and its socket group may connect.
   const mode_t old_umask = umask(0117);
-  auto build = [](const std::string& path, std::vector<grpc::Service*> services) {
+  // The largest legal request, and no more (limits.h has the arithmetic).
+  const uint64_t max_receive = MaxReceiveMessageBytes(options.max_blocks_per_job);
+  if (max_receive > static_cast<uint64_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_blocks_per_job ", options.max_blocks_per_job,
+                     " needs messages of ", max_receive, " bytes, more than gRPC can take"));
+  }
+  // Every worker session holds a server thread; the quota is a backstop behind the session cap
+  // (unary calls need threads too), refusing calls with RESOURCE_EXHAUSTED instead of spawning.
+  const int max_threads = static_cast<int>(options.max_worker_sessions) + 128;
+  auto build = [&](const std::string& path, std::vector<grpc::Service*> services,
+                   const char* quota_name) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(absl::StrCat("unix:", path), grpc::InsecureServerCredentials());
-    builder.SetMaxReceiveMessageSize(256 << 20);  // a 1M-block submit is ~16 MiB
-    builder.SetMaxSendMessageSize(256 << 20);
+    builder.SetMaxReceiveMessageSize(static_cast<int>(max_receive));
+    builder.SetMaxSendMessageSize(static_cast<int>(MaxSendMessageBytes()));
+    grpc::ResourceQuota quota(quota_name);
+    quota.SetMaxThreads(max_threads);
+    builder.SetResourceQuota(quota);
     for (grpc::Service* s : services) builder.RegisterService(s);
     return builder.BuildAndStart();
   };
-  impl->data_server =
-      build(impl->data_socket, {impl->engine_service.get(), impl->worker_service.get()});
-  impl->admin_server = build(impl->admin_socket, {impl->admin_service.get()});
+  impl->data_server = build(impl->data_socket,
+                            {impl->engine_service.get(), impl->worker_service.get()}, "data");
+  impl->admin_server = build(impl->admin_socket, {impl->admin_service.get()}, "admin");
   umask(old_umask);
   if (impl->data_server == nullptr || impl->admin_server == nullptr) {
     return absl::UnavailableError(

@@ -24,7 +24,15 @@ struct DaemonOptions {
   uint64_t max_region_bytes = 0;  // node-wide cap over all regions; must be > 0
   absl::Duration idle_engine_ttl = absl::Minutes(10);
   absl::Duration job_timeout = absl::Seconds(30);
-  uint64_t max_blocks_per_job = 1u << 22;
+  // Admission and per-client bounds; see kvoffload.proto "Limits" for what each one refuses.
+  uint64_t max_blocks_per_job = 1u << 20;
+  uint32_t max_engines = 256;
+  uint64_t min_free_fds = 256;
+  uint64_t max_jobs_per_engine = 8192;
+  uint64_t max_jobs_per_session = 4096;
+  uint32_t max_worker_sessions = 1024;
+  uint32_t max_queued_verdicts = 1024;
+  absl::Duration first_message_timeout = absl::Seconds(10);
   RegionOptions region_options;
   std::string metrics_address;  // host:port for Prometheus text metrics; empty disables
 };
@@ -36,7 +44,9 @@ inline constexpr char kAdminSocketName[] = "admin.sock";
 class Daemon {
  public:
   // Creates the runtime directory (0750) if needed, takes its lock file (FAILED_PRECONDITION
-  // when another kvoffloadd holds it), binds both sockets (mode 0660) and starts serving.
+  // when another kvoffloadd holds it), raises the soft RLIMIT_NOFILE to the hard limit, binds
+  // both sockets (mode 0660) and starts serving. System call failures map by errno
+  // (common::ErrnoStatus).
   // With a metrics_address, serves http://<metrics_address>/metrics too: INVALID_ARGUMENT when
   // it is not host:port, UNAVAILABLE when it cannot be bound (then no socket is created).
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options,

@@ -26,8 +26,25 @@ ABSL_FLAG(int64_t, idle_engine_ttl_s, 600,
           "Seconds an engine without workers keeps its region before it is freed; 0 keeps it.");
 ABSL_FLAG(int64_t, job_timeout_s, 30,
           "Seconds a job may wait for votes and copies before it fails.");
-ABSL_FLAG(uint64_t, max_blocks_per_job, 1u << 22,
-          "Largest job part (GPU blocks) a worker may submit; larger ones are INVALID_ARGUMENT.");
+ABSL_FLAG(uint64_t, max_blocks_per_job, 1u << 20,
+          "Largest job part (GPU blocks) a worker may submit; larger ones are INVALID_ARGUMENT. "
+          "Also sizes the gRPC message limit (20 bytes per block).");
+ABSL_FLAG(uint32_t, max_engines, 256,
+          "Most engines (DP replicas) at once; one more is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint64_t, min_free_fds, 256,
+          "A new engine is refused unless this many file descriptors stay free below "
+          "RLIMIT_NOFILE (raised to its hard limit at start), so clients can always connect.");
+ABSL_FLAG(uint64_t, max_jobs_per_engine, 8192,
+          "Jobs in flight per engine; an excess submit is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint64_t, max_jobs_per_session, 4096,
+          "Jobs in flight per worker session; an excess submit is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint32_t, max_worker_sessions, 1024,
+          "Worker sessions at once (one daemon thread each); one more is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint32_t, max_queued_verdicts, 1024,
+          "Messages queued for a worker that does not read them before its session is no longer "
+          "read from (flow control pushes back on the worker).");
+ABSL_FLAG(int64_t, first_message_timeout_s, 10,
+          "Seconds a new worker session may take to send `register`; then it is cancelled.");
 ABSL_FLAG(int32_t, populate_threads, 8, "Threads that fault a new region in.");
 ABSL_FLAG(bool, huge_pages, false, "Try hugetlbfs pages for regions (falls back, with a note).");
 ABSL_FLAG(int32_t, host_copy_threads, 4, "Host backend: memcpy threads.");
@@ -81,13 +98,29 @@ int main(int argc, char** argv) {
     options.max_region_bytes = *cap;
   }
   if (absl::GetFlag(FLAGS_idle_engine_ttl_s) < 0 || absl::GetFlag(FLAGS_job_timeout_s) <= 0 ||
-      absl::GetFlag(FLAGS_shutdown_grace_s) < 0) {
+      absl::GetFlag(FLAGS_shutdown_grace_s) < 0 || absl::GetFlag(FLAGS_first_message_timeout_s) <= 0) {
     return Fail(absl::InvalidArgumentError(
-        "--idle_engine_ttl_s and --shutdown_grace_s must be >= 0, --job_timeout_s > 0"));
+        "--idle_engine_ttl_s and --shutdown_grace_s must be >= 0, --job_timeout_s and "
+        "--first_message_timeout_s > 0"));
+  }
+  if (absl::GetFlag(FLAGS_max_engines) == 0 || absl::GetFlag(FLAGS_max_jobs_per_engine) == 0 ||
+      absl::GetFlag(FLAGS_max_jobs_per_session) == 0 ||
+      absl::GetFlag(FLAGS_max_worker_sessions) == 0 ||
+      absl::GetFlag(FLAGS_max_queued_verdicts) == 0 || absl::GetFlag(FLAGS_max_blocks_per_job) == 0) {
+    return Fail(absl::InvalidArgumentError(
+        "--max_engines, --max_jobs_per_engine, --max_jobs_per_session, --max_worker_sessions, "
+        "--max_queued_verdicts and --max_blocks_per_job must be > 0"));
   }
   options.idle_engine_ttl = absl::Seconds(absl::GetFlag(FLAGS_idle_engine_ttl_s));
   options.job_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
   options.max_blocks_per_job = absl::GetFlag(FLAGS_max_blocks_per_job);
+  options.max_engines = absl::GetFlag(FLAGS_max_engines);
+  options.min_free_fds = absl::GetFlag(FLAGS_min_free_fds);
+  options.max_jobs_per_engine = absl::GetFlag(FLAGS_max_jobs_per_engine);
+  options.max_jobs_per_session = absl::GetFlag(FLAGS_max_jobs_per_session);
+  options.max_worker_sessions = absl::GetFlag(FLAGS_max_worker_sessions);
+  options.max_queued_verdicts = absl::GetFlag(FLAGS_max_queued_verdicts);
+  options.first_message_timeout = absl::Seconds(absl::GetFlag(FLAGS_first_message_timeout_s));
   options.region_options.populate_threads = absl::GetFlag(FLAGS_populate_threads);
   options.region_options.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);

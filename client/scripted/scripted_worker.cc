@@ -24,6 +24,7 @@ ABSL_FLAG(uint64_t, page_bytes, 8192, "bytes of one layer's page (K and V togeth
 ABSL_FLAG(uint32_t, blocks_per_row, 1, "");
 ABSL_FLAG(uint64_t, budget_bytes, 16 << 20, "");
 ABSL_FLAG(bool, rows_assigned_by_engine, false, "");
+ABSL_FLAG(uint64_t, region_epoch, 0, "region epoch this worker must find (0: any)");
 ABSL_FLAG(uint64_t, num_blocks, 64, "GPU blocks per tensor");
 ABSL_FLAG(std::string, layout, "separate_kv", "separate_kv | stacked_kv | block_first");
 ABSL_FLAG(uint64_t, seed, 1, "content seed (same seed + same rank-independent flag = same bytes)");
@@ -89,6 +90,7 @@ int ScriptedWorkerMain(int argc, char** argv, const KvBlocksFactory& factory) {
   options.socket_path = absl::GetFlag(FLAGS_socket);
   options.spec = spec;
   options.mp_rank = mp_rank;
+  options.region_epoch = absl::GetFlag(FLAGS_region_epoch);
   if (absl::Status s = gpu.Describe(&options); !s.ok()) {
     std::cout << "error " << s.ToString() << std::endl;
     return 2;
@@ -103,7 +105,7 @@ int ScriptedWorkerMain(int argc, char** argv, const KvBlocksFactory& factory) {
   const auto& reg = (*worker)->registration();
   std::cout << "registered slot=" << reg.slot << " writer=" << reg.writer
             << " rows=" << reg.geometry.num_rows << " copies=" << reg.geometry.num_copies
-            << std::endl;
+            << " epoch=" << reg.region_epoch << std::endl;
 
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -123,6 +125,7 @@ int ScriptedWorkerMain(int argc, char** argv, const KvBlocksFactory& factory) {
       job.job_id = id;
       job.direction = cmd == "store" ? Direction::kStore : Direction::kLoad;
       if (w.size() >= 5) absl::SimpleAtoi(w[4], &job.event_index);
+      if (w.size() >= 6) absl::SimpleAtoi(w[5], &job.region_epoch);
       absl::Status s = (*worker)->Submit(job);
       if (!s.ok()) {
         std::cout << "error " << s.ToString() << std::endl;

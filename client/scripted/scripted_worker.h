@@ -3,6 +3,7 @@
 // the GPU tests drive workers this way, in separate processes; the KV memory is the only part
 // that differs (POSIX shm for the host backend, cudaMalloc for the CUDA backend).
 //
+//   (store and load take an optional REGION_EPOCH after EVENT; the hello line ends " epoch=N")
 //   store JOB BLOCKS ROWS [EVENT]   submit a store part and wait   → "finished JOB CODE BYTES
 //   [msg]" load JOB BLOCKS ROWS [EVENT]    submit a load part and wait    → "finished JOB CODE
 //   BYTES [msg]" submit store|load JOB BLOCKS ROWS [EVENT]  without waiting     → "submitted JOB"

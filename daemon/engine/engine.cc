@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -20,31 +21,60 @@ const char* DirectionName(CopyDirection d) { return d == CopyDirection::kStore ?
 
 }  // namespace
 
+absl::StatusOr<EngineCost> Engine::CostOf(const common::Geometry& geometry) {
+  if (geometry.num_rows > SlotIndex::kMaxRows) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "an engine of ", geometry.num_rows, " rows of ", geometry.row_bytes,
+        " bytes exceeds the ", SlotIndex::kMaxRows, " rows one index can hold; lower budget_bytes"));
+  }
+  EngineCost cost;
+  cost.region_bytes = geometry.capacity_bytes;
+  cost.index_bytes = SlotIndex::MetadataBytesFor(geometry.num_rows);
+  cost.total_bytes = cost.region_bytes > UINT64_MAX - cost.index_bytes
+                         ? UINT64_MAX
+                         : cost.region_bytes + cost.index_bytes;
+  return cost;
+}
+
 absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(const common::EngineSpec& spec,
-                                                       const EngineDeps& deps) {
+                                                       const EngineDeps& deps,
+                                                       uint64_t region_epoch) {
   ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(spec));
-  // Order matters: nothing is allocated until the budget is reserved, and every step undoes the
-  // previous ones on failure (RAII).
-  ASSIGN_OR_RETURN(std::unique_ptr<SlotIndex> index, SlotIndex::Create(geometry.num_rows));
-  ASSIGN_OR_RETURN(MemoryReservation reservation,
-                   MemoryReservation::Reserve(deps.budget, geometry.capacity_bytes, spec.Key()));
+  // Admission before allocation: the whole cost (region + index metadata) is reserved first, so
+  // a request that does not fit is refused in O(1) with nothing allocated, whatever its budget.
+  // Then the region, then the index; each step is undone by RAII if a later one fails.
+  ASSIGN_OR_RETURN(EngineCost cost, CostOf(geometry));
+  ASSIGN_OR_RETURN(
+      MemoryReservation reservation,
+      MemoryReservation::Reserve(
+          deps.budget, cost.total_bytes,
+          absl::StrCat("engine ", spec.Key(), " (region ", cost.region_bytes,
+                       " bytes + index metadata ", cost.index_bytes, " bytes)")));
   ASSIGN_OR_RETURN(std::unique_ptr<Region> region,
                    Region::Create(spec.Key(), geometry.capacity_bytes, deps.region_options));
   RETURN_IF_ERROR(deps.backend->RegisterRegion(region->data(), region->size(), geometry.row_bytes));
+  absl::StatusOr<std::unique_ptr<SlotIndex>> index = SlotIndex::Create(geometry.num_rows);
+  if (!index.ok()) {
+    deps.backend->UnregisterRegion(region->data());
+    return index.status();
+  }
   Log()->info(
-      "engine {} ready: {} rows of {} bytes ({} copies, replicated={}), populated in {:.2f}s",
+      "engine {} ready: {} rows of {} bytes ({} copies, replicated={}), index {} bytes, region "
+      "epoch {:x}, populated in {:.2f}s",
       spec.Key(), geometry.num_rows, geometry.row_bytes, geometry.num_copies, geometry.replicated,
-      region->populate_seconds());
-  return std::shared_ptr<Engine>(new Engine(spec, geometry, deps, std::move(reservation),
-                                            std::move(region), std::move(index)));
+      cost.index_bytes, region_epoch, region->populate_seconds());
+  return std::shared_ptr<Engine>(new Engine(spec, geometry, deps, region_epoch,
+                                            std::move(reservation), std::move(region),
+                                            std::move(*index)));
 }
 
 Engine::Engine(const common::EngineSpec& spec, const common::Geometry& geometry,
-               const EngineDeps& deps, MemoryReservation reservation,
+               const EngineDeps& deps, uint64_t region_epoch, MemoryReservation reservation,
                std::unique_ptr<Region> region, std::unique_ptr<SlotIndex> index)
     : spec_(spec),
       geometry_(geometry),
       deps_(deps),
+      region_epoch_(region_epoch),
       reservation_(std::move(reservation)),
       region_(std::move(region)),
       index_(std::move(index)),
@@ -66,9 +96,10 @@ absl::Status Engine::CheckSameSpec(const common::EngineSpec& spec) const {
                    other.ok() ? other->DebugString() : std::string(other.status().message()), "}"));
 }
 
-absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank, const WorkerRegistration& registration,
-                                          JobListener* listener) {
-  ASSIGN_OR_RETURN(uint32_t slot, common::SlotOf(spec_, geometry_, mp_rank));
+absl::Status Engine::CheckRegistration(const common::EngineSpec& spec,
+                                       const common::Geometry& geometry, uint32_t mp_rank,
+                                       const WorkerRegistration& registration) {
+  RETURN_IF_ERROR(common::SlotOf(spec, geometry, mp_rank).status());
   if (registration.tensors.empty()) {
     return absl::InvalidArgumentError("worker registered no KV tensors");
   }
@@ -76,68 +107,96 @@ absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank, const WorkerRegistra
   uint64_t bytes_per_block = 0;
   for (const TensorRegistration& t : registration.tensors) {
     pages.push_back(t.page_bytes);
+    if (t.page_bytes > UINT64_MAX - bytes_per_block) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mp_rank ", mp_rank, ": tensor page sizes overflow 64 bits"));
+    }
     bytes_per_block += t.page_bytes;
   }
-  if (bytes_per_block != geometry_.worker_bytes_per_block) {
+  if (bytes_per_block != geometry.worker_bytes_per_block) {
     return absl::InvalidArgumentError(
         absl::StrCat("mp_rank ", mp_rank, ": its tensors hold ", bytes_per_block,
                      " bytes per block (pages [", absl::StrJoin(pages, ","),
                      "]) but the engine geometry says "
                      "worker_bytes_per_block=",
-                     geometry_.worker_bytes_per_block, " (", geometry_.DebugString(), ")"));
+                     geometry.worker_bytes_per_block, " (", geometry.DebugString(), ")"));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    if (closed_) return closed_why_;
-    if (!tensor_pages_.empty() && tensor_pages_ != pages) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "mp_rank ", mp_rank, ": layout ", common::LayoutFingerprint(geometry_, pages),
-          " differs from the engine's registered layout ",
-          common::LayoutFingerprint(geometry_, tensor_pages_)));
-    }
-    for (const auto& [id, s] : sessions_) {
-      if (s.mp_rank == mp_rank) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("mp_rank ", mp_rank, " of engine ", key(), " is already registered"));
-      }
-      if (!geometry_.replicated && s.slot == slot) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "slot ", slot, " of engine ", key(), " is held by mp_rank ", s.mp_rank, "; mp_rank ",
-            mp_rank, " maps to the same slot (local_world_size ", geometry_.local_world_size, ")"));
-      }
-    }
-    if (sessions_.size() >= geometry_.local_world_size) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "engine ", key(), " already has its ", geometry_.local_world_size, " local workers"));
-    }
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::vector<uint64_t> PagesOf(const WorkerRegistration& registration) {
+  std::vector<uint64_t> pages;
+  for (const TensorRegistration& t : registration.tensors) pages.push_back(t.page_bytes);
+  return pages;
+}
+
+}  // namespace
+
+absl::Status Engine::CheckAttachLocked(uint32_t mp_rank, uint32_t slot,
+                                       const std::vector<uint64_t>& pages) const {
+  if (closed_) return closed_why_;
+  if (!tensor_pages_.empty() && tensor_pages_ != pages) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mp_rank ", mp_rank, ": layout ", common::LayoutFingerprint(geometry_, pages),
+        " differs from the engine's registered layout ",
+        common::LayoutFingerprint(geometry_, tensor_pages_)));
   }
-  // Opening IPC handles can be slow; do it without the lock. The mp_rank is re-checked below.
-  ASSIGN_OR_RETURN(std::unique_ptr<WorkerMemory> opened, deps_.backend->OpenWorker(registration));
-  std::shared_ptr<WorkerMemory> memory(std::move(opened));
-  absl::MutexLock lock(&mu_);
   for (const auto& [id, s] : sessions_) {
-    if (s.mp_rank == mp_rank || (!geometry_.replicated && s.slot == slot)) {
-      deps_.release->Defer(std::move(memory));
+    if (s.mp_rank == mp_rank) {
       return absl::AlreadyExistsError(
-          absl::StrCat("mp_rank ", mp_rank, " of engine ", key(), " registered concurrently"));
+          absl::StrCat("mp_rank ", mp_rank, " of engine ", key(), " is already registered"));
+    }
+    if (!geometry_.replicated && s.slot == slot) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "slot ", slot, " of engine ", key(), " is held by mp_rank ", s.mp_rank, "; mp_rank ",
+          mp_rank, " maps to the same slot (local_world_size ", geometry_.local_world_size, ")"));
     }
   }
-  if (closed_) {
-    deps_.release->Defer(std::move(memory));
-    return closed_why_;
+  if (sessions_.size() >= geometry_.local_world_size) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "engine ", key(), " already has its ", geometry_.local_world_size, " local workers"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::CheckAttach(uint32_t mp_rank, const WorkerRegistration& registration) const {
+  RETURN_IF_ERROR(CheckRegistration(spec_, geometry_, mp_rank, registration));
+  ASSIGN_OR_RETURN(uint32_t slot, common::SlotOf(spec_, geometry_, mp_rank));
+  absl::MutexLock lock(&mu_);
+  return CheckAttachLocked(mp_rank, slot, PagesOf(registration));
+}
+
+absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank, const WorkerRegistration& registration,
+                                          std::unique_ptr<WorkerMemory> opened,
+                                          JobListener* listener) {
+  // The mapping is closed off this thread whatever happens (it may be an IPC mapping).
+  std::shared_ptr<WorkerMemory> memory(std::move(opened));
+  auto refuse = [&](absl::Status status) {
+    deps_.release->Defer(std::move(memory));
+    return status;
+  };
+  absl::Status valid = CheckRegistration(spec_, geometry_, mp_rank, registration);
+  if (!valid.ok()) return refuse(valid);
+  absl::StatusOr<uint32_t> slot = common::SlotOf(spec_, geometry_, mp_rank);
+  if (!slot.ok()) return refuse(slot.status());
+  const std::vector<uint64_t> pages = PagesOf(registration);
+  absl::MutexLock lock(&mu_);
+  absl::Status free = CheckAttachLocked(mp_rank, *slot, pages);
+  if (!free.ok()) return refuse(free);
   if (tensor_pages_.empty()) tensor_pages_ = pages;
   Session session;
   session.id = next_session_id_++;
   session.mp_rank = mp_rank;
-  session.slot = slot;
+  session.slot = *slot;
   session.writer = common::IsStoreWriter(geometry_, mp_rank);
   session.memory = std::move(memory);
   session.listener = listener;
-  WorkerInfo info{session.id, slot, session.writer};
+  WorkerInfo info{session.id, *slot, session.writer, region_epoch_};
   sessions_.emplace(session.id, std::move(session));
   idle_since_ = absl::InfiniteFuture();
-  Log()->info("engine {}: mp_rank {} attached in slot {} (writer={})", key(), mp_rank, slot,
+  Log()->info("engine {}: mp_rank {} attached in slot {} (writer={})", key(), mp_rank, *slot,
               info.writer);
   return info;
 }
@@ -173,6 +232,12 @@ void Engine::Detach(uint64_t session_id) {
 
 absl::Status Engine::ValidatePart(const Session& session, const JobPart& part) const {
   const std::string job = absl::StrCat("job ", part.job_id, " of mp_rank ", session.mp_rank);
+  if (part.region_epoch != 0 && part.region_epoch != region_epoch_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: planned against region epoch %016x but engine %s now has region epoch %016x: the "
+        "region was dropped and re-created, so rows stored before hold no data",
+        job, part.region_epoch, key(), region_epoch_));
+  }
   if (part.rows.empty()) return absl::InvalidArgumentError(absl::StrCat(job, ": no rows"));
   const uint64_t expected_blocks = part.rows.size() * geometry_.blocks_per_row;
   if (part.gpu_blocks.size() != expected_blocks) {
@@ -223,9 +288,15 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
         return absl::FailedPreconditionError(
             absl::StrCat("session ", session_id, " is not a registered worker of ", key()));
       }
-      const Session& session = sit->second;
+      Session& session = sit->second;
       mp_rank = session.mp_rank;
       RETURN_IF_ERROR(ValidatePart(session, part));
+      if (session.jobs_in_flight >= deps_.max_jobs_per_session) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "job ", part.job_id, ": mp_rank ", mp_rank, " already has ", session.jobs_in_flight,
+            " jobs in flight (limit ", deps_.max_jobs_per_session,
+            " per session, --max_jobs_per_session); wait for verdicts"));
+      }
 
       auto jit = jobs_.find(part.job_id);
       if (jit == jobs_.end()) {
@@ -240,6 +311,12 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
               absl::StrCat("job ", part.job_id, " of engine ", key(), " already finished (",
                            done->second.status.ok() ? "OK" : done->second.status.ToString(),
                            "); job ids must be unique"));
+        }
+        if (jobs_.size() >= deps_.max_jobs_per_engine) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "job ", part.job_id, ": engine ", key(), " already has ", jobs_.size(),
+              " jobs in flight (limit ", deps_.max_jobs_per_engine,
+              " per engine, --max_jobs_per_engine); wait for verdicts"));
         }
         if (part.direction == CopyDirection::kStore) {  // loads may read a row twice
           std::vector<uint64_t> sorted = part.rows;
@@ -283,6 +360,8 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
       }
       Job& job = jit->second;
       job.submitted.insert(mp_rank);
+      job.sessions.insert(session_id);
+      ++session.jobs_in_flight;
       if (part.direction == CopyDirection::kStore && !session.writer) {
         // Replicated non-writer: acknowledges without copying. The writer's vote is still needed.
         Vote(job, mp_rank, session.slot, absl::OkStatus(), &notices);
@@ -374,6 +453,12 @@ void Engine::MaybeFinish(Job& job, Notices* notices) {
   if (!job.reported || job.copies_in_flight > 0) return;
   // Retire: rows may be reused only now that no copy can touch them.
   if (!spec_.rows_assigned_by_engine) {
+    if (!job.status.ok() && job.direction == CopyDirection::kStore) {
+      // The index learns that these rows were not fully written: CompleteStore(true) is refused
+      // for them, so they never read as HIT.
+      absl::Status marked = index_->MarkStoreFailed(job.rows);
+      if (!marked.ok()) Log()->error("engine {}: {}", key(), marked.ToString());  // a bug of ours
+    }
     absl::Status ended = index_->EndCopy(job.rows);
     if (!ended.ok()) Log()->error("engine {}: {}", key(), ended.ToString());  // a bug of ours
   }
@@ -384,6 +469,14 @@ void Engine::MaybeFinish(Job& job, Notices* notices) {
     finished_order_.pop_front();
   }
   jobs_.erase(job.id);  // `job` is dangling from here on
+  MaybeAnnounceClosed(notices);
+}
+
+void Engine::MaybeAnnounceClosed(Notices* notices) {
+  if (!closed_ || closed_announced_ || !jobs_.empty()) return;
+  closed_announced_ = true;
+  notices->closed_why = closed_why_;
+  for (const auto& [id, s] : sessions_) notices->closed.push_back(s.listener);
 }
 
 void Engine::Report(Job& job, Notices* notices) {
@@ -398,11 +491,15 @@ void Engine::Report(Job& job, Notices* notices) {
   }
   latency_.Record(absl::Now() - job.started);
   JobResult result{job.id, job.status, job.bytes};
-  for (const auto& [id, s] : sessions_) notices->emplace_back(s.listener, result);
+  for (auto& [id, s] : sessions_) {
+    notices->finished.emplace_back(s.listener, result);
+    if (job.sessions.count(id)) --s.jobs_in_flight;
+  }
 }
 
 void Engine::Deliver(Notices& notices) {
-  for (auto& [listener, result] : notices) listener->OnJobFinished(result);
+  for (auto& [listener, result] : notices.finished) listener->OnJobFinished(result);
+  for (JobListener* listener : notices.closed) listener->OnEngineClosed(notices.closed_why);
 }
 
 void Engine::ExpireJobs(absl::Time now) {
@@ -454,7 +551,6 @@ void Engine::Drain(const absl::Status& why) {
 void Engine::Close(const absl::Status& why) {
   absl::ReaderMutexLock delivery(&delivery_mu_);
   Notices notices;
-  std::vector<JobListener*> listeners;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
@@ -466,10 +562,20 @@ void Engine::Close(const absl::Status& why) {
       auto it = jobs_.find(id);
       if (it != jobs_.end() && !it->second.reported) FailJob(it->second, why, &notices);
     }
-    for (const auto& [id, s] : sessions_) listeners.push_back(s.listener);
+    // Jobs whose copies still run are reported when those end; the sessions hear the close after
+    // them (MaybeFinish), or now when nothing is running.
+    MaybeAnnounceClosed(&notices);
+    if (!closed_announced_) {
+      Log()->info("engine {} closed; waiting for {} jobs' copies before ending its sessions",
+                  key(), jobs_.size());
+    }
   }
   Deliver(notices);
-  for (JobListener* l : listeners) l->OnEngineClosed(why);
+}
+
+bool Engine::WaitClosed(absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(absl::Condition(this, &Engine::ClosedAnnounced), deadline);
 }
 
 EngineSnapshot Engine::Snapshot() const {
@@ -477,7 +583,9 @@ EngineSnapshot Engine::Snapshot() const {
   s.spec = spec_;
   s.geometry = geometry_;
   s.index = index_->counts();
+  s.region_epoch = region_epoch_;
   s.region_bytes = region_->size();
+  s.reserved_bytes = reservation_.bytes();
   s.populate_seconds = region_->populate_seconds();
   s.latency = latency_.Get();
   absl::MutexLock lock(&mu_);

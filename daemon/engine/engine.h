@@ -1,8 +1,10 @@
 // Engine: one DP replica of one serving engine on this node. Owns the replica's region, its row
 // index, its worker sessions and its jobs, and turns workers' parts into finished jobs (votes).
 //
-//   ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, deps));
-//   ASSIGN_OR_RETURN(WorkerInfo w, engine->Attach(mp_rank, registration, &listener));
+//   ASSIGN_OR_RETURN(auto engine, Engine::Create(spec, deps, epoch));
+//   ASSIGN_OR_RETURN(auto memory, deps.backend->OpenWorker(registration));
+//   ASSIGN_OR_RETURN(WorkerInfo w, engine->Attach(mp_rank, registration, std::move(memory),
+//                                                 &listener));
 //   RETURN_IF_ERROR(engine->Submit(w.session_id, part));   // listener hears OnJobFinished later
 //   engine->Detach(w.session_id);                           // fails that worker's open jobs
 //
@@ -10,6 +12,10 @@
 // has voted and every copy has finished; its status is the first error. A worker votes when its
 // copy is done; a replicated non-writer (mp_rank != 0) votes on submit without copying, so a job
 // can never finish on non-writer votes alone: the writer's vote is always required.
+//
+// Verdicts (DESIGN.md §7, PegaFlow 403): every accepted job gets exactly one JobFinished per
+// session, and only once no copy of it can touch any memory any more; a session hears
+// OnEngineClosed only after every verdict of the engine was delivered to it.
 #ifndef KVOFFLOAD_DAEMON_ENGINE_ENGINE_H_
 #define KVOFFLOAD_DAEMON_ENGINE_ENGINE_H_
 
@@ -46,7 +52,8 @@ class JobListener {
  public:
   virtual ~JobListener() = default;
   virtual void OnJobFinished(const JobResult& result) = 0;
-  // The engine was dropped or the daemon is stopping: the session should end with `why`.
+  // The engine was dropped or the daemon is stopping: the session should end with `why`. Called
+  // once, after the last OnJobFinished of this engine: no copy of the engine's jobs is running.
   virtual void OnEngineClosed(const absl::Status& why) = 0;
 };
 
@@ -57,7 +64,13 @@ struct EngineDeps {
   DeferredRelease* release = nullptr;
   RegionOptions region_options;
   absl::Duration job_timeout = absl::Seconds(30);
-  uint64_t max_blocks_per_job = 1u << 22;  // larger submits are INVALID_ARGUMENT
+  uint64_t max_blocks_per_job = 1u << 20;  // larger submits are INVALID_ARGUMENT
+  // Jobs accepted and not yet reported, per engine and per worker session; a part beyond either
+  // is refused with RESOURCE_EXHAUSTED and changes nothing (the session stays usable). They also
+  // bound the verdicts an engine can queue for a session, and the host backend's per-job
+  // descriptor tables (jobs × max_blocks_per_job × 16 bytes).
+  uint64_t max_jobs_per_engine = 8192;
+  uint64_t max_jobs_per_session = 4096;
   size_t finished_jobs_remembered = 1u << 16;
   // Copy callbacks still running (incremented before a backend Submit, decremented as the
   // callback's last act): shutdown waits for zero before it frees what callbacks touch.
@@ -71,12 +84,23 @@ struct JobPart {
   std::vector<uint64_t> gpu_blocks;
   std::vector<uint64_t> rows;
   int32_t event_index = -1;
+  // The region the part was planned against (from OpenEngine or registration); 0 = not checked.
+  // A different value is FAILED_PRECONDITION: the region was re-created and holds no stored data.
+  uint64_t region_epoch = 0;
 };
 
 struct WorkerInfo {
   uint64_t session_id = 0;
   uint32_t slot = 0;
   bool writer = true;
+  uint64_t region_epoch = 0;
+};
+
+// What an engine costs the node, charged to the node cap before anything is allocated.
+struct EngineCost {
+  uint64_t region_bytes = 0;
+  uint64_t index_bytes = 0;  // SlotIndex::MetadataBytesFor(num_rows)
+  uint64_t total_bytes = 0;  // region + index; UINT64_MAX when the sum does not fit 64 bits
 };
 
 // A consistent copy of an engine's counters.
@@ -84,7 +108,9 @@ struct EngineSnapshot {
   common::EngineSpec spec;
   common::Geometry geometry;
   SlotIndex::Counts index;
+  uint64_t region_epoch = 0;
   uint64_t region_bytes = 0;
+  uint64_t reserved_bytes = 0;  // charged to the node cap: region + index metadata
   uint64_t store_bytes = 0;
   uint64_t load_bytes = 0;
   uint64_t store_jobs = 0;
@@ -99,13 +125,29 @@ struct EngineSnapshot {
 };
 
 // Thread-safe. Shared-owned: sessions, in-flight copies and the registry hold references; the
-// region is released when the last reference goes (through DeferredRelease, off the copy path).
+// region (and its node-cap reservation) is released when the last reference goes, which the
+// registry and the copy callbacks hand to DeferredRelease, so it never happens on the copy path.
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
-  // Validates the spec (common::ComputeGeometry), reserves the node budget, creates and populates
-  // the region, registers it with the backend. Nothing is left allocated on failure.
+  // The whole cost of an engine of `geometry`, arithmetically (nothing is allocated).
+  // RESOURCE_EXHAUSTED when it cannot be held by any node: more rows than one index can number.
+  static absl::StatusOr<EngineCost> CostOf(const common::Geometry& geometry);
+
+  // Validates the spec (common::ComputeGeometry), reserves its whole cost (CostOf) against the
+  // node cap, then creates and populates the region, registers it with the backend and builds
+  // the index, in that order. An engine that does not fit is RESOURCE_EXHAUSTED in O(1) time with
+  // nothing allocated; nothing is left allocated or reserved on any failure. `region_epoch`
+  // (non-zero) identifies this region among every region the daemon ever created.
   static absl::StatusOr<std::shared_ptr<Engine>> Create(const common::EngineSpec& spec,
-                                                        const EngineDeps& deps);
+                                                        const EngineDeps& deps,
+                                                        uint64_t region_epoch);
+
+  // Checks a registration against an engine spec without an engine: mp_rank in the world, at
+  // least one tensor, Σ page_bytes == worker_bytes_per_block. What depends on other workers
+  // (slot taken, layout identity) is checked by CheckAttach and Attach.
+  static absl::Status CheckRegistration(const common::EngineSpec& spec,
+                                        const common::Geometry& geometry, uint32_t mp_rank,
+                                        const WorkerRegistration& registration);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -114,15 +156,20 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const common::Geometry& geometry() const { return geometry_; }
   std::string key() const { return spec_.Key(); }
   SlotIndex& index() { return *index_; }
+  uint64_t region_epoch() const { return region_epoch_; }
 
   // FAILED_PRECONDITION with both specs and geometries when `spec` differs from this engine's.
   absl::Status CheckSameSpec(const common::EngineSpec& spec) const;
 
-  // Registers a local worker: validates its rank, slot, tensor geometry (Σ page_bytes must equal
-  // worker_bytes_per_block; page sizes must match the engine's other workers), opens its memory.
+  // What Attach would refuse because of the workers already attached (rank or slot taken, a
+  // different layout, all local workers present, engine closed), before the worker's memory is
+  // opened. Attach checks it again.
+  absl::Status CheckAttach(uint32_t mp_rank, const WorkerRegistration& registration) const;
+  // Registers a local worker whose memory was opened by the backend: CheckRegistration and
+  // CheckAttach, then a session. On failure `memory` is released (deferred) and nothing changes.
   // `listener` must stay valid until Detach returns.
   absl::StatusOr<WorkerInfo> Attach(uint32_t mp_rank, const WorkerRegistration& registration,
-                                    JobListener* listener);
+                                    std::unique_ptr<WorkerMemory> memory, JobListener* listener);
   // Ends a session: its unvoted jobs fail (UNAVAILABLE), its memory is released once its
   // in-flight copies are done. Idempotent.
   void Detach(uint64_t session_id);
@@ -136,9 +183,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Graceful stop, first half: new parts fail with `why`, jobs still waiting for parts fail now,
   // jobs whose copies are running finish on their own (and fail with `why` if a vote is missing).
   void Drain(const absl::Status& why);
-  // Fails every open job with `why` and tells every session to end. The engine stays usable for
-  // the copies still in flight; they complete into nothing.
+  // Fails every open job with `why`; each is reported once its copies have ended (the backend
+  // ends them by their deadline). Once the last job is reported, every session is told to end
+  // (OnEngineClosed) — never earlier, so no worker hears that its session is over while a copy
+  // may still write its memory. Idempotent.
   void Close(const absl::Status& why);
+  // Waits until a closed engine has reported every job and told its sessions to end; false if
+  // that has not happened by `deadline`.
+  bool WaitClosed(absl::Time deadline) const;
 
   EngineSnapshot Snapshot() const;
   uint32_t num_workers() const;
@@ -154,12 +206,25 @@ class Engine : public std::enable_shared_from_this<Engine> {
     bool writer = true;
     std::shared_ptr<WorkerMemory> memory;
     JobListener* listener = nullptr;
+    uint64_t jobs_in_flight = 0;  // jobs it submitted a part of that are not reported yet
   };
-  using Notices = std::vector<std::pair<JobListener*, JobResult>>;
+  // Collected under mu_, delivered after it is released (listeners must not be called with it).
+  struct Notices {
+    std::vector<std::pair<JobListener*, JobResult>> finished;
+    std::vector<JobListener*> closed;  // told OnEngineClosed(closed_why_) after `finished`
+    absl::Status closed_why;
+  };
 
   Engine(const common::EngineSpec& spec, const common::Geometry& geometry, const EngineDeps& deps,
-         MemoryReservation reservation, std::unique_ptr<Region> region,
+         uint64_t region_epoch, MemoryReservation reservation, std::unique_ptr<Region> region,
          std::unique_ptr<SlotIndex> index);
+
+  absl::Status CheckAttachLocked(uint32_t mp_rank, uint32_t slot,
+                                 const std::vector<uint64_t>& pages) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After Close: once no job is left, tells every session to end (once).
+  void MaybeAnnounceClosed(Notices* notices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ClosedAnnounced() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_announced_; }
 
   absl::Status ValidatePart(const Session& session, const JobPart& part) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -178,6 +243,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const common::EngineSpec spec_;
   const common::Geometry geometry_;
   const EngineDeps deps_;
+  const uint64_t region_epoch_;
   MemoryReservation reservation_;
   std::unique_ptr<Region> region_;
   const std::unique_ptr<SlotIndex> index_;
@@ -200,6 +266,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::deque<uint64_t> finished_order_ ABSL_GUARDED_BY(mu_);
   absl::Time idle_since_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_announced_ ABSL_GUARDED_BY(mu_) = false;  // OnEngineClosed was collected
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status drain_why_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_why_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,7 @@
 // Job: one store or load of an engine on this node, assembled from the parts (votes) of the
-// engine's local workers. Internal to Engine; guarded by Engine::mu_.
+// engine's local workers. Internal to Engine; guarded by Engine::mu_. A job lives in the engine
+// from its first part until it is reported AND its copies have ended (then it is retired: its
+// rows may be reused and only its outcome is remembered).
 #ifndef KVOFFLOAD_DAEMON_ENGINE_JOB_H_
 #define KVOFFLOAD_DAEMON_ENGINE_JOB_H_
 
@@ -22,12 +24,15 @@ struct Job {
   // must not be counted again through a newcomer in the same slot.
   std::set<uint32_t> voted_slots;
   std::set<uint32_t> submitted;   // mp_ranks that submitted a part
+  std::set<uint64_t> sessions;    // sessions that submitted a part (their jobs_in_flight)
   uint32_t copies_in_flight = 0;  // backend copies not yet done
   absl::Status status;            // first error, if any
   uint64_t bytes = 0;             // bytes copied on this node
   absl::Time started;             // first part submitted
   absl::Time deadline;            // votes and copies must be done by then
-  bool reported = false;          // the outcome was sent to workers (it may precede copy end)
+  // The outcome was sent to workers. Never before copies_in_flight is 0: a worker told "done" or
+  // "failed" reuses its GPU blocks at once.
+  bool reported = false;
 };
 
 // What workers are told about a finished job.

@@ -1,8 +1,12 @@
 #include "daemon/engine/registry.h"
 
+#include <sys/random.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/fd_usage.h"
 #include "common/geometry.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -19,10 +23,34 @@ std::string KeyOf(const std::string& engine_id, uint32_t dp_rank) {
   return absl::StrCat(engine_id, "/", dp_rank);
 }
 
+uint64_t RandomEpoch() {
+  uint64_t epoch = 0;
+  if (getrandom(&epoch, sizeof(epoch), 0) != sizeof(epoch)) {
+    epoch = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  }
+  // Leave room to count up; never 0 ("not checked").
+  return (epoch >> 1) | 1;
+}
+
+std::string EpochMismatch(const std::string& key, uint64_t expected, uint64_t actual) {
+  if (actual == 0) {
+    return absl::StrFormat(
+        "engine %s: the region of epoch %016x no longer exists (dropped: idle TTL, an operator, "
+        "or a daemon restart); its rows are gone. Open without an epoch to start afresh",
+        key, expected);
+  }
+  return absl::StrFormat(
+      "engine %s: expected region epoch %016x but the region now has epoch %016x (re-created "
+      "since; rows stored before hold no data)",
+      key, expected, actual);
+}
+
 }  // namespace
 
 EngineRegistry::EngineRegistry(const EngineDeps& deps, const RegistryOptions& options)
-    : deps_(deps), options_(options) {}
+    : deps_(deps),
+      options_(options),
+      next_epoch_(options.first_region_epoch != 0 ? options.first_region_epoch : RandomEpoch()) {}
 
 EngineRegistry::~EngineRegistry() {
   stop_.Notify();
@@ -33,7 +61,8 @@ void EngineRegistry::Start() {
   maintenance_ = std::thread([this] { RunMaintenance(); });
 }
 
-absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requested) {
+absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requested,
+                                                  uint64_t expected_epoch) {
   // Validate before anything else so a bad spec is rejected even if a same-key engine exists.
   ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(requested));
   // Compare specs with their defaults resolved: local_world_size 0 (undeclared) and the same
@@ -47,6 +76,10 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
     auto it = engines_.find(spec.Key());
     if (it == engines_.end()) return absl::NotFoundError("");
     RETURN_IF_ERROR(it->second->CheckSameSpec(spec));
+    if (expected_epoch != 0 && it->second->region_epoch() != expected_epoch) {
+      return absl::FailedPreconditionError(
+          EpochMismatch(spec.Key(), expected_epoch, it->second->region_epoch()));
+    }
     return OpenedEngine{it->second, false};
   };
   // Joining an existing engine never waits behind another engine's region population.
@@ -55,7 +88,14 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
   absl::MutexLock create_lock(&create_mu_);
   found = existing();  // created while we waited?
   if (found.ok() || found.status().code() != absl::StatusCode::kNotFound) return found;
-  ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Engine::Create(spec, deps_));
+  if (expected_epoch != 0) {
+    // The caller's region is gone; a fresh one would serve zeroed rows as stored.
+    return absl::FailedPreconditionError(EpochMismatch(spec.Key(), expected_epoch, 0));
+  }
+  RETURN_IF_ERROR(AdmitNewEngine(spec.Key()));
+  const uint64_t epoch = next_epoch_;
+  ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Engine::Create(spec, deps_, epoch));
+  next_epoch_ = epoch + 1 == 0 ? 1 : epoch + 1;
   absl::MutexLock lock(&mu_);
   if (shutting_down_) {
     // Shutdown began while the region was populated: it will not drain this engine.
@@ -64,6 +104,82 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
   }
   engines_.emplace(spec.Key(), engine);
   return OpenedEngine{std::move(engine), true};
+}
+
+absl::Status EngineRegistry::AdmitNewEngine(const std::string& key) {
+  size_t engines = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    engines = engines_.size();
+  }
+  if (engines >= options_.max_engines) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("engine ", key, " refused: ", engines, " engines exist, the limit is ",
+                     options_.max_engines, " (--max_engines)"));
+  }
+  // An engine holds a memfd; its workers' connections and memory need more. Refusing here keeps
+  // descriptors for accept(), so clients can still connect and clean up (drop, cleanup).
+  absl::StatusOr<common::FdUsage> fds = common::CurrentFdUsage();
+  if (!fds.ok()) return fds.status();
+  if (fds->soft_limit != UINT64_MAX &&
+      (fds->open >= fds->soft_limit || fds->soft_limit - fds->open < options_.min_free_fds)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "engine ", key, " refused: ", fds->open, " of ", fds->soft_limit,
+        " file descriptors (RLIMIT_NOFILE) are open and ", options_.min_free_fds,
+        " must stay free (--min_free_fds); drop idle engines or raise LimitNOFILE"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(const common::EngineSpec& requested,
+                                                            uint64_t expected_epoch,
+                                                            uint32_t mp_rank,
+                                                            const WorkerRegistration& registration,
+                                                            JobListener* listener) {
+  // Everything that can refuse the worker is checked before the engine is created or joined:
+  // a refused registration leaves no engine and no reservation behind.
+  ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(requested));
+  common::EngineSpec spec = requested;
+  spec.local_world_size = geometry.local_world_size;
+  spec.worker_bytes_per_block = geometry.worker_bytes_per_block;
+  std::shared_ptr<Engine> existing;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = engines_.find(spec.Key());
+    if (it != engines_.end()) existing = it->second;
+  }
+  // A differing spec is named first (it explains any rank or size error that follows).
+  if (existing != nullptr) RETURN_IF_ERROR(existing->CheckSameSpec(spec));
+  RETURN_IF_ERROR(Engine::CheckRegistration(spec, geometry, mp_rank, registration));
+  // Refuse a taken rank or slot before opening the worker's memory (CUDA IPC handles are opened
+  // once per process).
+  if (existing != nullptr) RETURN_IF_ERROR(existing->CheckAttach(mp_rank, registration));
+  ASSIGN_OR_RETURN(std::unique_ptr<WorkerMemory> memory, deps_.backend->OpenWorker(registration));
+  absl::StatusOr<OpenedEngine> opened = Open(spec, expected_epoch);
+  if (!opened.ok()) {
+    deps_.release->Defer(std::shared_ptr<WorkerMemory>(std::move(memory)));
+    return opened.status();
+  }
+  absl::StatusOr<WorkerInfo> info =
+      opened->engine->Attach(mp_rank, registration, std::move(memory), listener);
+  if (!info.ok()) {
+    if (opened->created) {
+      // Only a concurrent registration can get here; undo our creation if nobody joined it.
+      std::shared_ptr<Engine> undo;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = engines_.find(spec.Key());
+        if (it != engines_.end() && it->second == opened->engine &&
+            opened->engine->num_workers() == 0) {
+          undo = std::move(it->second);
+          engines_.erase(it);
+        }
+      }
+      if (undo != nullptr) CloseAndForget(std::move(undo), info.status());
+    }
+    return info.status();
+  }
+  return AttachedWorker{std::move(opened->engine), *info};
 }
 
 absl::StatusOr<std::shared_ptr<Engine>> EngineRegistry::Find(const std::string& engine_id,
@@ -100,6 +216,13 @@ absl::Status EngineRegistry::Drop(const std::string& engine_id, uint32_t dp_rank
     }
     engine = std::move(it->second);
     engines_.erase(it);
+  }
+  engine->Close(absl::AbortedError("engine dropped by an operator"));
+  // Return only once the engine's copies have ended and every session has its verdicts and was
+  // told to end; the backend ends each copy by its job's deadline.
+  if (!engine->WaitClosed(absl::Now() + deps_.job_timeout + absl::Seconds(1))) {
+    Log()->warn("dropping engine {}: copies still running after {}", engine->key(),
+                absl::FormatDuration(deps_.job_timeout));
   }
   CloseAndForget(std::move(engine), absl::AbortedError("engine dropped by an operator"));
   return absl::OkStatus();

@@ -2,8 +2,14 @@
 // maintenance that ages them: job deadlines and the idle TTL of engines without workers.
 //
 //   EngineRegistry registry(deps, options);
-//   ASSIGN_OR_RETURN(auto opened, registry.Open(spec));   // creates or joins
 //   registry.Start();                                      // maintenance thread
+//   ASSIGN_OR_RETURN(auto opened, registry.Open(spec));   // scheduler: creates or joins
+//   ASSIGN_OR_RETURN(auto attached,                        // worker: validates, opens its
+//                    registry.AttachWorker(spec, 0, mp_rank, registration, &listener));  // memory
+//
+// Admission: an engine is created only when it fits the node cap (Engine::Create), the engine
+// cap (max_engines) and the descriptor headroom (min_free_fds below RLIMIT_NOFILE), so that a
+// client creating engines can never starve accept() of descriptors.
 #ifndef KVOFFLOAD_DAEMON_ENGINE_REGISTRY_H_
 #define KVOFFLOAD_DAEMON_ENGINE_REGISTRY_H_
 
@@ -28,11 +34,24 @@ struct RegistryOptions {
   // An engine with no worker attached for this long is dropped; 0 disables.
   absl::Duration idle_engine_ttl = absl::Minutes(10);
   absl::Duration maintenance_period = absl::Milliseconds(100);
+  // Most engines at once; one more is RESOURCE_EXHAUSTED. Each holds a memfd and a mapping.
+  uint32_t max_engines = 256;
+  // A new engine is refused (RESOURCE_EXHAUSTED) unless at least this many descriptors stay
+  // free below the soft RLIMIT_NOFILE, kept for connections, worker memory and the daemon.
+  uint64_t min_free_fds = 256;
+  // First region epoch; 0 picks a random one (each daemon start numbers its regions afresh,
+  // so an epoch from an earlier daemon never matches).
+  uint64_t first_region_epoch = 0;
 };
 
 struct OpenedEngine {
   std::shared_ptr<Engine> engine;
   bool created = false;
+};
+
+struct AttachedWorker {
+  std::shared_ptr<Engine> engine;
+  WorkerInfo info;
 };
 
 // Thread-safe. Engines are shared-owned; Drop removes the registry's reference and closes the
@@ -46,15 +65,27 @@ class EngineRegistry {
 
   void Start();
 
-  // Idempotent: returns the engine of spec.Key(), creating it (validation, budget, region) when
-  // absent. FAILED_PRECONDITION when it exists with a different spec. Creation of different
-  // engines is serialised (it is rare and bounded by region population).
-  absl::StatusOr<OpenedEngine> Open(const common::EngineSpec& spec);
+  // Idempotent: returns the engine of spec.Key(), creating it (validation, admission, region)
+  // when absent. FAILED_PRECONDITION when it exists with a different spec. With a non-zero
+  // `expected_epoch`, the caller knew a region that must still be the one (FAILED_PRECONDITION
+  // naming both epochs otherwise, and nothing is created). Creation of different engines is
+  // serialised (it is rare and bounded by region population).
+  absl::StatusOr<OpenedEngine> Open(const common::EngineSpec& spec, uint64_t expected_epoch = 0);
+  // A worker's registration: validates it against the spec and opens the worker's memory BEFORE
+  // the engine is created or joined, so a refused registration creates and reserves nothing.
+  // `listener` must stay valid until the engine's Detach of the session returns.
+  absl::StatusOr<AttachedWorker> AttachWorker(const common::EngineSpec& spec,
+                                              uint64_t expected_epoch, uint32_t mp_rank,
+                                              const WorkerRegistration& registration,
+                                              JobListener* listener);
   // NOT_FOUND when absent.
   absl::StatusOr<std::shared_ptr<Engine>> Find(const std::string& engine_id,
                                                uint32_t dp_rank) const;
   std::vector<std::shared_ptr<Engine>> List() const;
-  // FAILED_PRECONDITION when workers are attached and !force; NOT_FOUND when absent.
+  // FAILED_PRECONDITION when workers are attached and !force; NOT_FOUND when absent. Returns
+  // once every job of the engine has its verdict and its sessions were told to end, i.e. once
+  // no copy can touch a worker's memory; that wait is bounded by the job timeout (the backend
+  // ends every copy by its deadline), after which it returns anyway and logs it.
   absl::Status Drop(const std::string& engine_id, uint32_t dp_rank, bool force);
   // Drops every engine without workers; returns their keys.
   std::vector<std::string> DropIdle();
@@ -70,11 +101,14 @@ class EngineRegistry {
  private:
   void RunMaintenance();
   void CloseAndForget(std::shared_ptr<Engine> engine, const absl::Status& why);
+  // Engine cap and descriptor headroom; RESOURCE_EXHAUSTED when a new engine must be refused.
+  absl::Status AdmitNewEngine(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
 
   const EngineDeps deps_;
   const RegistryOptions options_;
 
   absl::Mutex create_mu_;  // serialises engine creation; taken before mu_
+  uint64_t next_epoch_ ABSL_GUARDED_BY(create_mu_);
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Engine>> engines_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -74,6 +74,37 @@ absl::StatusOr<std::unique_ptr<SlotIndex>> SlotIndex::Create(uint64_t num_rows) 
   return absl::WrapUnique(new SlotIndex(static_cast<uint32_t>(num_rows)));
 }
 
+uint64_t SlotIndex::MetadataBytesFor(uint64_t num_rows) {
+  // Saturating: a request for 2^64 - 1 bytes must still get a number (and a refusal), not wrap.
+  auto mul = [](uint64_t a, uint64_t b) {
+    return (b != 0 && a > UINT64_MAX / b) ? UINT64_MAX : a * b;
+  };
+  auto add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+  // Row table: num_rows + 1 cache lines (the LRU sentinel), never resized.
+  const uint64_t row_table = mul(add(num_rows, 1), sizeof(Row));
+  // Hash table reserved for num_rows elements: absl grows to capacity 2^k - 1 holding at least
+  // n + n/7 elements (max load 7/8); a slot is the element plus a control byte, plus one group
+  // of cloned control bytes. Bounding the capacity by 2 × (n + n/7 + 1) covers the rounding.
+  const uint64_t capacity = mul(add(add(num_rows, num_rows / 7), 1), 2);
+  const uint64_t hash_table = add(mul(capacity, sizeof(uint32_t) + 1), 64);
+  return add(add(row_table, hash_table), sizeof(SlotIndex));
+}
+
+absl::Status SlotIndex::MarkStoreFailed(const std::vector<uint64_t>& rows) {
+  absl::MutexLock lock(&mu_);
+  for (uint64_t row : rows) {
+    if (row >= num_rows_) {
+      return absl::OutOfRangeError(absl::StrFormat(
+          "MarkStoreFailed: row %d is out of range (num_rows %d)", row, num_rows_));
+    }
+  }
+  for (uint64_t row : rows) {
+    Row& r = rows_[row];
+    if (r.state == RowState::kWriting) r.store_failed = true;
+  }
+  return absl::OkStatus();
+}
+
 SlotIndex::SlotIndex(uint32_t num_rows)
     : num_rows_(num_rows),
       sentinel_(num_rows),
@@ -306,6 +337,7 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     Row& r = rows_[row];
     SetKey(r, keys[i]);
     r.state = RowState::kWriting;
+    r.store_failed = false;
     ++rows_writing_;
     key_to_row_.insert(row);
     result.keys.push_back(keys[i]);
@@ -325,6 +357,11 @@ absl::Status SlotIndex::CompleteStore(const std::vector<std::string>& keys, bool
           return absl::FailedPreconditionError(absl::StrCat(
               kOp, ": ", KeyName(i, keys[i]), " is ", RowStateName(r.state), ", not WRITING"));
         }
+        if (success && r.store_failed) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              kOp, ": a store job on row ", row, " of ", KeyName(i, keys[i]),
+              " failed, so the row was not fully written; complete it with success=false"));
+        }
         if (success && r.copies > 0) {
           return absl::FailedPreconditionError(
               absl::StrCat(kOp, ": store copy still in flight on row ", row, " of ",
@@ -337,6 +374,7 @@ absl::Status SlotIndex::CompleteStore(const std::vector<std::string>& keys, bool
     // Back to front: keys[0] ends up the most recently used.
     for (auto it = scratch_rows_.rbegin(); it != scratch_rows_.rend(); ++it) {
       rows_[*it].state = RowState::kReady;
+      rows_[*it].store_failed = false;
       LruPushMostRecent(*it);
     }
     rows_writing_ -= scratch_rows_.size();
@@ -347,6 +385,7 @@ absl::Status SlotIndex::CompleteStore(const std::vector<std::string>& keys, bool
       key_to_row_.erase(KeyOf(r));
       ReleaseKey(r);
       r.state = RowState::kFree;
+      r.store_failed = false;
       FreeOrQuarantine(row);
     }
     rows_writing_ -= scratch_rows_.size();

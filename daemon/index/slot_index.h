@@ -122,6 +122,13 @@ class SlotIndex {
   // Creates an index of `num_rows` FREE rows. INVALID_ARGUMENT unless 1 <= num_rows <= kMaxRows.
   static absl::StatusOr<std::unique_ptr<SlotIndex>> Create(uint64_t num_rows);
 
+  // Upper bound of the metadata an index of `num_rows` rows allocates when it is created and
+  // keeps for its whole life (row table, hash table, the object), computed without allocating, so
+  // the engine can charge it to the node cap before the index exists. Keys longer than
+  // kInlineKeyBytes add their own size while stored (MemoryBytes() reports them). For num_rows
+  // above kMaxRows the result is what such an index would need (saturating at UINT64_MAX).
+  static uint64_t MetadataBytesFor(uint64_t num_rows);
+
   ~SlotIndex();
   SlotIndex(const SlotIndex&) = delete;
   SlotIndex& operator=(const SlotIndex&) = delete;
@@ -145,7 +152,9 @@ class SlotIndex {
   // are removed and their rows return to FREE (quarantined while a copy is in flight on them).
   //   INVALID_ARGUMENT     a key of invalid length or a duplicate
   //   NOT_FOUND            a key is not in the index
-  //   FAILED_PRECONDITION  a key is not WRITING; or success and a store copy is still in flight
+  //   FAILED_PRECONDITION  a key is not WRITING; or success and a store copy is still in flight;
+  //                        or success and a store job on its row failed (MarkStoreFailed): half
+  //                        written rows never become READY, only CompleteStore(false) ends them
   absl::Status CompleteStore(const std::vector<std::string>& keys, bool success);
 
   // Pins `keys` for reading (READY/READING → READING, one more reader each) and returns their
@@ -185,6 +194,13 @@ class SlotIndex {
   // never to touch the region again — not when it timed out. Same errors as CheckRows.
   absl::Status BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows);
 
+  // Records that a store job on `rows` failed (a copy failed, a worker left, the job timed out):
+  // each row still WRITING is marked, and CompleteStore(success=true) of its key is refused with
+  // FAILED_PRECONDITION, so the scheduler can never publish rows that were not fully written.
+  // Rows in any other state are left alone (their store already ended). The mark is cleared when
+  // the row leaves WRITING. OUT_OF_RANGE for a row >= num_rows (nothing is marked).
+  absl::Status MarkStoreFailed(const std::vector<uint64_t>& rows);
+
   // One copy fewer on every row. A row whose count drops to 0 becomes allocatable again when it
   // was quarantined, and evictable (most recently used) when it is READY.
   //   OUT_OF_RANGE         a row >= num_rows
@@ -223,6 +239,7 @@ class SlotIndex {
     uint16_t key_size = 0;  // 0: no key
     RowState state = RowState::kFree;
     bool marked = false;  // scratch: "seen in this request" (duplicates, protection)
+    bool store_failed = false;  // WRITING only: a store job on this row failed
   };
   static_assert(sizeof(Row) == 64, "a row's metadata is one cache line");
 

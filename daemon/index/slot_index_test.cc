@@ -1141,5 +1141,47 @@ TEST(SlotIndexTest, ConcurrentSchedulersAndCopiesSmoke) {
   EXPECT_GT(c.evictions, 0);
 }
 
+TEST(SlotIndexTest, MetadataBytesForBoundsWhatCreateAllocates) {
+  for (uint64_t rows : {uint64_t{1}, uint64_t{7}, uint64_t{8}, uint64_t{1000}, uint64_t{65536},
+                        uint64_t{100003}}) {
+    auto index = SlotIndex::Create(rows);
+    ASSERT_TRUE(index.ok());
+    EXPECT_GE(SlotIndex::MetadataBytesFor(rows), (*index)->MemoryBytes()) << rows;
+    // Not wildly pessimistic either: under 96 bytes per row plus a constant.
+    EXPECT_LE(SlotIndex::MetadataBytesFor(rows), 96 * rows + 4096) << rows;
+  }
+  // Arithmetic only, saturating: no allocation, no wrap for absurd sizes.
+  EXPECT_EQ(SlotIndex::MetadataBytesFor(UINT64_MAX), UINT64_MAX);
+  EXPECT_GT(SlotIndex::MetadataBytesFor(SlotIndex::kMaxRows), 64 * SlotIndex::kMaxRows);
+}
+
+TEST(SlotIndexTest, FailedStoreIsNeverPublished) {
+  auto index = SlotIndex::Create(4);
+  ASSERT_TRUE(index.ok());
+  SlotIndex& idx = **index;
+  auto store = idx.PrepareStore({"a", "b"});
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE(idx.BeginCopy(CopyDirection::kStore, store->rows).ok());
+  ASSERT_TRUE(idx.MarkStoreFailed(store->rows).ok());
+  ASSERT_TRUE(idx.EndCopy(store->rows).ok());
+  const absl::Status published = idx.CompleteStore({"a", "b"}, true);
+  EXPECT_EQ(published.code(), absl::StatusCode::kFailedPrecondition) << published;
+  EXPECT_NE(published.message().find("failed"), std::string::npos);
+  EXPECT_EQ(idx.Lookup({"a", "b"}), std::vector<SlotIndex::KeyState>(
+                                        2, SlotIndex::KeyState::kHitPending));
+  ASSERT_TRUE(idx.CompleteStore({"a", "b"}, false).ok());
+  EXPECT_EQ(idx.Lookup({"a"})[0], SlotIndex::KeyState::kMiss);
+  // The mark goes with the failed store: a new store of the same rows can be published.
+  auto again = idx.PrepareStore({"a"});
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(idx.CompleteStore({"a"}, true).ok());
+  EXPECT_EQ(idx.Lookup({"a"})[0], SlotIndex::KeyState::kHit);
+  // Rows no longer WRITING are left alone; out-of-range rows change nothing.
+  EXPECT_TRUE(idx.MarkStoreFailed(again->rows).ok());
+  EXPECT_EQ(idx.Lookup({"a"})[0], SlotIndex::KeyState::kHit);
+  EXPECT_EQ(idx.MarkStoreFailed({99}).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(idx.CheckInvariants().ok());
+}
+
 }  // namespace
 }  // namespace kvoffload::daemon

@@ -97,8 +97,9 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   }
   {
     MetricFamily bytes = Family("kvoffload_node_region_bytes",
-                                "Host memory reserved for regions of all engines on this node, "
-                                "in bytes (includes regions still held by in-flight copies).",
+                                "Host memory reserved against the node cap by all engines on this "
+                                "node: regions plus index metadata, in bytes (includes regions "
+                                "still held by in-flight copies).",
                                 kGauge);
     bytes.metric.push_back(Gauge(static_cast<double>(budget_->reserved())));
     out.push_back(std::move(bytes));

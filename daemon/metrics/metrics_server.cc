@@ -17,7 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "prometheus/exposer.h"
+#include "CivetServer.h"
+#include "prometheus/text_serializer.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -90,13 +91,38 @@ absl::Status ValidateMetricsAddress(absl::string_view address) {
   return absl::OkStatus();
 }
 
+// Serves GET /metrics as the Prometheus text format 0.0.4, with the content type that names it
+// (prometheus-cpp's own handler sends a bare text/plain).
+class MetricsServer::Handler final : public CivetHandler {
+ public:
+  explicit Handler(std::weak_ptr<prometheus::Collectable> collector)
+      : collector_(std::move(collector)) {}
+
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    std::string body;
+    if (std::shared_ptr<prometheus::Collectable> collector = collector_.lock()) {
+      body = prometheus::TextSerializer().Serialize(collector->Collect());
+    }
+    mg_printf(conn,
+              "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+              "Connection: close\r\n\r\n",
+              kMetricsContentType, body.size());
+    mg_write(conn, body.data(), body.size());
+    return true;
+  }
+
+ private:
+  const std::weak_ptr<prometheus::Collectable> collector_;
+};
+
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& address, std::shared_ptr<prometheus::Collectable> collector) {
   RETURN_IF_ERROR(ValidateMetricsAddress(address));
-  std::unique_ptr<prometheus::Exposer> exposer;
-  // prometheus-cpp reports a bind failure by throwing (CivetException); this is its only edge.
+  std::unique_ptr<CivetServer> server;
+  // civetweb reports a bind failure by throwing (CivetException); this is its only edge.
   try {
-    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+    server = std::make_unique<CivetServer>(
+        std::vector<std::string>{"listening_ports", address, "num_threads", "2"});
   } catch (const std::exception& e) {
     std::string why = WhyNotBindable(address);
     if (why.empty()) {
@@ -105,17 +131,22 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ", why,
                                                " (--metrics_address= disables the endpoint)"));
   }
-  exposer->RegisterCollectable(collector, "/metrics");
-  const std::vector<int> ports = exposer->GetListeningPorts();
+  auto handler = std::make_unique<Handler>(collector);
+  server->addHandler("/metrics", handler.get());
+  const std::vector<int> ports = server->getListeningPorts();
   const int port = ports.empty() ? 0 : ports.front();
   Log()->info("Prometheus metrics on http://{}:{}/metrics", address.substr(0, address.rfind(':')),
               port);
-  return std::unique_ptr<MetricsServer>(new MetricsServer(address, std::move(exposer), port));
+  return std::unique_ptr<MetricsServer>(
+      new MetricsServer(address, std::move(server), std::move(handler), port));
 }
 
-MetricsServer::MetricsServer(std::string address, std::unique_ptr<prometheus::Exposer> exposer,
-                             int port)
-    : address_(std::move(address)), exposer_(std::move(exposer)), port_(port) {
+MetricsServer::MetricsServer(std::string address, std::unique_ptr<CivetServer> server,
+                             std::unique_ptr<Handler> handler, int port)
+    : address_(std::move(address)),
+      handler_(std::move(handler)),
+      server_(std::move(server)),
+      port_(port) {
   const std::string host = HostOf(address_);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
@@ -151,7 +182,7 @@ MetricsServer::~MetricsServer() {
       usleep(20'000);
     }
   });
-  exposer_.reset();
+  server_.reset();  // before handler_: it may be serving a scrape
   stopped.store(true);
   waker.join();
 }

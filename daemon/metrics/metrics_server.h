@@ -1,6 +1,6 @@
-// MetricsServer: serves a prometheus::Collectable as Prometheus text on http://<address>/metrics
-// (prometheus-cpp's Exposer, i.e. civetweb). The only place in the daemon that sees the
-// exceptions prometheus-cpp throws: they become a Status here.
+// MetricsServer: serves a prometheus::Collectable as Prometheus text (format 0.0.4, content type
+// kMetricsContentType) on http://<address>/metrics, through civetweb. The only place in the
+// daemon that sees the exceptions civetweb throws: they become a Status here.
 //
 //   ASSIGN_OR_RETURN(auto server, MetricsServer::Start("127.0.0.1:9470", collector));
 //   server->port();   // the bound port (useful with "127.0.0.1:0")
@@ -17,11 +17,12 @@
 #include "absl/strings/string_view.h"
 #include "prometheus/collectable.h"
 
-namespace prometheus {
-class Exposer;
-}  // namespace prometheus
+class CivetServer;
 
 namespace kvoffload::daemon {
+
+// What Prometheus expects for its text exposition format.
+inline constexpr char kMetricsContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
 // OK when `address` is "host:port" with a non-empty host (IPv4, [IPv6] or a name) and a
 // decimal port in 0..65535 (0: any free port); INVALID_ARGUMENT naming what is wrong otherwise.
@@ -44,10 +45,13 @@ class MetricsServer {
   int port() const { return port_; }
 
  private:
-  MetricsServer(std::string address, std::unique_ptr<prometheus::Exposer> exposer, int port);
+  class Handler;
+  MetricsServer(std::string address, std::unique_ptr<CivetServer> server,
+                std::unique_ptr<Handler> handler, int port);
 
   const std::string address_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<Handler> handler_;     // outlives server_, which calls it
+  std::unique_ptr<CivetServer> server_;
   const int port_;
   // Where a connection reaches the listener (loopback for a wildcard host); unset if unknown.
   sockaddr_storage wake_address_{};

@@ -69,8 +69,8 @@ common::EngineSpec SmallEngine() {
   return spec;
 }
 
-// GET /metrics over HTTP/1.0; returns the body of a 200 response.
-absl::StatusOr<std::string> Scrape(int port) {
+// GET /metrics over HTTP/1.0; returns the body of a 200 response (and its headers in *headers).
+absl::StatusOr<std::string> Scrape(int port, std::string* headers = nullptr) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError("socket");
   sockaddr_in addr{};
@@ -98,6 +98,7 @@ absl::StatusOr<std::string> Scrape(int port) {
   if (!absl::StrContains(status_line, " 200 ")) {
     return absl::InternalError(absl::StrCat("scrape failed: ", status_line));
   }
+  if (headers != nullptr) *headers = response.substr(0, body);
   return response.substr(body + 4);
 }
 
@@ -153,7 +154,9 @@ TEST(MetricsTest, ScrapeFollowsTheEngines) {
   ASSERT_TRUE(opened.ok()) << opened.status();
   EXPECT_EQ(opened->at("kvoffload_engines"), 1);
   EXPECT_EQ(opened->at(Engine("kvoffload_region_bytes")), 16 * 4096);
-  EXPECT_EQ(opened->at("kvoffload_node_region_bytes"), 16 * 4096);
+  // The region plus its index metadata (a few hundred bytes for 16 rows).
+  EXPECT_GT(opened->at("kvoffload_node_region_bytes"), 16 * 4096);
+  EXPECT_LT(opened->at("kvoffload_node_region_bytes"), 16 * 4096 + 4096);
   EXPECT_EQ(opened->at(Rows("free")), 16);
   EXPECT_EQ(opened->at(Rows("writing")), 0);
   EXPECT_EQ(opened->at(Rows("ready")), 0);
@@ -237,6 +240,19 @@ TEST(MetricsTest, TextHasHelpAndTypeForEveryFamily) {
     if (absl::StartsWith(series, "kvoffload_job_latency_seconds_bucket{")) ++buckets;
   }
   EXPECT_EQ(buckets, 22);
+}
+
+TEST(MetricsTest, ContentTypeNamesTheTextFormatVersion) {
+  TempDir dir;
+  auto daemon = StartDaemon(dir.path(), "127.0.0.1:0");
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  std::string headers;
+  auto text = Scrape((*daemon)->metrics_port(), &headers);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_TRUE(absl::StrContains(
+      headers, "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"))
+      << headers;
+  EXPECT_TRUE(absl::StrContains(*text, "kvoffload_node_max_region_bytes"));
 }
 
 TEST(MetricsTest, EmptyAddressDisablesTheEndpoint) {

@@ -12,7 +12,7 @@ absl::Status MemoryBudget::Reserve(uint64_t bytes, absl::string_view what) {
   absl::MutexLock lock(&mu_);
   const uint64_t remaining = cap_ - reserved_;
   if (bytes > remaining) {
-    return absl::ResourceExhaustedError(absl::StrCat("region for ", what, " needs ", bytes,
+    return absl::ResourceExhaustedError(absl::StrCat(what, " needs ", bytes,
                                                      " bytes but only ", remaining,
                                                      " of the node cap ", cap_, " remain"));
   }

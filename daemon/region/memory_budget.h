@@ -5,7 +5,7 @@
 //
 //   MemoryBudget budget(flags.max_region_bytes);
 //   ASSIGN_OR_RETURN(MemoryReservation reservation,
-//                    MemoryReservation::Reserve(&budget, geometry.capacity_bytes, "engine-a/dp0"));
+//                    MemoryReservation::Reserve(&budget, cost.total_bytes, "engine engine-a/dp0"));
 //   ASSIGN_OR_RETURN(auto region, Region::Create("engine-a/dp0", geometry.capacity_bytes, opts));
 //   // keep `reservation` next to `region`; destroying it gives the bytes back.
 //
@@ -33,8 +33,8 @@ class MemoryBudget {
   MemoryBudget(const MemoryBudget&) = delete;
   MemoryBudget& operator=(const MemoryBudget&) = delete;
 
-  // Reserves `bytes` for `what` (an engine/region name, used in the message). RESOURCE_EXHAUSTED
-  // "region for <what> needs N bytes but only M of the node cap C remain" when they do not fit;
+  // Reserves `bytes` for `what` (names the engine and its parts, used in the message).
+  // RESOURCE_EXHAUSTED "<what> needs N bytes but only M of the node cap C remain" when they do not fit;
   // then nothing is reserved. Reserving 0 bytes always succeeds.
   absl::Status Reserve(uint64_t bytes, absl::string_view what) ABSL_LOCKS_EXCLUDED(mu_);
   // Returns bytes from an earlier Reserve. Releasing more than is reserved is a bug in the

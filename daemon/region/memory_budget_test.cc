@@ -27,7 +27,7 @@ TEST(MemoryBudgetTest, RefusesWhatDoesNotFitAndReservesNothing) {
   absl::Status status = budget.Reserve(301, "engine-b/dp0");
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(status.message(),
-            "region for engine-b/dp0 needs 301 bytes but only 300 of the node cap 1000 remain");
+            "engine-b/dp0 needs 301 bytes but only 300 of the node cap 1000 remain");
   EXPECT_EQ(budget.reserved(), 700u);
   EXPECT_TRUE(budget.Reserve(300, "c").ok());
 }

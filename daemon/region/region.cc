@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/errno_status.h"
 #include "common/logging.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -37,29 +38,7 @@ constexpr uint64_t kPopulateAlignment = 2ull << 20;
 constexpr int kMaxPopulateThreads = 256;
 constexpr size_t kMaxMemfdName = 249;  // memfd_create: 249 bytes + "memfd:" prefix
 
-// Converts a failed system call into a status, once, keeping strerror in the message.
-absl::Status ErrnoStatus(int err, const std::string& context) {
-  std::string message = absl::StrCat(context, ": ", strerror(err), " (errno ", err, ")");
-  switch (err) {
-    case ENOMEM:
-    case ENOSPC:
-    case EFBIG:
-    case EMFILE:
-    case ENFILE:
-    case EAGAIN:
-    case EOVERFLOW:
-    case EFAULT:  // MADV_POPULATE_WRITE: a page could not be faulted in (e.g. SIGBUS on shmem)
-    case EHWPOISON:
-      return absl::ResourceExhaustedError(message);
-    case EPERM:
-    case EACCES:
-      return absl::PermissionDeniedError(message);
-    case EINVAL:
-      return absl::InvalidArgumentError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
+using common::ErrnoStatus;
 
 // Owns an fd and a mapping until released into a Region; cleans up on every failure path.
 struct Mapping {

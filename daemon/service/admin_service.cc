@@ -7,10 +7,16 @@ namespace kvoffload::daemon {
 
 grpc::Status AdminService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
                                  v1::StatsResponse* response) {
-  response->set_region_bytes(budget_->reserved());
   response->set_max_region_bytes(budget_->cap());
+  response->set_reserved_bytes(budget_->reserved());
   response->set_backend(backend_->name());
-  for (const auto& engine : registry_->List()) ToProto(engine->Snapshot(), response->add_engines());
+  uint64_t region_bytes = 0;
+  for (const auto& engine : registry_->List()) {
+    v1::EngineStats* stats = response->add_engines();
+    ToProto(engine->Snapshot(), stats);
+    region_bytes += stats->region_bytes();
+  }
+  response->set_region_bytes(region_bytes);
   for (const auto& [device, bytes] : backend_->GpuMemoryBytes()) {
     (*response->mutable_gpu_memory_bytes())[device] = bytes;
   }

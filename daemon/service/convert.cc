@@ -14,9 +14,10 @@ absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& p) {
   r.device = p.device();
   r.device_uuid = p.device_uuid();
   if (p.tensors_size() == 0) return absl::InvalidArgumentError("register: no tensors");
-  if (p.tensors_size() > 65536) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("register: ", p.tensors_size(), " tensors exceed the limit of 65536"));
+  if (static_cast<size_t>(p.tensors_size()) > kMaxTensorsPerWorker) {
+    return absl::InvalidArgumentError(absl::StrCat("register: ", p.tensors_size(),
+                                                   " tensors exceed the limit of ",
+                                                   kMaxTensorsPerWorker));
   }
   for (int i = 0; i < p.tensors_size(); ++i) {
     const v1::TensorSpec& t = p.tensors(i);
@@ -29,8 +30,9 @@ absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& p) {
     r.tensors.push_back(TensorRegistration{t.allocation_handle(), t.allocation_bytes(), t.offset(),
                                            t.num_blocks(), t.block_stride_bytes(), t.page_bytes()});
   }
-  if (p.event_handles_size() > 4096) {
-    return absl::InvalidArgumentError("register: more than 4096 event handles");
+  if (static_cast<size_t>(p.event_handles_size()) > kMaxEventsPerWorker) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: more than ", kMaxEventsPerWorker, " event handles"));
   }
   r.event_handles.assign(p.event_handles().begin(), p.event_handles().end());
   return r;
@@ -53,6 +55,7 @@ absl::StatusOr<JobPart> FromProto(const v1::Submit& p) {
   part.gpu_blocks.assign(p.gpu_blocks().begin(), p.gpu_blocks().end());
   part.rows.assign(p.rows().begin(), p.rows().end());
   part.event_index = p.event_index();
+  part.region_epoch = p.region_epoch();
   return part;
 }
 
@@ -79,6 +82,8 @@ void ToProto(const EngineSnapshot& s, v1::EngineStats* p) {
   p->set_job_latency_p50_us(s.latency.QuantileMicros(0.5));
   p->set_job_latency_p99_us(s.latency.QuantileMicros(0.99));
   p->set_idle_seconds(s.idle_seconds);
+  p->set_region_epoch(s.region_epoch);
+  p->set_reserved_bytes(s.reserved_bytes);
 }
 
 absl::StatusOr<std::vector<std::string>> KeysFromProto(

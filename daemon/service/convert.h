@@ -13,6 +13,7 @@
 #include "common/geometry.h"
 #include "daemon/copy/copy_backend.h"
 #include "daemon/engine/engine.h"
+#include "daemon/service/limits.h"
 #include "grpcpp/grpcpp.h"
 #include "kvoffload/v1/kvoffload.pb.h"
 #include "proto/spec_convert.h"
@@ -25,8 +26,7 @@ absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& proto);
 absl::StatusOr<JobPart> FromProto(const v1::Submit& proto);
 void ToProto(const EngineSnapshot& snapshot, v1::EngineStats* proto);
 
-// Keys of an index request: 1..kMaxKeysPerRequest keys of 1..256 bytes.
-inline constexpr size_t kMaxKeysPerRequest = 1 << 20;
+// Keys of an index request: 1..kMaxKeysPerRequest keys (limits.h) of 1..256 bytes.
 absl::StatusOr<std::vector<std::string>> KeysFromProto(
     const google::protobuf::RepeatedPtrField<std::string>& keys);
 

@@ -9,10 +9,11 @@ grpc::Status EngineService::OpenEngine(grpc::ServerContext*, const v1::OpenEngin
                                        v1::OpenEngineResponse* response) {
   auto spec = SpecFromProto(request->spec());
   if (!spec.ok()) return ToGrpcStatus(spec.status());
-  auto opened = registry_->Open(*spec);
+  auto opened = registry_->Open(*spec, request->region_epoch());
   if (!opened.ok()) return ToGrpcStatus(opened.status());
   GeometryToProto(opened->engine->geometry(), response->mutable_geometry());
   response->set_created(opened->created);
+  response->set_region_epoch(opened->engine->region_epoch());
   return grpc::Status::OK;
 }
 

@@ -20,8 +20,9 @@ using Stream = grpc::ServerReaderWriter<v1::DaemonMessage, v1::WorkerMessage>;
 // is the call cancelled (which unblocks the session's Read).
 class SessionWriter final : public JobListener {
  public:
-  SessionWriter(grpc::ServerContext* context, Stream* stream)
-      : context_(context), stream_(stream), thread_([this] { Run(); }) {}
+  // `max_queued`: see WaitForRoom.
+  SessionWriter(grpc::ServerContext* context, Stream* stream, size_t max_queued)
+      : context_(context), stream_(stream), max_queued_(max_queued), thread_([this] { Run(); }) {}
 
   ~SessionWriter() override {
     {
@@ -60,7 +61,18 @@ class SessionWriter final : public JobListener {
     return closed_why_;
   }
 
+  // Blocks while `max_queued` or more messages wait to be written and the session is live: a
+  // worker that does not read its verdicts stops being read, instead of growing this queue.
+  void WaitForRoom() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &SessionWriter::HasRoom));
+  }
+
  private:
+  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queue_.size() < max_queued_ || stop_ || closing_ || write_failed_;
+  }
+
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stop_ || (ready_ && (!queue_.empty() || (closing_ && !close_sent_)));
   }
@@ -87,6 +99,7 @@ class SessionWriter final : public JobListener {
         // The worker is gone; the reader side notices and detaches. Drop what is queued.
         absl::MutexLock lock(&mu_);
         queue_.clear();
+        write_failed_ = true;
       }
       if (last) context_->TryCancel();
     }
@@ -94,22 +107,82 @@ class SessionWriter final : public JobListener {
 
   grpc::ServerContext* const context_;
   Stream* const stream_;
+  const size_t max_queued_;
   absl::Mutex mu_;
   std::deque<v1::DaemonMessage> queue_ ABSL_GUARDED_BY(mu_);
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool close_sent_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status closed_why_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 
 }  // namespace
 
+WorkerService::WorkerService(EngineRegistry* registry, const WorkerServiceOptions& options)
+    : registry_(registry), options_(options), watcher_([this] { WatchFirstMessages(); }) {}
+
+WorkerService::~WorkerService() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  watcher_.join();
+}
+
+void WorkerService::WatchFirstMessages() {
+  absl::MutexLock lock(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(this, &WorkerService::WatchHasWork),
+                               absl::Milliseconds(100))) {
+    const absl::Time now = absl::Now();
+    for (auto& [context, deadline] : awaiting_first_) {
+      // TryCancel makes the session's blocked Read return false; the session then ends itself.
+      if (now >= deadline) context->TryCancel();
+    }
+  }
+}
+
 grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream) {
   static spdlog::logger* log = common::Logger("worker");
+  {
+    absl::MutexLock lock(&mu_);
+    if (sessions_ >= options_.max_sessions) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat(sessions_, " worker sessions are open, the limit is ", options_.max_sessions,
+                       " (--max_worker_sessions)"));
+    }
+    ++sessions_;
+    awaiting_first_[context] = absl::Now() + options_.first_message_timeout;
+  }
+  struct Count {
+    WorkerService* service;
+    grpc::ServerContext* context;
+    ~Count() {
+      absl::MutexLock lock(&service->mu_);
+      --service->sessions_;
+      service->awaiting_first_.erase(context);
+    }
+  } count{this, context};
+
   v1::WorkerMessage first;
-  if (!stream->Read(&first)) {
+  const bool got_first = stream->Read(&first);
+  bool timed_out = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = awaiting_first_.find(context);
+    timed_out = it != awaiting_first_.end() && absl::Now() >= it->second;
+    awaiting_first_.erase(context);
+  }
+  if (!got_first || (timed_out && context->IsCancelled())) {
+    if (timed_out) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("no `register` within ",
+                                       absl::FormatDuration(options_.first_message_timeout),
+                                       " of opening the session (--first_message_timeout_s)"));
+    }
     return grpc::Status(grpc::StatusCode::CANCELLED, "session ended before registering");
   }
   if (!first.has_register_()) {
@@ -121,39 +194,44 @@ grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream
   if (!spec.ok()) return ToGrpcStatus(spec.status());
   auto registration = FromProto(reg);
   if (!registration.ok()) return ToGrpcStatus(registration.status());
-  auto opened = registry_->Open(*spec);
-  if (!opened.ok()) return ToGrpcStatus(opened.status());
-  std::shared_ptr<Engine> engine = std::move(opened->engine);
 
-  SessionWriter writer(context, stream);
-  auto info = engine->Attach(reg.mp_rank(), *registration, &writer);
-  if (!info.ok()) {
-    log->warn("engine {}: registration of mp_rank {} (pid {}) refused: {}", engine->key(),
-              reg.mp_rank(), reg.pid(), info.status().ToString());
-    return ToGrpcStatus(info.status());
+  SessionWriter writer(context, stream, options_.max_queued_verdicts);
+  // Validates the registration and opens the worker's memory before the engine is created or
+  // joined: a refused registration leaves nothing behind.
+  auto attached =
+      registry_->AttachWorker(*spec, reg.region_epoch(), reg.mp_rank(), *registration, &writer);
+  if (!attached.ok()) {
+    log->warn("engine {}: registration of mp_rank {} (pid {}) refused: {}", spec->Key(),
+              reg.mp_rank(), reg.pid(), attached.status().ToString());
+    return ToGrpcStatus(attached.status());
   }
+  std::shared_ptr<Engine> engine = std::move(attached->engine);
+  const WorkerInfo& info = attached->info;
   {
     v1::DaemonMessage message;
     v1::Registered* r = message.mutable_registered();
     GeometryToProto(engine->geometry(), r->mutable_geometry());
-    r->set_slot(info->slot);
-    r->set_writer(info->writer);
-    r->set_session_id(info->session_id);
+    r->set_slot(info.slot);
+    r->set_writer(info.writer);
+    r->set_session_id(info.session_id);
+    r->set_region_epoch(info.region_epoch);
     writer.SendRegistered(std::move(message));
   }
 
   v1::WorkerMessage message;
-  while (stream->Read(&message)) {
+  for (;;) {
+    writer.WaitForRoom();
+    if (!stream->Read(&message)) break;
     if (!message.has_submit()) {
       writer.OnJobFinished(
           JobResult{0, absl::InvalidArgumentError("only `submit` may follow `register`"), 0});
       continue;
     }
     auto part = FromProto(message.submit());
-    absl::Status status = part.ok() ? engine->Submit(info->session_id, *part) : part.status();
+    absl::Status status = part.ok() ? engine->Submit(info.session_id, *part) : part.status();
     if (!status.ok()) writer.OnJobFinished(JobResult{message.submit().job_id(), status, 0});
   }
-  engine->Detach(info->session_id);
+  engine->Detach(info.session_id);
   absl::Status why = writer.closed_why();
   return why.ok() ? grpc::Status::OK : ToGrpcStatus(why);
 }

@@ -126,6 +126,10 @@ _PROTOTYPES = {
     "kvo_worker_submit": (ctypes.c_int, [
         _handle, ctypes.c_uint64, ctypes.c_int32, _P(ctypes.c_uint64), ctypes.c_size_t,
         _P(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_int32] + _err),
+    "kvo_worker_submit_epoch": (ctypes.c_int, [
+        _handle, ctypes.c_uint64, ctypes.c_int32, _P(ctypes.c_uint64), ctypes.c_size_t,
+        _P(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_int32, ctypes.c_uint64] + _err),
+    "kvo_worker_region_epoch": (ctypes.c_int, [_handle, _P(ctypes.c_uint64)] + _err),
     "kvo_worker_record_event": (ctypes.c_int, [_handle, ctypes.c_int32, ctypes.c_uint64] + _err),
     "kvo_worker_wait_event": (ctypes.c_int, [_handle, ctypes.c_int32, ctypes.c_uint64] + _err),
     "kvo_worker_poll": (ctypes.c_int, [
@@ -136,6 +140,9 @@ _PROTOTYPES = {
     "kvo_worker_close": (None, [_handle]),
     "kvo_scheduler_open": (ctypes.c_int, [
         ctypes.c_char_p, _P(c_engine_spec), _P(_handle), _P(c_geometry)] + _err),
+    "kvo_scheduler_open_epoch": (ctypes.c_int, [
+        ctypes.c_char_p, _P(c_engine_spec), ctypes.c_uint64, _P(_handle), _P(c_geometry)] + _err),
+    "kvo_scheduler_region_epoch": (ctypes.c_int, [_handle, _P(ctypes.c_uint64)] + _err),
     "kvo_scheduler_geometry": (ctypes.c_int, [_handle, _P(c_geometry)] + _err),
     "kvo_scheduler_lookup": (ctypes.c_int, _keys + [_P(ctypes.c_int32)] + _err),
     "kvo_scheduler_prepare_store": (ctypes.c_int, _keys + [

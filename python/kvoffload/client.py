@@ -339,22 +339,37 @@ class Worker(_Handle):
             raise KvoffloadError(StatusCode.FAILED_PRECONDITION, "the worker is closed")
         return self._handle
 
-    def _submit(self, direction, job_id, gpu_blocks, rows, event_index):
+    def _submit(self, direction, job_id, gpu_blocks, rows, event_index, region_epoch=0):
         blocks, nb = _u64_array(gpu_blocks, "gpu_blocks")
         row_arr, nr = _u64_array(rows, "rows")
         err = _err_buffer()
-        _raise_for(self._lib.kvo_worker_submit(self._h(), job_id, direction, blocks, nb, row_arr,
-                                               nr, event_index, err, len(err)), err)
+        _raise_for(self._lib.kvo_worker_submit_epoch(self._h(), job_id, direction, blocks, nb,
+                                                     row_arr, nr, event_index, region_epoch, err,
+                                                     len(err)), err)
 
-    def submit_store(self, job_id: int, gpu_blocks, rows, event_index: int = -1) -> None:
+    @property
+    def region_epoch(self) -> int:
+        """Identity of the engine's region on this node, as reported at registration."""
+        epoch = ctypes.c_uint64()
+        err = _err_buffer()
+        _raise_for(self._lib.kvo_worker_region_epoch(self._h(), ctypes.byref(epoch), err,
+                                                     len(err)), err)
+        return epoch.value
+
+    def submit_store(self, job_id: int, gpu_blocks, rows, event_index: int = -1,
+                     region_epoch: int = 0) -> None:
         """Sends this worker's part of a store (GPU → host) job: gpu_blocks has
         len(rows) × blocks_per_row entries. event_index: an event recorded with record_event
-        after the KV writes (the daemon waits on it), or -1. The verdict comes from poll/wait."""
-        self._submit(1, job_id, gpu_blocks, rows, event_index)
+        after the KV writes (the daemon waits on it), or -1. region_epoch: the scheduler's
+        Scheduler.region_epoch the rows were planned in (0 = this session's region); a
+        re-created region fails the job with FAILED_PRECONDITION. The verdict comes from
+        poll/wait."""
+        self._submit(1, job_id, gpu_blocks, rows, event_index, region_epoch)
 
-    def submit_load(self, job_id: int, gpu_blocks, rows, event_index: int = -1) -> None:
+    def submit_load(self, job_id: int, gpu_blocks, rows, event_index: int = -1,
+                    region_epoch: int = 0) -> None:
         """Sends this worker's part of a load (host → GPU) job (rows from prepare_load)."""
-        self._submit(2, job_id, gpu_blocks, rows, event_index)
+        self._submit(2, job_id, gpu_blocks, rows, event_index, region_epoch)
 
     def record_event(self, index: int, stream=None) -> None:
         """cudaEventRecord(event[index], stream). FAILED_PRECONDITION on a host worker."""
@@ -433,15 +448,18 @@ class Scheduler(_Handle):
         self._evicted_buf = None  # grown as needed, guarded by _evicted_lock
 
     @classmethod
-    def open(cls, socket_path: str, spec: EngineSpec) -> "Scheduler":
-        """OpenEngine: creates the engine's region or joins it (idempotent)."""
+    def open(cls, socket_path: str, spec: EngineSpec, region_epoch: int = 0) -> "Scheduler":
+        """OpenEngine: creates the engine's region or joins it (idempotent). A non-zero
+        region_epoch (an earlier Scheduler.region_epoch) requires that very region:
+        FAILED_PRECONDITION naming both epochs, and nothing created, when it is gone."""
         lib = _native.library()
         c_spec, keep = spec._to_c()
         handle = ctypes.c_void_p()
         geometry = _native.c_geometry()
         err = _err_buffer()
-        code = lib.kvo_scheduler_open(socket_path.encode(), ctypes.byref(c_spec),
-                                      ctypes.byref(handle), ctypes.byref(geometry), err, len(err))
+        code = lib.kvo_scheduler_open_epoch(socket_path.encode(), ctypes.byref(c_spec),
+                                            region_epoch, ctypes.byref(handle),
+                                            ctypes.byref(geometry), err, len(err))
         del keep
         _raise_for(code, err)
         scheduler = cls(handle, lib)
@@ -459,6 +477,15 @@ class Scheduler(_Handle):
         if self._handle is None:
             raise KvoffloadError(StatusCode.FAILED_PRECONDITION, "the scheduler is closed")
         return self._handle
+
+    @property
+    def region_epoch(self) -> int:
+        """Identity of the engine's region (never 0); pass it to Worker.submit_*."""
+        epoch = ctypes.c_uint64()
+        err = _err_buffer()
+        _raise_for(self._lib.kvo_scheduler_region_epoch(self._h(), ctypes.byref(epoch), err,
+                                                        len(err)), err)
+        return epoch.value
 
     def lookup(self, keys) -> List[KeyState]:
         k = _Keys(keys)

@@ -1,5 +1,6 @@
 #include "tests/integration/harness.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 
 namespace kvoffload::testing {
@@ -26,7 +28,8 @@ std::string RunfilePath(const std::string& relative) {
   return relative;
 }
 
-absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<std::string> args) {
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
+    std::vector<std::string> args, std::vector<std::string> wrapper) {
   auto daemon = std::unique_ptr<DaemonProcess>(new DaemonProcess());
   char dir[] = "/tmp/kvo-it-XXXXXX";  // short: Unix socket paths are limited to 107 bytes
   if (mkdtemp(dir) == nullptr) return absl::InternalError("mkdtemp failed");
@@ -39,6 +42,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<
                                    "--populate_threads=2",
                                    "--log_level=warn"};
   argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.begin(), wrapper.begin(), wrapper.end());
   auto process = ChildProcess::Spawn(argv);
   if (!process.ok()) return process.status();
   daemon->process_ = std::move(*process);
@@ -55,6 +59,77 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(std::vector<
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return absl::DeadlineExceededError("kvoffloadd did not create its sockets in 10 s");
+}
+
+namespace {
+
+int64_t StatusField(pid_t pid, const std::string& field, bool kilobytes) {
+  FILE* f = fopen(absl::StrCat("/proc/", pid, "/status").c_str(), "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t value = -1;
+  const std::string prefix = field + ":";
+  while (fgets(line, sizeof(line), f) != nullptr) {
+    if (strncmp(line, prefix.c_str(), prefix.size()) == 0) {
+      value = strtoll(line + prefix.size(), nullptr, 10) * (kilobytes ? 1024 : 1);
+      break;
+    }
+  }
+  fclose(f);
+  return value;
+}
+
+}  // namespace
+
+int64_t DaemonProcess::StatusBytes(const std::string& field) const {
+  return StatusField(pid(), field, true);
+}
+
+int64_t DaemonProcess::StatusCount(const std::string& field) const {
+  return StatusField(pid(), field, false);
+}
+
+int64_t DaemonProcess::OpenFds() const {
+  DIR* dir = opendir(absl::StrCat("/proc/", pid(), "/fd").c_str());
+  if (dir == nullptr) return -1;
+  int64_t n = 0;
+  while (struct dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+bool DaemonProcess::Serving() {
+  auto channel = grpc::CreateChannel(absl::StrCat("unix:", admin_socket()),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  // grpc.health.v1.HealthCheckRequest{service: ""} is the empty message; the response
+  // HealthCheckResponse{status: SERVING (1)} is the two bytes 0x08 0x01.
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::CompletionQueue cq;
+  grpc::Status status;
+  auto call = stub.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  if (!cq.Next(&tag, &ok) || !ok || !status.ok()) return false;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return false;
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return bytes == std::string("\x08\x01", 2);
 }
 
 DaemonProcess::~DaemonProcess() {

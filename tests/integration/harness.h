@@ -28,8 +28,10 @@ std::string RunfilePath(const std::string& relative);
 class DaemonProcess {
  public:
   // Starts kvoffloadd --backend=host --runtime_dir=<fresh /tmp dir> --metrics_address= plus
-  // `args`, and waits until both sockets exist.
-  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(std::vector<std::string> args = {});
+  // `args`, and waits until both sockets exist. `wrapper` (e.g. {"prlimit", "--nofile=200"})
+  // execs the daemon, keeping its pid.
+  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(
+      std::vector<std::string> args = {}, std::vector<std::string> wrapper = {});
   ~DaemonProcess();
 
   const std::string& runtime_dir() const { return dir_; }
@@ -37,6 +39,16 @@ class DaemonProcess {
   std::string admin_socket() const { return dir_ + "/admin.sock"; }
   // SIGTERM and wait; returns the exit code.
   int Stop();
+
+  pid_t pid() const { return process_->pid(); }
+  // A "<field>: N kB" line of /proc/<pid>/status (VmHWM, VmRSS), in bytes; -1 if absent.
+  int64_t StatusBytes(const std::string& field) const;
+  // Lines like "Threads: N" of /proc/<pid>/status; -1 if absent.
+  int64_t StatusCount(const std::string& field) const;
+  // Entries of /proc/<pid>/fd.
+  int64_t OpenFds() const;
+  // grpc.health.v1 Health/Check on the admin socket: true when SERVING.
+  bool Serving();
 
   absl::StatusOr<v1::StatsResponse> Stats();
   absl::StatusOr<v1::EngineStats> EngineStats(const std::string& engine_id, uint32_t dp_rank = 0);

@@ -132,10 +132,8 @@ TEST_F(ProtocolTest, RegistrationWithoutTensorsOrWithTensorsPastTheirAllocationI
     EXPECT_FALSE(stream->Read(&reply));
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
-  // Nothing of either registration stayed behind: the engine has no worker.
-  auto stats = daemon_->EngineStats("e");
-  ASSERT_TRUE(stats.ok());
-  EXPECT_EQ(stats->workers(), 0u);
+  // Nothing of either registration stayed behind: not even the engine was created.
+  EXPECT_EQ(daemon_->EngineStats("e").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(ProtocolTest, DeviceUuidIsRawBytes) {
