@@ -431,6 +431,32 @@ int kvo_worker_submit_epoch(kvo_worker* worker, uint64_t job_id, int32_t directi
   });
 }
 
+int kvo_worker_submit_runs(kvo_worker* worker, uint64_t job_id, int32_t direction,
+                           const kvo_block_run* runs, size_t num_runs, int32_t event_index,
+                           uint64_t region_epoch, char* err, size_t err_len) {
+  return Guarded(err, err_len, [&] {
+    if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
+    if (direction != KVO_STORE && direction != KVO_LOAD) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job ", job_id, ": direction ", direction, " is neither KVO_STORE (1) nor KVO_LOAD (2)"));
+    }
+    if (absl::Status s = ArrayArg(runs, num_runs, "runs"); !s.ok()) return s;
+    if (event_index < -1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job ", job_id, ": event_index ", event_index, " (want -1 or >= 0)"));
+    }
+    kvo::JobRequest job;
+    job.job_id = job_id;
+    job.direction = direction == KVO_STORE ? kvo::Direction::kStore : kvo::Direction::kLoad;
+    for (size_t i = 0; i < num_runs; ++i) {
+      job.runs.push_back({runs[i].gpu_block, runs[i].row, runs[i].num_rows});
+    }
+    job.event_index = event_index;
+    job.region_epoch = region_epoch;
+    return worker->client->Submit(job);
+  });
+}
+
 int kvo_worker_record_event(kvo_worker* worker, int32_t index, uint64_t cuda_stream, char* err,
                             size_t err_len) {
   return Guarded(err, err_len, [&] {

@@ -200,6 +200,20 @@ int kvo_worker_submit_epoch(kvo_worker* worker, uint64_t job_id, int32_t directi
                             const uint64_t* rows, size_t num_rows, int32_t event_index,
                             uint64_t region_epoch, char* err, size_t err_len);
 
+/* Rows [row, row + num_rows) take GPU blocks [gpu_block, gpu_block + num_rows x blocks_per_row). */
+typedef struct kvo_block_run {
+  uint64_t gpu_block;
+  uint64_t row;
+  uint64_t num_rows;
+} kvo_block_run;
+
+/* kvo_worker_submit_epoch with the part given as runs of consecutive rows and blocks: 24 bytes a
+ * run on the wire instead of 16 bytes a block (a job of one run costs the same at any size up to
+ * the daemon's max_blocks_per_job). */
+int kvo_worker_submit_runs(kvo_worker* worker, uint64_t job_id, int32_t direction,
+                           const kvo_block_run* runs, size_t num_runs, int32_t event_index,
+                           uint64_t region_epoch, char* err, size_t err_len);
+
 /* Identity of the engine's region on this node as the daemon reported it at registration. */
 int kvo_worker_region_epoch(const kvo_worker* worker, uint64_t* epoch_out, char* err,
                             size_t err_len);

@@ -166,6 +166,12 @@ absl::Status WorkerClient::Submit(const JobRequest& job) {
   s->set_direction(job.direction == Direction::kStore ? v1::DIRECTION_STORE : v1::DIRECTION_LOAD);
   s->mutable_gpu_blocks()->Add(job.gpu_blocks.begin(), job.gpu_blocks.end());
   s->mutable_rows()->Add(job.rows.begin(), job.rows.end());
+  for (const BlockRun& r : job.runs) {
+    v1::BlockRun* run = s->add_runs();
+    run->set_gpu_block(r.gpu_block);
+    run->set_row(r.row);
+    run->set_num_rows(r.num_rows);
+  }
   s->set_event_index(job.event_index);
   s->set_region_epoch(job.region_epoch != 0 ? job.region_epoch
                                             : impl_->registration.region_epoch);

@@ -71,6 +71,13 @@ struct WorkerRegistration {
 
 enum class Direction { kStore, kLoad };
 
+// Rows [row, row + num_rows) take GPU blocks [gpu_block, gpu_block + num_rows × blocks_per_row).
+struct BlockRun {
+  uint64_t gpu_block = 0;
+  uint64_t row = 0;
+  uint64_t num_rows = 0;
+};
+
 struct JobRequest {
   uint64_t job_id = 0;
   Direction direction = Direction::kStore;
@@ -81,6 +88,8 @@ struct JobRequest {
   // 0 = this session's region (registration().region_epoch). Always checked by the daemon: a
   // re-created region fails the part with FAILED_PRECONDITION instead of serving zeroed rows.
   uint64_t region_epoch = 0;
+  // After the explicit lists: consecutive rows and blocks, sent as 24 bytes a run.
+  std::vector<BlockRun> runs;
 };
 
 struct FinishedJob {

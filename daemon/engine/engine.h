@@ -154,6 +154,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   const common::EngineSpec& spec() const { return spec_; }
   const common::Geometry& geometry() const { return geometry_; }
+  uint64_t max_blocks_per_job() const { return deps_.max_blocks_per_job; }
   std::string key() const { return spec_.Key(); }
   SlotIndex& index() { return *index_; }
   uint64_t region_epoch() const { return region_epoch_; }

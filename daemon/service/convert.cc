@@ -38,7 +38,8 @@ absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& p) {
   return r;
 }
 
-absl::StatusOr<JobPart> FromProto(const v1::Submit& p) {
+absl::StatusOr<JobPart> FromProto(const v1::Submit& p, uint32_t blocks_per_row,
+                                  uint64_t max_blocks) {
   JobPart part;
   part.job_id = p.job_id();
   switch (p.direction()) {
@@ -52,8 +53,41 @@ absl::StatusOr<JobPart> FromProto(const v1::Submit& p) {
       return absl::InvalidArgumentError(
           absl::StrCat("job ", p.job_id(), ": direction must be STORE or LOAD"));
   }
+  // Sizes first, from the message alone: a hostile run cannot make the daemon allocate.
+  uint64_t run_rows = 0;
+  for (const v1::BlockRun& r : p.runs()) {
+    uint64_t end = 0;
+    if (r.num_rows() == 0 || __builtin_add_overflow(run_rows, r.num_rows(), &run_rows) ||
+        __builtin_add_overflow(r.row(), r.num_rows(), &end)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job ", p.job_id(), ": a run needs num_rows >= 1 and must not overflow (row ", r.row(),
+          ", num_rows ", r.num_rows(), ")"));
+    }
+  }
+  uint64_t run_blocks = 0;
+  uint64_t total_blocks = 0;
+  if (__builtin_mul_overflow(run_rows, uint64_t{blocks_per_row}, &run_blocks) ||
+      __builtin_add_overflow(run_blocks, uint64_t(p.gpu_blocks_size()), &total_blocks) ||
+      total_blocks > max_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", p.job_id(), ": ", p.gpu_blocks_size(),
+                                                   " listed blocks and runs of ", run_rows,
+                                                   " rows exceed the limit of ", max_blocks,
+                                                   " blocks per job"));
+  }
+  part.gpu_blocks.reserve(total_blocks);
+  part.rows.reserve(p.rows_size() + run_rows);
   part.gpu_blocks.assign(p.gpu_blocks().begin(), p.gpu_blocks().end());
   part.rows.assign(p.rows().begin(), p.rows().end());
+  for (const v1::BlockRun& r : p.runs()) {
+    const uint64_t blocks = r.num_rows() * blocks_per_row;
+    uint64_t last = 0;
+    if (__builtin_add_overflow(r.gpu_block(), blocks, &last)) {
+      return absl::InvalidArgumentError(absl::StrCat("job ", p.job_id(), ": run at gpu block ",
+                                                     r.gpu_block(), " overflows"));
+    }
+    for (uint64_t i = 0; i < r.num_rows(); ++i) part.rows.push_back(r.row() + i);
+    for (uint64_t b = 0; b < blocks; ++b) part.gpu_blocks.push_back(r.gpu_block() + b);
+  }
   part.event_index = p.event_index();
   part.region_epoch = p.region_epoch();
   return part;

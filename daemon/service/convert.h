@@ -23,7 +23,10 @@ namespace kvoffload::daemon {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& proto);
-absl::StatusOr<JobPart> FromProto(const v1::Submit& proto);
+// Expands `runs` after the explicit lists. INVALID_ARGUMENT, before allocating anything, when the
+// part would hold more than `max_blocks` blocks or a run overflows.
+absl::StatusOr<JobPart> FromProto(const v1::Submit& proto, uint32_t blocks_per_row,
+                                  uint64_t max_blocks);
 void ToProto(const EngineSnapshot& snapshot, v1::EngineStats* proto);
 
 // Keys of an index request: 1..kMaxKeysPerRequest keys (limits.h) of 1..256 bytes.

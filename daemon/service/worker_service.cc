@@ -227,7 +227,8 @@ grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream
           JobResult{0, absl::InvalidArgumentError("only `submit` may follow `register`"), 0});
       continue;
     }
-    auto part = FromProto(message.submit());
+    auto part = FromProto(message.submit(), engine->geometry().blocks_per_row,
+                          engine->max_blocks_per_job());
     absl::Status status = part.ok() ? engine->Submit(info.session_id, *part) : part.status();
     if (!status.ok()) writer.OnJobFinished(JobResult{message.submit().job_id(), status, 0});
   }

@@ -69,6 +69,14 @@ class c_cuda_tensor(ctypes.Structure):
     ]
 
 
+class c_block_run(ctypes.Structure):
+    _fields_ = [
+        ("gpu_block", ctypes.c_uint64),
+        ("row", ctypes.c_uint64),
+        ("num_rows", ctypes.c_uint64),
+    ]
+
+
 class c_host_tensor(ctypes.Structure):
     _fields_ = [
         ("shm_name", ctypes.c_char_p),
@@ -129,6 +137,9 @@ _PROTOTYPES = {
     "kvo_worker_submit_epoch": (ctypes.c_int, [
         _handle, ctypes.c_uint64, ctypes.c_int32, _P(ctypes.c_uint64), ctypes.c_size_t,
         _P(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_int32, ctypes.c_uint64] + _err),
+    "kvo_worker_submit_runs": (ctypes.c_int, [
+        _handle, ctypes.c_uint64, ctypes.c_int32, _P(c_block_run), ctypes.c_size_t,
+        ctypes.c_int32, ctypes.c_uint64] + _err),
     "kvo_worker_region_epoch": (ctypes.c_int, [_handle, _P(ctypes.c_uint64)] + _err),
     "kvo_worker_record_event": (ctypes.c_int, [_handle, ctypes.c_int32, ctypes.c_uint64] + _err),
     "kvo_worker_wait_event": (ctypes.c_int, [_handle, ctypes.c_int32, ctypes.c_uint64] + _err),

@@ -347,6 +347,25 @@ class Worker(_Handle):
                                                      row_arr, nr, event_index, region_epoch, err,
                                                      len(err)), err)
 
+    def submit_runs(self, job_id: int, direction: str, runs, event_index: int = -1,
+                    region_epoch: int = 0) -> None:
+        """Submits a part as runs (gpu_block, row, num_rows): rows [row, row + num_rows) take GPU
+        blocks [gpu_block, gpu_block + num_rows × blocks_per_row). direction: "store" | "load".
+        A job of one run costs the same host work at any size."""
+        if direction not in ("store", "load"):
+            raise ValueError("direction must be 'store' or 'load', not %r" % (direction,))
+        runs = list(runs)
+        arr = (_native.c_block_run * max(1, len(runs)))()
+        for i, run in enumerate(runs):
+            if len(run) != 3 or any(int(x) < 0 for x in run):
+                raise ValueError("a run is (gpu_block, row, num_rows) of non-negative ints, got %r"
+                                 % (run,))
+            arr[i] = _native.c_block_run(*(int(x) for x in run))
+        err = _err_buffer()
+        _raise_for(self._lib.kvo_worker_submit_runs(
+            self._h(), job_id, 1 if direction == "store" else 2, arr, len(runs), event_index,
+            region_epoch, err, len(err)), err)
+
     @property
     def region_epoch(self) -> int:
         """Identity of the engine's region on this node, as reported at registration."""

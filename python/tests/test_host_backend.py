@@ -210,6 +210,48 @@ class HostBackendTest(unittest.TestCase):
         self.assertEqual(kv.block_bytes(21), kv.golden[2])
         self.assertEqual(kv.block_bytes(22), kv.golden[22])  # untouched
 
+    def test_runs_move_the_same_bytes_as_lists(self):
+        s = spec("py-runs")
+        scheduler = self.open(s)
+        worker, kv = self.connect(s)
+        keys = [b"r%d" % i for i in range(6)]
+        prepared = scheduler.prepare_store(keys)
+        rows = prepared.rows
+        self.assertEqual(rows, list(range(rows[0], rows[0] + 6)))  # fresh engine: consecutive
+        # Blocks 3..5 into the first three rows, blocks 10..12 into the next three: two runs.
+        worker.submit_runs(30, "store", [(3, rows[0], 3), (10, rows[3], 3)])
+        done = worker.wait(30, 30).check()
+        self.assertEqual(done.bytes, 6 * len(kv.block_bytes(0)))
+        scheduler.complete_store(keys)
+        for b in (3, 4, 5, 10, 11, 12):
+            kv.clobber(b)
+        loaded = scheduler.prepare_load(keys)
+        worker.submit_runs(31, "load", [(20, loaded[0], 6)])
+        worker.wait(31, 30).check()
+        scheduler.complete_load(keys)
+        for i, b in enumerate((3, 4, 5, 10, 11, 12)):
+            self.assertEqual(kv.block_bytes(20 + i), kv.golden[b])
+        self.assertEqual(kv.block_bytes(26), kv.golden[26])  # untouched
+
+    def test_runs_are_checked_before_anything_is_allocated(self):
+        s = spec("py-runs-bad")
+        scheduler = self.open(s)
+        worker, kv = self.connect(s)
+        for job, runs in ((40, [(0, 0, 0)]),                       # empty run
+                          (41, [(0, 2**64 - 2, 5)]),               # row overflows
+                          (42, [(0, 0, 2**63)])):                  # far over max_blocks_per_job
+            worker.submit_runs(job, "store", runs)
+            with self.assertRaises(KvoffloadError) as e:
+                worker.wait(job, 30).check()
+            self.assertEqual(e.exception.code, StatusCode.INVALID_ARGUMENT, runs)
+        with self.assertRaises(ValueError):
+            worker.submit_runs(43, "sideways", [(0, 0, 1)])
+        # The session is still usable.
+        row = scheduler.prepare_store([b"ok"]).rows[0]
+        worker.submit_runs(44, "store", [(1, row, 1)])
+        worker.wait(44, 30).check()
+        scheduler.complete_store([b"ok"])
+
     def test_scheduler_semantics(self):
         scheduler = self.open(spec("py-index"))
         first = scheduler.prepare_store([b"x", b"y"])

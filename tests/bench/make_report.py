@@ -181,8 +181,9 @@ def main():
         cpu = report["cpu_us_per_job"]
         if cpu:
             lines.append("- Daemon CPU per store job (one run of consecutive 4 KiB blocks): " +
-                         ", ".join(f"{c['blocks']} blocks {c['us']} µs" for c in cpu) +
-                         " (target: flat).")
+                         ", ".join(f"{c['blocks']} blocks {c['us']} µs" +
+                                   (f" ({c['runs_us']} µs as one run)" if "runs_us" in c else "")
+                                   for c in cpu) + " (target: flat).")
     if sms4:
         lines += ["", "Same end-to-end run with `--copy_sms=4` (default 8):", "",
                   "| shape | direction | page | GB/s |", "|---|---|---:|---:|"]

@@ -317,12 +317,12 @@ def latency(sock, n=2000):
 
 
 def cpu_per_job(sock, daemon_pid):
-    """Daemon CPU µs per store job against blocks per job (4 KiB pages, rows consecutive)."""
+    """Daemon CPU µs per store job against blocks per job (4 KiB pages, rows consecutive), with
+    the part sent as lists (16 bytes a block) and as one run (24 bytes)."""
     for blocks in (1, 1024, 32768, 1 << 20):
         page = 4096
         nb = blocks
         kv = torch.empty(nb + 8, page, dtype=torch.uint8, device="cuda")
-        Kvo.count += 1
         spec = kvo.EngineSpec(engine_id="cpu-%d" % blocks, num_layers=1, page_bytes=page,
                               budget_bytes=nb * 4096, rows_assigned_by_engine=True)
         w = kvo.Worker.connect_cuda(sock, spec, 0, [(kv.data_ptr(), nb + 8, page, page)],
@@ -331,12 +331,16 @@ def cpu_per_job(sock, daemon_pid):
         jobs = max(5, min(200, (1 << 22) // max(1, blocks)))
         w.submit_store(1, ids, ids)
         w.wait(1, timeout_s=120).check()
-        c0 = cpu_seconds(daemon_pid)
-        for j in range(jobs):
-            w.submit_store(2 + j, ids, ids)
-            w.wait(2 + j, timeout_s=120).check()
-        us = (cpu_seconds(daemon_pid) - c0) / jobs * 1e6
-        emit(cpu_us_per_job={"blocks": blocks, "us": round(us, 1), "jobs": jobs})
+        result = {"blocks": blocks, "jobs": jobs}
+        for key, submit in (("us", lambda j: w.submit_store(j, ids, ids)),
+                            ("runs_us", lambda j: w.submit_runs(j, "store", [(0, 0, nb)]))):
+            c0 = cpu_seconds(daemon_pid)
+            for j in range(jobs):
+                job = 2 + j + (jobs if key == "runs_us" else 0)
+                submit(job)
+                w.wait(job, timeout_s=120).check()
+            result[key] = round((cpu_seconds(daemon_pid) - c0) / jobs * 1e6, 1)
+        emit(cpu_us_per_job=result)
         w.close()
         del kv
         torch.cuda.empty_cache()
