@@ -10,7 +10,7 @@
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
-stages=" ${3:-all} "  # any of: tests baselines e2e e2e_sms4 torch, or all
+stages=" ${3:-all} "  # any of: tests baselines e2e e2e_sms4 torch mps, or all
 want() { [[ $stages == *" all "* || $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -88,6 +88,30 @@ else
   failed=$((failed + 1)); echo "FAILED: torch_bench"; tail -15 "$out/torch.err"
 fi
 cat "$out/torch.jsonl"
+fi
+if want mps; then
+  # The same end-to-end and PyTorch benchmarks with every process an MPS client (kernels of the
+  # daemon and of the model then share SMs instead of time-slicing the GPU). Experimental: only
+  # if nvidia-cuda-mps-control starts here; it is stopped again afterwards.
+  echo "=== under MPS"
+  export CUDA_MPS_PIPE_DIRECTORY="$out/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$out/mps-log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    sleep 1
+    (cd "$tree" && timeout 400 "$bundle/bin/e2e_bench" --daemon=daemon/kvoffloadd \
+        --worker=tests/gpu_e2e/kvoffload_cuda_worker) >"$out/e2e_mps.jsonl" 2>"$out/e2e_mps.err" \
+      && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAILED: e2e_bench under MPS"; tail -5 "$out/e2e_mps.err"; }
+    grep -E 'interference|latency|"llama' "$out/e2e_mps.jsonl"
+    timeout 500 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
+        KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/torch_bench.py" \
+        >"$out/torch_mps.jsonl" 2>"$out/torch_mps.err" \
+      && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAILED: torch_bench under MPS"; tail -5 "$out/torch_mps.err"; }
+    cat "$out/torch_mps.jsonl"
+    echo quit | nvidia-cuda-mps-control
+  else
+    echo "SKIPPED: nvidia-cuda-mps-control did not start"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 fi
 rm -rf "$tree"
 echo "$passed passed, $failed failed"
