@@ -1,6 +1,7 @@
 #include "daemon/engine/engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,17 @@
 
 namespace kvoffload::daemon {
 namespace {
+
+// True when a row repeats. Rows that only go up (a run, or rows the index handed out in order)
+// are checked in one pass; anything else is sorted (O(n log n), a copy).
+bool HasDuplicateRow(const std::vector<uint64_t>& rows) {
+  if (std::adjacent_find(rows.begin(), rows.end(), std::greater_equal<uint64_t>()) == rows.end()) {
+    return false;
+  }
+  std::vector<uint64_t> sorted = rows;
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
+}
 
 spdlog::logger* Log() {
   static spdlog::logger* log = common::Logger("engine");
@@ -318,13 +330,10 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
               " jobs in flight (limit ", deps_.max_jobs_per_engine,
               " per engine, --max_jobs_per_engine); wait for verdicts"));
         }
-        if (part.direction == CopyDirection::kStore) {  // loads may read a row twice
-          std::vector<uint64_t> sorted = part.rows;
-          std::sort(sorted.begin(), sorted.end());
-          if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("job ", part.job_id, ": a row appears twice in one store"));
-          }
+        if (part.direction == CopyDirection::kStore && HasDuplicateRow(part.rows)) {
+          // Loads may read a row twice; a store may not write one twice.
+          return absl::InvalidArgumentError(
+              absl::StrCat("job ", part.job_id, ": a row appears twice in one store"));
         }
         // A new job: its rows must be in the state the index expects, and stay quarantined until
         // the job retires (no eviction or reuse while a copy may still touch them). Engines that

@@ -246,6 +246,12 @@ class HostBackendTest(unittest.TestCase):
             self.assertEqual(e.exception.code, StatusCode.INVALID_ARGUMENT, runs)
         with self.assertRaises(ValueError):
             worker.submit_runs(43, "sideways", [(0, 0, 1)])
+        # A store may not write a row twice, in order or not (loads may read one twice).
+        for job, rows in ((45, [3, 3]), (46, [5, 2, 5])):
+            worker.submit_store(job, list(range(len(rows))), rows)
+            with self.assertRaises(KvoffloadError) as e:
+                worker.wait(job, 30).check()
+            self.assertEqual(e.exception.code, StatusCode.INVALID_ARGUMENT, rows)
         # The session is still usable.
         row = scheduler.prepare_store([b"ok"]).rows[0]
         worker.submit_runs(44, "store", [(1, row, 1)])
