@@ -909,6 +909,64 @@ TEST_F(CudaBackendIpcTest, TwoWorkersShareRows) {
   (*backend)->UnregisterRegion(region.base());
 }
 
+// A worker's staging is freed once no staged job used it for staging_idle_release, and the next
+// staged job allocates it again and moves the right bytes.
+TEST_F(CudaBackendIpcTest, StagingIsReleasedWhenIdle) {
+  CudaBackendOptions o;
+  o.forced_path = daemon::cuda::ForcedPath::kStaged;
+  o.staging_chunk_bytes = 4 << 20;
+  o.staging_idle_release = absl::Milliseconds(300);
+  absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create(o);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const uint64_t page = 4096, n = 256;
+  void* gpu = nullptr;
+  ASSERT_EQ(cudaMalloc(&gpu, n * page), cudaSuccess);
+  ASSERT_EQ(cudaMemset(gpu, 0x5a, n * page), cudaSuccess);
+  CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu), n, page, page};
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->OpenLocalWorker(0, {t}, {});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  HostRegion region(n * page);
+  ASSERT_OK((*backend)->RegisterRegion(region.base(), region.bytes(), page));
+  auto store = [&] {
+    CopyJob job;
+    job.direction = CopyDirection::kStore;
+    job.memory = memory->get();
+    job.region_base = region.base();
+    job.row_bytes = page;
+    job.slot_bytes = page;
+    for (uint64_t i = 0; i < n; ++i) {
+      job.gpu_blocks.push_back(i);
+      job.rows.push_back(n - 1 - i);
+    }
+    return RunJob(backend->get(), std::move(job));
+  };
+  auto all = [&](uint8_t v) {
+    for (uint64_t i = 0; i < n * page; ++i) {
+      if (region.base()[i] != v) return false;
+    }
+    return true;
+  };
+  const uint64_t before = (*backend)->GpuMemoryBytes()[0];
+  ASSERT_OK(store().status);
+  EXPECT_TRUE(all(0x5a));
+  const uint64_t staged = (*backend)->GpuMemoryBytes()[0];
+  EXPECT_GE(staged, before + 2 * (4 << 20)) << "no staging allocated";
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while ((*backend)->GpuMemoryBytes()[0] > staged - 2 * (4 << 20) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_LE((*backend)->GpuMemoryBytes()[0], staged - 2 * (4 << 20)) << "staging kept while idle";
+  ASSERT_EQ(cudaMemset(gpu, 0x3c, n * page), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_OK(store().status);
+  EXPECT_TRUE(all(0x3c)) << "the store after the release moved the wrong bytes";
+  memory->reset();
+  (*backend)->UnregisterRegion(region.base());
+  backend->reset();
+  cudaFree(gpu);
+}
+
 // Last on purpose: garbage event handles go straight to the driver.
 TEST(CudaBackendHostileInputTest, GarbageEventHandleIsInvalidArgument) {
   int count = 0;

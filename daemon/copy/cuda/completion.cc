@@ -71,7 +71,8 @@ void CompletionQueue::Run() {
         return !incoming_.empty() || stopping_;
       };
       if (active.empty()) {
-        mu_.Await(absl::Condition(&ready));
+        // Idle: wake once a second for the device's idle work.
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
       } else {
         mu_.AwaitWithTimeout(absl::Condition(&ready), interval_);
       }
@@ -81,6 +82,10 @@ void CompletionQueue::Run() {
       if (stopping && active.empty()) return;
     }
     const absl::Time now = absl::Now();
+    if (device_ != nullptr && now >= next_idle_) {
+      device_->RunIdleHooks(now);
+      next_idle_ = now + absl::Seconds(1);
+    }
     size_t kept = 0;
     size_t waiting = 0;
     for (size_t i = 0; i < active.size(); ++i) {

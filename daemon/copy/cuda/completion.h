@@ -88,6 +88,7 @@ class CompletionQueue {
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<PendingJob>> incoming_ ABSL_GUARDED_BY(mu_);
   size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time next_idle_ = absl::InfinitePast();  // only the queue's thread
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts after the members above exist

@@ -123,6 +123,9 @@ absl::Status ValidateOptions(const CudaBackendOptions& o) {
   if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes % 4096 != 0) {
     return absl::InvalidArgumentError("staging_chunk_bytes must be a positive multiple of 4096");
   }
+  if (o.staging_idle_release < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("staging_idle_release must not be negative");
+  }
   if (o.staging_buffers < 2 || o.staging_buffers > kMaxStagingBuffers) {
     return absl::InvalidArgumentError(
         absl::StrCat("staging_buffers must be in [2, ", kMaxStagingBuffers, "]"));
@@ -391,6 +394,7 @@ class CudaCopyBackend::Impl {
       memory->owns_events_ = true;
     }
     RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks, options_.unit_bytes));
+    memory->ReleaseStagingWhenIdle(options_.staging_idle_release);
     Log()->info("opened worker on device {}: {} tensors in {} allocations, {} bytes per block, "
                 "{} events",
                 ordinal, r.tensors.size(), opened.size(), memory->bytes_per_block_,
@@ -419,6 +423,7 @@ class CudaCopyBackend::Impl {
     auto memory = std::make_unique<CudaWorkerMemory>(this, state->device.get());
     memory->events_ = events;
     RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks, options_.unit_bytes));
+    memory->ReleaseStagingWhenIdle(options_.staging_idle_release);
     return std::unique_ptr<WorkerMemory>(std::move(memory));
   }
 

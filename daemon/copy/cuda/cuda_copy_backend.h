@@ -64,6 +64,8 @@ struct CudaBackendOptions {
   uint64_t staged_min_run_bytes = uint64_t{64} << 10;
   uint64_t staging_chunk_bytes = uint64_t{32} << 20;
   uint32_t staging_buffers = 2;  // per worker and direction, allocated on first staged job
+  // A worker's staging is freed after this long without a staged job (zero: kept).
+  absl::Duration staging_idle_release = absl::Seconds(30);
   ForcedPath forced_path = ForcedPath::kAuto;
   // Bound on one cudaMemcpyBatchAsync call (vLLM #49276: one of ~52K descriptors crashed).
   size_t max_copies_per_batch = 4096;

@@ -274,6 +274,23 @@ void Device::ReleaseEvent(cudaEvent_t e) {
   free_events_.push_back(e);
 }
 
+uint64_t Device::AddIdleHook(std::function<void(absl::Time now)> hook) {
+  absl::MutexLock lock(&hooks_mu_);
+  const uint64_t id = next_hook_++;
+  hooks_.emplace(id, std::move(hook));
+  return id;
+}
+
+void Device::RemoveIdleHook(uint64_t id) {
+  absl::MutexLock lock(&hooks_mu_);
+  hooks_.erase(id);
+}
+
+void Device::RunIdleHooks(absl::Time now) {
+  absl::MutexLock lock(&hooks_mu_);
+  for (auto& [id, hook] : hooks_) hook(now);
+}
+
 // ----- PinnedRegion -----
 
 absl::StatusOr<const std::vector<uint64_t>*> PinnedRegion::DevicePointers(int device) {

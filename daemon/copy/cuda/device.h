@@ -101,6 +101,13 @@ class Device {
   absl::StatusOr<cudaEvent_t> AcquireEvent();
   void ReleaseEvent(cudaEvent_t e);
 
+  // Idle work (e.g. freeing staging nobody used for a while), run about once a second from the
+  // device's completion thread. RemoveIdleHook waits for a running hook, so a hook's owner may
+  // be destroyed right after removing it.
+  uint64_t AddIdleHook(std::function<void(absl::Time now)> hook);
+  void RemoveIdleHook(uint64_t id);
+  void RunIdleHooks(absl::Time now);
+
  private:
   explicit Device(int ordinal);
 
@@ -113,6 +120,9 @@ class Device {
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   std::map<size_t, std::vector<Buffer>> free_buffers_ ABSL_GUARDED_BY(mu_);
   std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex hooks_mu_;
+  uint64_t next_hook_ ABSL_GUARDED_BY(hooks_mu_) = 1;
+  std::map<uint64_t, std::function<void(absl::Time)>> hooks_ ABSL_GUARDED_BY(hooks_mu_);
   Releaser releaser_;  // last: drains before the members above go
 };
 

@@ -41,6 +41,7 @@ LaneLeftovers TakeLane(Lane& lane) {
 }  // namespace
 
 CudaWorkerMemory::~CudaWorkerMemory() {
+  if (idle_hook_ != 0) device_->RemoveIdleHook(idle_hook_);  // waits for a running sweep
   const int64_t in_flight = in_flight_.load();
   if (in_flight > 0) {
     // Contract violation by the caller: copies may still touch the mappings. Leak them.
@@ -124,6 +125,19 @@ absl::Status CudaWorkerMemory::Finish(std::vector<TensorDescriptor> tensors, uin
   kernel_table_ = static_cast<KernelTensor*>(d);
   kernel_table_bytes_ = bytes;
   return absl::OkStatus();
+}
+
+void CudaWorkerMemory::ReleaseStagingWhenIdle(absl::Duration idle) {
+  if (idle <= absl::ZeroDuration()) return;
+  idle_hook_ = device_->AddIdleHook([this, idle](absl::Time now) {
+    for (Lane* lane : {&store_, &load_}) {
+      if (!lane->mu.TryLock()) continue;  // in use right now: not idle
+      if (lane->num_staging != 0 && now - lane->last_staged >= idle) {
+        FreeStaging(*lane);  // stream-ordered: after whatever is still queued
+      }
+      lane->mu.Unlock();
+    }
+  });
 }
 
 absl::Status CudaWorkerMemory::EnsureStaging(Lane& lane, size_t bytes, uint32_t count) {

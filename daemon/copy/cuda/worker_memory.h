@@ -60,6 +60,9 @@ class CudaWorkerMemory final : public WorkerMemory {
   // minimum over tensors). The current device is the worker's.
   absl::Status Finish(std::vector<TensorDescriptor> tensors, uint64_t num_blocks,
                       uint32_t unit_bytes);
+  // Frees each lane's staging once unused for `idle` (checked about once a second by the
+  // device); the next staged job allocates it again. Zero: never.
+  void ReleaseStagingWhenIdle(absl::Duration idle);
   // Staging buffers of `lane` (first staged job, or after an idle release). Caller holds lane.mu.
   absl::Status EnsureStaging(Lane& lane, size_t bytes, uint32_t count)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
@@ -81,6 +84,7 @@ class CudaWorkerMemory final : public WorkerMemory {
   Lane store_;
   Lane load_;
   std::atomic<int64_t> in_flight_{0};
+  uint64_t idle_hook_ = 0;
 };
 
 }  // namespace kvoffload::daemon::cuda
