@@ -205,6 +205,140 @@ TEST_F(GpuEndToEndTest, AWorkerKilledMidTransferLeavesTheDaemonServingOthers) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Several GPUs of one host (issue 12, item 1): one worker process per GPU, each seeing only its
+// own GPU (CUDA_VISIBLE_DEVICES), so its CUDA ordinal is 0 while the daemon, which sees every GPU,
+// finds it by uuid. Skipped with fewer than two GPUs.
+class MultiGpuTest : public GpuEndToEndTest {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) {
+      GTEST_SKIP() << "fewer than two GPUs (" << count << "): multi-GPU tests skipped";
+    }
+    gpus_ = count;
+    GpuEndToEndTest::SetUp();
+  }
+
+  std::unique_ptr<WorkerProcess> StartOn(int gpu, const TestEngine& engine, uint32_t mp_rank,
+                                         std::vector<std::string> extra = {}) {
+    // The child reads the variable at exec; this process's CUDA state is unaffected.
+    setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu).c_str(), 1);
+    auto worker = StartWorker(engine, mp_rank, std::move(extra));
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    return worker;
+  }
+
+  int gpus_ = 0;
+};
+
+// TP2, one worker per GPU: slots by rank, both ranks' bytes stored and loaded back exactly, and
+// the daemon's context exists on both GPUs (reported per device).
+TEST_F(MultiGpuTest, Tp2OneWorkerPerGpu) {
+  TestEngine tp2;
+  tp2.engine_id = "tp2";
+  tp2.world_size = 2;
+  tp2.num_layers = 8;
+  tp2.page_bytes = 32 << 10;
+  tp2.budget_bytes = 64 << 20;
+  auto scheduler = OpenScheduler(tp2);
+  ASSERT_NE(scheduler, nullptr);
+  auto w0 = StartOn(0, tp2, 0);
+  auto w1 = StartOn(1, tp2, 1);
+  ASSERT_NE(w0, nullptr);
+  ASSERT_NE(w1, nullptr);
+  EXPECT_TRUE(absl::StartsWith(w1->hello(), "registered slot=1")) << w1->hello();
+  RoundTrip(*scheduler, {w0.get(), w1.get()}, tp2, 1, 24);
+  auto e = daemon_->EngineStats("tp2");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->store_bytes(), 2 * 24 * tp2.worker_bytes_per_block());
+  EXPECT_EQ(e->load_bytes(), 2 * 24 * tp2.worker_bytes_per_block());
+  auto stats = daemon_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->gpu_memory_bytes().count(0), 1u);
+  EXPECT_EQ(stats->gpu_memory_bytes().count(1), 1u);
+  EXPECT_TRUE(stats->failed_devices().empty());
+}
+
+// Replicated MLA across GPUs: the writer on GPU 0 stores one copy, every GPU loads identical bytes.
+TEST_F(MultiGpuTest, ReplicatedMlaAcrossGpus) {
+  TestEngine mla;
+  mla.engine_id = "mla2";
+  mla.world_size = 2;
+  mla.attention = "mla";
+  mla.layout = "stacked_kv";
+  mla.num_layers = 61;
+  mla.page_bytes = 18 << 10;
+  mla.budget_bytes = 256 << 20;
+  mla.num_blocks = 128;
+  auto scheduler = OpenScheduler(mla);
+  ASSERT_NE(scheduler, nullptr);
+  ASSERT_TRUE(scheduler->geometry().replicated);
+  auto w0 = StartOn(0, mla, 0, {"--rank_independent_data"});
+  auto w1 = StartOn(1, mla, 1, {"--rank_independent_data"});
+  ASSERT_NE(w0, nullptr);
+  ASSERT_NE(w1, nullptr);
+  EXPECT_TRUE(absl::StartsWith(w1->hello(), "registered slot=0 writer=0")) << w1->hello();
+  RoundTrip(*scheduler, {w0.get(), w1.get()}, mla, 1, 16);
+  EXPECT_EQ(w0->Command("digest 3,5,7,9"), w1->Command("digest 3,5,7,9"));
+  auto e = daemon_->EngineStats("mla2");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->store_bytes(), 16 * mla.worker_bytes_per_block());  // one copy crossed PCIe
+  EXPECT_EQ(e->load_bytes(), 2 * 16 * mla.worker_bytes_per_block());
+}
+
+// A worker SIGKILLed on GPU 1 mid-transfer: another engine on the same GPU keeps round-tripping,
+// and the killed rank's slot takes a new worker.
+TEST_F(MultiGpuTest, WorkerKilledOnOneGpuLeavesTheOthersServing) {
+  TestEngine victim;
+  victim.engine_id = "victim2";
+  victim.rows_assigned_by_engine = true;
+  victim.num_layers = 32;
+  victim.page_bytes = 64 << 10;
+  victim.num_blocks = 256;
+  victim.budget_bytes = uint64_t{256} * 32 * (64 << 10);
+  auto doomed = StartOn(1, victim, 0);
+  ASSERT_NE(doomed, nullptr);
+  std::string blocks = "0";
+  for (int i = 1; i < 256; ++i) absl::StrAppend(&blocks, ",", i);
+  ASSERT_EQ(doomed->Command(absl::StrCat("submit store 1 ", blocks, " ", blocks)), "submitted 1");
+  doomed->process().Signal(SIGKILL);
+  doomed->process().Wait();
+  TestEngine other;
+  other.engine_id = "other2";
+  other.num_layers = 8;
+  other.page_bytes = 16 << 10;
+  other.budget_bytes = 32 << 20;
+  auto scheduler = OpenScheduler(other);
+  ASSERT_NE(scheduler, nullptr);
+  auto worker = StartOn(1, other, 0);
+  ASSERT_NE(worker, nullptr);
+  RoundTrip(*scheduler, {worker.get()}, other, 10, 8);
+  auto again = StartOn(1, victim, 0);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->Command("store 5 0,1 0,1"),
+            absl::StrCat("finished 5 0 ", 2 * victim.worker_bytes_per_block()));
+}
+
+// DP2 × TP2 over four GPUs: two engines, each with its own region, ranks on their own GPUs.
+TEST_F(MultiGpuTest, Dp2Tp2OnFourGpus) {
+  if (gpus_ < 4) GTEST_SKIP() << "needs four GPUs, this host has " << gpus_;
+  std::vector<std::unique_ptr<WorkerProcess>> workers;
+  for (uint32_t dp = 0; dp < 2; ++dp) {
+    TestEngine e;
+    e.engine_id = "dp";
+    e.dp_rank = dp;
+    e.world_size = 2;
+    e.budget_bytes = 16 << 20;
+    auto scheduler = OpenScheduler(e);
+    ASSERT_NE(scheduler, nullptr);
+    auto r0 = StartOn(2 * dp, e, 0);
+    auto r1 = StartOn(2 * dp + 1, e, 1);
+    ASSERT_NE(r0, nullptr);
+    ASSERT_NE(r1, nullptr);
+    RoundTrip(*scheduler, {r0.get(), r1.get()}, e, 1 + 10 * dp, 12);
+  }
+}
+
 // Worker death (issue 8, items 2 and 3). A worker is SIGKILLed at each point of a job's life:
 // before its event is recorded (the record queued behind seconds of GPU work, the store naming it
 // already submitted), between record and submit, mid-copy, and with seconds of every-SM work
