@@ -46,8 +46,6 @@
 
 namespace kvoffload::daemon::cuda {
 
-inline constexpr uint64_t kNeverUseCopyEngines = std::numeric_limits<uint64_t>::max();
-
 // Which path moves every job; kAuto lets the daemon choose per job (tests and benchmarks force).
 enum class ForcedPath { kAuto, kCopyEngine, kStaged, kKernel };
 
