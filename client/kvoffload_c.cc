@@ -327,6 +327,27 @@ absl::Status EventCall(kvo_worker* worker, int32_t index, const char* what) {
   return absl::OkStatus();
 }
 
+// The checks and fields every submit shares; the caller adds the part's blocks and rows.
+absl::StatusOr<kvo::JobRequest> JobRequestFor(kvo_worker* worker, uint64_t job_id,
+                                              int32_t direction, int32_t event_index,
+                                              uint64_t region_epoch) {
+  if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
+  if (direction != KVO_STORE && direction != KVO_LOAD) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", job_id, ": direction ", direction, " is neither KVO_STORE (1) nor KVO_LOAD (2)"));
+  }
+  if (event_index < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", job_id, ": event_index ", event_index, " (want -1 or >= 0)"));
+  }
+  kvo::JobRequest job;
+  job.job_id = job_id;
+  job.direction = direction == KVO_STORE ? kvo::Direction::kStore : kvo::Direction::kLoad;
+  job.event_index = event_index;
+  job.region_epoch = region_epoch;
+  return job;
+}
+
 }  // namespace
 
 extern "C" {
@@ -408,52 +429,30 @@ int kvo_worker_submit_epoch(kvo_worker* worker, uint64_t job_id, int32_t directi
                             const uint64_t* gpu_blocks, size_t num_gpu_blocks,
                             const uint64_t* rows, size_t num_rows, int32_t event_index,
                             uint64_t region_epoch, char* err, size_t err_len) {
-  return Guarded(err, err_len, [&] {
-    if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
-    if (direction != KVO_STORE && direction != KVO_LOAD) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job ", job_id, ": direction ", direction, " is neither KVO_STORE (1) nor KVO_LOAD (2)"));
-    }
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    absl::StatusOr<kvo::JobRequest> job =
+        JobRequestFor(worker, job_id, direction, event_index, region_epoch);
+    if (!job.ok()) return job.status();
     if (absl::Status s = ArrayArg(gpu_blocks, num_gpu_blocks, "gpu_blocks"); !s.ok()) return s;
     if (absl::Status s = ArrayArg(rows, num_rows, "rows"); !s.ok()) return s;
-    if (event_index < -1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("job ", job_id, ": event_index ", event_index, " (want -1 or >= 0)"));
-    }
-    kvo::JobRequest job;
-    job.job_id = job_id;
-    job.direction = direction == KVO_STORE ? kvo::Direction::kStore : kvo::Direction::kLoad;
-    job.gpu_blocks.assign(gpu_blocks, gpu_blocks + num_gpu_blocks);
-    job.rows.assign(rows, rows + num_rows);
-    job.event_index = event_index;
-    job.region_epoch = region_epoch;
-    return worker->client->Submit(job);
+    job->gpu_blocks.assign(gpu_blocks, gpu_blocks + num_gpu_blocks);
+    job->rows.assign(rows, rows + num_rows);
+    return worker->client->Submit(*job);
   });
 }
 
 int kvo_worker_submit_runs(kvo_worker* worker, uint64_t job_id, int32_t direction,
                            const kvo_block_run* runs, size_t num_runs, int32_t event_index,
                            uint64_t region_epoch, char* err, size_t err_len) {
-  return Guarded(err, err_len, [&] {
-    if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
-    if (direction != KVO_STORE && direction != KVO_LOAD) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job ", job_id, ": direction ", direction, " is neither KVO_STORE (1) nor KVO_LOAD (2)"));
-    }
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    absl::StatusOr<kvo::JobRequest> job =
+        JobRequestFor(worker, job_id, direction, event_index, region_epoch);
+    if (!job.ok()) return job.status();
     if (absl::Status s = ArrayArg(runs, num_runs, "runs"); !s.ok()) return s;
-    if (event_index < -1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("job ", job_id, ": event_index ", event_index, " (want -1 or >= 0)"));
-    }
-    kvo::JobRequest job;
-    job.job_id = job_id;
-    job.direction = direction == KVO_STORE ? kvo::Direction::kStore : kvo::Direction::kLoad;
     for (size_t i = 0; i < num_runs; ++i) {
-      job.runs.push_back({runs[i].gpu_block, runs[i].row, runs[i].num_rows});
+      job->runs.push_back({runs[i].gpu_block, runs[i].row, runs[i].num_rows});
     }
-    job.event_index = event_index;
-    job.region_epoch = region_epoch;
-    return worker->client->Submit(job);
+    return worker->client->Submit(*job);
   });
 }
 

@@ -62,6 +62,10 @@ class WorkerMemory {
 
 enum class CopyDirection { kStore, kLoad };  // store: GPU → region; load: region → GPU
 
+inline const char* CopyDirectionName(CopyDirection d) {
+  return d == CopyDirection::kStore ? "store" : "load";
+}
+
 // One worker's copy for one job. Row i of `rows` takes GPU blocks
 // gpu_blocks[i × blocks_per_row .. (i+1) × blocks_per_row). In the region, the worker's bytes for
 // GPU block j of row r start at region_base + r × row_bytes + slot × slot_bytes + j × bytes_per_block,

@@ -29,8 +29,6 @@ spdlog::logger* Log() {
   return log;
 }
 
-const char* DirectionName(CopyDirection d) { return d == CopyDirection::kStore ? "store" : "load"; }
-
 }  // namespace
 
 absl::StatusOr<EngineCost> Engine::CostOf(const common::Geometry& geometry) {
@@ -357,8 +355,8 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
         if (job.direction != part.direction || job.rows != part.rows) {
           return absl::InvalidArgumentError(
               absl::StrCat("job ", part.job_id, ": mp_rank ", mp_rank, " submitted a ",
-                           DirectionName(part.direction), " of ", part.rows.size(),
-                           " rows that differs from the job's ", DirectionName(job.direction),
+                           CopyDirectionName(part.direction), " of ", part.rows.size(),
+                           " rows that differs from the job's ", CopyDirectionName(job.direction),
                            " of ", job.rows.size(), " rows"));
         }
         if (job.reported) {
@@ -495,7 +493,7 @@ void Engine::Report(Job& job, Notices* notices) {
     ++(job.direction == CopyDirection::kStore ? store_jobs_ : load_jobs_);
   } else {
     ++jobs_failed_;
-    Log()->warn("engine {}: {} job {} failed: {}", key(), DirectionName(job.direction), job.id,
+    Log()->warn("engine {}: {} job {} failed: {}", key(), CopyDirectionName(job.direction), job.id,
                 job.status.ToString());
   }
   latency_.Record(absl::Now() - job.started);
@@ -528,7 +526,7 @@ void Engine::ExpireJobs(absl::Time now) {
       }
       FailJob(job,
               absl::DeadlineExceededError(
-                  absl::StrCat(DirectionName(job.direction), " job ", id, " of engine ", key(),
+                  absl::StrCat(CopyDirectionName(job.direction), " job ", id, " of engine ", key(),
                                " not done after ", absl::FormatDuration(deps_.job_timeout), ": ",
                                job.voted.size(), " of ", geometry_.local_world_size, " local votes",
                                missing.empty() ? ""

@@ -15,8 +15,6 @@ spdlog::logger* Log() {
   return log;
 }
 
-const char* DirectionName(CopyDirection d) { return d == CopyDirection::kStore ? "store" : "load"; }
-
 }  // namespace
 
 CompletionQueue::CompletionQueue(Device* device, absl::Duration interval)
@@ -92,7 +90,7 @@ void CompletionQueue::Run() {
       PendingJob& j = *active[i];
       if (stopping && !j.started && j.status.ok()) {
         j.status = absl::CancelledError(absl::StrCat(
-            DirectionName(j.direction), " job cancelled: the daemon is stopping and the worker's "
+            CopyDirectionName(j.direction), " job cancelled: the daemon is stopping and the worker's "
             "event had not fired; nothing was copied"));
       }
       if (Step(j, now)) continue;
@@ -124,9 +122,9 @@ bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
         if (now < j.deadline) return false;
         Log()->warn("{} job of {} bytes: the worker's event did not fire within {}; failed "
                     "without copying",
-                    DirectionName(j.direction), j.bytes, absl::FormatDuration(now - j.submitted));
+                    CopyDirectionName(j.direction), j.bytes, absl::FormatDuration(now - j.submitted));
         Report(j, absl::DeadlineExceededError(absl::StrCat(
-                      DirectionName(j.direction), " job: the worker's event did not fire within ",
+                      CopyDirectionName(j.direction), " job: the worker's event did not fire within ",
                       absl::FormatDuration(now - j.submitted),
                       " (worker dead or stalled?); nothing was copied")));
         return true;
@@ -153,13 +151,13 @@ bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
   }
   if (err != cudaErrorNotReady) {
     // A sticky error: nothing more runs on this context; the device is failed from now on.
-    Report(j, device_->Check(err, absl::StrCat(DirectionName(j.direction), " job")));
+    Report(j, device_->Check(err, absl::StrCat(CopyDirectionName(j.direction), " job")));
     return true;
   }
   if (now >= j.next_warning) {
     Log()->warn("{} job of {} bytes still copying {} after submission (past its deadline: the "
                 "copy cannot be recalled, it is reported when it ends)",
-                DirectionName(j.direction), j.bytes, absl::FormatDuration(now - j.submitted));
+                CopyDirectionName(j.direction), j.bytes, absl::FormatDuration(now - j.submitted));
     j.next_warning = now + absl::Seconds(30);
   }
   return false;

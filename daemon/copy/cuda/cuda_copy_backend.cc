@@ -133,8 +133,6 @@ absl::Status ValidateOptions(const CudaBackendOptions& o) {
   return absl::OkStatus();
 }
 
-const char* DirectionName(CopyDirection d) { return d == CopyDirection::kStore ? "store" : "load"; }
-
 // A job validated and planned at submission; started (enqueued) once its worker's event fired.
 struct PreparedJob {
   CopyDirection direction = CopyDirection::kStore;
@@ -573,7 +571,7 @@ class CudaCopyBackend::Impl {
     if (status->ok()) *status = recorded;
     Log()->error("device {}: {} job could not record its completion ({}); waited for its "
                  "streams{}",
-                 device->ordinal(), DirectionName(j->direction), recorded.ToString(),
+                 device->ordinal(), CopyDirectionName(j->direction), recorded.ToString(),
                  synced.ok() ? "" : absl::StrCat(" (", synced.ToString(), ")"));
   }
 
