@@ -48,6 +48,11 @@ void FaultCopyBackend::SetDefaultRule(Rule rule) {
   default_rule_ = std::move(rule);
 }
 
+void FaultCopyBackend::ClearRules() {
+  absl::MutexLock lock(&mu_);
+  rules_.clear();
+}
+
 void FaultCopyBackend::FailNextOpenWorker(absl::Status status) {
   absl::MutexLock lock(&mu_);
   open_worker_failure_ = std::move(status);

@@ -68,6 +68,8 @@ class FaultCopyBackend final : public CopyBackend {
   void AddRule(Rule rule) ABSL_LOCKS_EXCLUDED(mu_);
   // Applies `rule` to every copy that no queued rule matches, until replaced (kNone clears it).
   void SetDefaultRule(Rule rule) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets queued rules that no copy has used yet.
+  void ClearRules() ABSL_LOCKS_EXCLUDED(mu_);
   void FailNextOpenWorker(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Copies parked by kHold and not yet released, oldest first.
