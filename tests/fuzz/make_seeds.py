@@ -53,7 +53,7 @@ def spec(e, world=2, mla=False, budget=128 << 10, eid=0):
     e.int(0, 7, 1)           # page_bytes 4096
     e.int(0, 7, 1)           # worker_bytes_per_block 0
     e.int(0, 3, 1)           # blocks_per_row 1
-    e.int(0, 15, 3)          # budget from the small range
+    e.int(0, 15, 3)          # budget from the small range (service_fuzzer.cc FillSpec)
     e.int(0, 256 << 10, budget)
     e.int(0, 15, 1)          # no secondary tiers
     e.int(0, 3, 1)           # rows assigned by the daemon
