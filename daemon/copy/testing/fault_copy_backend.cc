@@ -186,9 +186,13 @@ void FaultCopyBackend::Submit(CopyJob job, CopyDone done) {
 }
 
 CopyDone FaultCopyBackend::Counted(CopyDone done, absl::Time not_before) {
-  return [this, done = std::move(done), not_before](absl::Status status, uint64_t bytes) {
-    auto finish = [this, done, status, bytes] {
+  // `done` is moved, never copied: it may hold the last references to an engine and a worker's
+  // memory, which its caller releases as its last act (a copy would keep them alive on a backend
+  // thread for as long as the wrapped backend keeps this wrapper).
+  return [this, done = std::move(done), not_before](absl::Status status, uint64_t bytes) mutable {
+    auto finish = [this, done = std::move(done), status, bytes]() mutable {
       done(status, bytes);
+      done = nullptr;
       absl::MutexLock lock(&mu_);
       ++completed_;
       changed_.SignalAll();
