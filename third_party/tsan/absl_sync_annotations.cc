@@ -8,6 +8,12 @@
 // see those calls too), tell TSan the happens-before edge each one implies
 // (__tsan_release before giving a mutex up, __tsan_acquire after taking it) and call the real
 // function, found with dlsym(RTLD_NEXT). Lock-order checking is not modelled; races are.
+//
+// A Condition is evaluated with the mutex held, but possibly inside Await by the waiter or inside
+// Unlock by another thread: each evaluation is wrapped to acquire and release the mutex's clock
+// itself. Abseil's own deadlock detector is switched off here: it keeps its graph under an
+// uninstrumented spinlock and copies it with memmove, which TSan intercepts (every gRPC server
+// start reported a race in GraphCycles::InsertEdge). The gcc and ASan builds keep it.
 #include <dlfcn.h>
 #include <sanitizer/tsan_interface.h>
 
@@ -42,6 +48,26 @@ F Real(const char* name) {
 
 void Acquire(const void* p) { __tsan_acquire(const_cast<void*>(p)); }
 void Release(const void* p) { __tsan_release(const_cast<void*>(p)); }
+
+// `cond` evaluated as a critical section of `mu`.
+struct GuardedCondition {
+  const absl::Condition* cond;
+  const absl::Mutex* mu;
+};
+bool EvalGuarded(GuardedCondition* g) {
+  Acquire(g->mu);
+  const bool met = g->cond->Eval();
+  Release(g->mu);
+  return met;
+}
+#define KV_GUARDED(cond, mu)                  \
+  GuardedCondition guarded{&(cond), (mu)};    \
+  const absl::Condition wrapped(&EvalGuarded, &guarded)
+
+const bool kDeadlockDetectionOff = [] {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  return true;
+}();
 
 using absl::Condition;
 using absl::CondVar;
@@ -89,41 +115,47 @@ void Mutex::ReaderUnlock() {
 }
 void Mutex::LockWhen(const Condition& cond) {
   static auto real = Real<void (*)(Mutex*, const Condition&)>(KV_NS "5Mutex8LockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  KV_GUARDED(cond, this);
+  real(this, wrapped);
   Acquire(this);
 }
 void Mutex::ReaderLockWhen(const Condition& cond) {
   static auto real =
       Real<void (*)(Mutex*, const Condition&)>(KV_NS "5Mutex14ReaderLockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  KV_GUARDED(cond, this);
+  real(this, wrapped);
   Acquire(this);
 }
 // The timed variants hold the mutex on return whatever they return.
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       KV_NS "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool met = real(this, cond, timeout);
+  KV_GUARDED(cond, this);
+  const bool met = real(this, wrapped, timeout);
   Acquire(this);
   return met;
 }
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       KV_NS "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool met = real(this, cond, deadline);
+  KV_GUARDED(cond, this);
+  const bool met = real(this, wrapped, deadline);
   Acquire(this);
   return met;
 }
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       KV_NS "5Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool met = real(this, cond, timeout);
+  KV_GUARDED(cond, this);
+  const bool met = real(this, wrapped, timeout);
   Acquire(this);
   return met;
 }
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       KV_NS "5Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool met = real(this, cond, deadline);
+  KV_GUARDED(cond, this);
+  const bool met = real(this, wrapped, deadline);
   Acquire(this);
   return met;
 }
@@ -131,14 +163,16 @@ bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
 void Mutex::Await(const Condition& cond) {
   static auto real = Real<void (*)(Mutex*, const Condition&)>(KV_NS "5Mutex5AwaitERKNS0_9ConditionE");
   Release(this);
-  real(this, cond);
+  KV_GUARDED(cond, this);
+  real(this, wrapped);
   Acquire(this);
 }
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       KV_NS "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   Release(this);
-  const bool met = real(this, cond, timeout);
+  KV_GUARDED(cond, this);
+  const bool met = real(this, wrapped, timeout);
   Acquire(this);
   return met;
 }
@@ -146,7 +180,8 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       KV_NS "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   Release(this);
-  const bool met = real(this, cond, deadline);
+  KV_GUARDED(cond, this);
+  const bool met = real(this, wrapped, deadline);
   Acquire(this);
   return met;
 }
