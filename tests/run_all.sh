@@ -19,7 +19,11 @@ fuzz_seconds=${KVOFFLOAD_FUZZ_SECONDS:-60}
 clang_base="${KVOFFLOAD_CLANG_OUTPUT_BASE:-$HOME/.cache/kvoffload-clang/$(pwd | md5sum | cut -c1-12)}"
 clang_bazel=(bazel "--output_base=$clang_base")
 clang_flags=(--jobs="$jobs" --symlink_prefix=/)
-sanitized_targets=(//daemon/... //tests/integration/... //tests/fuzz/...)
+# The fuzz corpus replays under ASan only: under TSan, gRPC's in-process channel (which the fuzzer
+# uses) hands serialized bytes and metadata between threads without a copy through queues TSan
+# cannot see, and those reports cannot be told apart from ours without broad suppressions.
+asan_targets=(//daemon/... //tests/integration/... //tests/fuzz/...)
+tsan_targets=(//daemon/... //tests/integration/...)
 
 checks_passed=0
 checks_failed=0
@@ -34,16 +38,20 @@ stage_times=()
 stage_start() { stage_name=$1; stage_t0=$SECONDS; echo "== $1"; }
 stage_end() { stage_times+=("$stage_name: $((SECONDS - stage_t0)) s"); }
 
-# Test cases in the JUnit XML under a testlogs directory: prints "passed failed targets".
+# Test cases in the JUnit XML of the test targets named on stdin (one label a line) under a
+# testlogs directory: prints "passed failed targets". A target without XML counts as one failure.
 count_cases() {
-  python3 - "$1" <<'PY'
-import glob, sys, xml.etree.ElementTree as ET
+  python3 -c '
+import os, sys, xml.etree.ElementTree as ET
+testlogs = sys.argv[1]
 passed = failed = targets = 0
-for path in glob.glob(sys.argv[1] + "/**/test.xml", recursive=True):
+for label in sys.stdin.read().split():
+    pkg, name = label.lstrip("/").split(":")
+    path = os.path.join(testlogs, pkg, name, "test.xml")
     targets += 1
     try:
         root = ET.parse(path).getroot()
-    except ET.ParseError:
+    except (OSError, ET.ParseError):
         failed += 1
         continue
     suites = [root] if root.tag == "testsuite" else root.iter("testsuite")
@@ -55,7 +63,12 @@ for path in glob.glob(sys.argv[1] + "/**/test.xml", recursive=True):
                   and case.find("skipped") is None):
                 passed += 1
 print(passed, failed, targets)
-PY
+' "$1"
+}
+# Test targets without the gpu tag under the given patterns.
+test_targets() {
+  local expr="tests($(IFS=+; echo "$*"))"
+  "${query_bazel[@]}" query "$expr except attr(tags, \"\\bgpu\\b\", $expr)" 2>/dev/null
 }
 
 stage_start "build (gcc)"
@@ -69,7 +82,8 @@ stage_start "tests (gcc, no GPU)"
 bazel test --jobs="$jobs" --test_tag_filters=-gpu //... 2>&1 | tee /tmp/kvoffload-test-summary.$$ | \
   grep -E "PASSED|FAILED|TIMEOUT|NO STATUS|Executed"
 bazel_rc=${PIPESTATUS[0]}
-read -r passed failed targets < <(count_cases "$(bazel info bazel-testlogs 2>/dev/null)")
+query_bazel=(bazel)
+read -r passed failed targets < <(test_targets //... | count_cases "$(bazel info bazel-testlogs 2>/dev/null)")
 if [[ $bazel_rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi  # a target that crashed before XML
 echo "gcc: $passed passed, $failed failed in $targets targets"
 stage_end
@@ -81,17 +95,19 @@ done
 
 if [[ ${KVOFFLOAD_SKIP_SANITIZERS:-0} != 1 ]]; then
   for config in asan tsan; do
-    stage_start "$config: build (clang-14, -Werror=thread-safety) and test ${sanitized_targets[*]}"
-    "${clang_bazel[@]}" build "${clang_flags[@]}" --config=$config "${sanitized_targets[@]}"
+    if [[ $config == asan ]]; then targets=("${asan_targets[@]}"); else targets=("${tsan_targets[@]}"); fi
+    stage_start "$config: build (clang-14, -Werror=thread-safety) and test ${targets[*]}"
+    "${clang_bazel[@]}" build "${clang_flags[@]}" --config=$config "${targets[@]}"
     build_rc=$?
     # The build is the thread-safety check: every clang configuration compiles with
     # -Werror=thread-safety (.bazelrc).
     check "thread-safety analysis and build under --config=$config" $build_rc
     if [[ $build_rc -eq 0 ]]; then
       "${clang_bazel[@]}" test "${clang_flags[@]}" --config=$config --test_tag_filters=-gpu \
-        "${sanitized_targets[@]}" 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|NO STATUS|Executed"
+        "${targets[@]}" 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|NO STATUS|Executed"
       rc=${PIPESTATUS[0]}
-      read -r p f t < <(count_cases "$("${clang_bazel[@]}" info --config=$config bazel-testlogs 2>/dev/null)")
+      read -r p f t < <(test_targets "${targets[@]}" | \
+        count_cases "$("${clang_bazel[@]}" info --config=$config bazel-testlogs 2>/dev/null)")
       if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
       echo "$config: $p passed, $f failed in $t targets"
       passed=$((passed + p))

@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "absl/base/options.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -235,5 +236,38 @@ bool Notification::WaitForNotificationWithDeadline(Time deadline) const {
   return notified;
 }
 
+// absl::Status shares a non-inline payload by a reference count that is decremented inside
+// libabsl_status.so (the increment is inline, so instrumented). Every decrement releases the
+// payload's clock and acquires what earlier decrements released, so whichever thread drops the
+// last reference and deletes the payload is ordered after every other holder's reads.
+void Status::UnrefNonInlined(uintptr_t rep) {
+  static auto real = Real<void (*)(uintptr_t)>(KV_NS "6Status15UnrefNonInlinedEm");
+  Release(reinterpret_cast<void*>(rep));
+  Acquire(reinterpret_cast<void*>(rep));
+  real(rep);
+}
+
 ABSL_NAMESPACE_END
 }  // namespace absl
+
+// Suppressions for this TSan build, compiled in so every binary (tests, kvoffloadd started by the
+// integration tests) has them without a path. Only accesses that an uninstrumented Debian library
+// makes through an intercepted function (memcpy, new/delete, sendmsg, recvmsg) are ignored: the
+// library orders its threads with atomics TSan cannot see. Accesses made by our own code are all
+// still checked, including to memory these libraries own.
+extern "C" const char* __tsan_default_suppressions() {
+  return
+      // gRPC 1.51 (and its support library gpr): call objects and slices handed between its
+      // threads through its own lock-free queues and completion queues.
+      "called_from_lib:libgrpc.so\n"
+      "called_from_lib:libgpr.so\n"
+      // absl::Status copies its payload (message) inside libabsl_status.so; the payload is
+      // shared by a reference count (see Status::UnrefNonInlined above).
+      "called_from_lib:libabsl_status.so\n"
+      // gRPC's sync server allocates each call's state (request, response, stream ops) in its
+      // thread manager and hands it to a handler thread through its completion queue, which TSan
+      // cannot see; the templates that then touch it are inlined into our binaries, so the
+      // library rules above do not cover them. Only races against that allocation are ignored:
+      // a race between two of our own threads on a request or response is still reported.
+      "race:grpc::Server::SyncRequestThreadManager::AddSyncMethod\n";
+}
