@@ -454,7 +454,7 @@ TEST_F(EngineCloseTest, CloseUnderLoadGivesEveryAcceptedJobExactlyOneVerdict) {
 // can still touch its memory. Today Close() calls OnEngineClosed at once and the held copies'
 // verdicts follow it (the gRPC session has already written SessionClosed and drops them).
 // Enable once a drop waits for in-flight copies (helper A's change in engine.cc).
-TEST_F(EngineCloseTest, DISABLED_CloseNoticeComesAfterTheLastVerdict) {
+TEST_F(EngineCloseTest, CloseNoticeComesAfterTheLastVerdict) {
   SubmitUnderFaults(7);
   engine_->Close(absl::AbortedError("engine dropped by an operator"));
   ASSERT_TRUE(env_.Settle());
@@ -466,7 +466,7 @@ TEST_F(EngineCloseTest, DISABLED_CloseNoticeComesAfterTheLastVerdict) {
 // TODO(issue 9, item 2): the index must learn that a store job failed, so CompleteStore(true) for
 // its rows is FAILED_PRECONDITION and they never read as HIT. Today it is accepted and Lookup says
 // HIT for rows that were never written. Enable with helper A's index change.
-TEST_F(EngineTest, DISABLED_CompleteStoreAfterAFailedStoreIsRefused) {
+TEST_F(EngineTest, CompleteStoreAfterAFailedStoreIsRefused) {
   Open(PerRankSpec(1));
   AttachWorkers(1);
   std::vector<std::string> keys;

@@ -308,7 +308,7 @@ TEST_F(ServiceTest, ForcedDropEndsSessionsWithAbortedAndFreesTheRegionAfterCopie
 // SessionClosed, and send SessionClosed only once no copy can touch the worker's memory. Today
 // SessionClosed goes out at once and the held job's verdict is lost (the issue's "29 of 30 jobs
 // never got a verdict"). Enable with helper A's drop/drain change.
-TEST_F(ServiceTest, DISABLED_ForcedDropReportsEveryJobBeforeSessionClosed) {
+TEST_F(ServiceTest, ForcedDropReportsEveryJobBeforeSessionClosed) {
   auto w = Register(PerRankSpec(1), 0, 1);
   std::vector<std::string> keys;
   for (int i = 0; i < 8; ++i) keys.push_back("k" + std::to_string(i));
@@ -333,7 +333,7 @@ TEST_F(ServiceTest, DISABLED_ForcedDropReportsEveryJobBeforeSessionClosed) {
 
 // TODO(issue 9, item 2): CompleteStore(success=true) for the keys of a store job that failed
 // must be FAILED_PRECONDITION and Lookup must not say HIT. Today both succeed.
-TEST_F(ServiceTest, DISABLED_CompleteStoreTrueAfterAFailedStoreIsFailedPrecondition) {
+TEST_F(ServiceTest, CompleteStoreTrueAfterAFailedStoreIsFailedPrecondition) {
   auto w = Register(PerRankSpec(1), 0, 1);
   const std::vector<uint64_t> rows = PrepareStore({"a"});
   env_.backend().AddRule({.fault = Fault::kFail});
