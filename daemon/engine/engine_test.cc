@@ -38,7 +38,7 @@ struct Worker {
 class EngineTest : public ::testing::Test {
  protected:
   void Open(const common::EngineSpec& spec) {
-    auto engine = Engine::Create(spec, env_.deps());
+    auto engine = Engine::Create(spec, env_.deps(), /*region_epoch=*/1);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = *std::move(engine);
   }
@@ -51,7 +51,10 @@ class EngineTest : public ::testing::Test {
                                             /*seed=*/1000 + rank);
       ASSERT_TRUE(memory.ok()) << memory.status();
       w->memory = *std::move(memory);
-      auto info = engine_->Attach(rank, w->memory->Registration(), &w->listener);
+      auto opened = env_.backend().OpenWorker(w->memory->Registration());
+      ASSERT_TRUE(opened.ok()) << opened.status();
+      auto info =
+          engine_->Attach(rank, w->memory->Registration(), *std::move(opened), &w->listener);
       ASSERT_TRUE(info.ok()) << info.status();
       w->info = *info;
       workers_.push_back(std::move(w));
@@ -386,10 +389,14 @@ TEST_F(EngineTest, FailingOpenWorkerRefusesTheRegistrationAndNothingElse) {
   ASSERT_TRUE(memory.ok());
   RecordingListener listener;
   env_.backend().FailNextOpenWorker(absl::InvalidArgumentError("cannot open handle"));
-  auto refused = engine_->Attach(0, (*memory)->Registration(), &listener);
+  // The registry opens a worker's memory before it attaches: a failing open never reaches the
+  // engine, and the next open and attach succeed.
+  auto refused = env_.backend().OpenWorker((*memory)->Registration());
   EXPECT_EQ(refused.status(), absl::InvalidArgumentError("cannot open handle"));
   EXPECT_EQ(engine_->num_workers(), 0u);
-  auto accepted = engine_->Attach(0, (*memory)->Registration(), &listener);
+  auto opened = env_.backend().OpenWorker((*memory)->Registration());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  auto accepted = engine_->Attach(0, (*memory)->Registration(), *std::move(opened), &listener);
   ASSERT_TRUE(accepted.ok()) << accepted.status();
   EXPECT_EQ(accepted->slot, 0u);
   engine_->Detach(accepted->session_id);
@@ -450,10 +457,8 @@ TEST_F(EngineCloseTest, CloseUnderLoadGivesEveryAcceptedJobExactlyOneVerdict) {
   EXPECT_EQ(engine_->index().counts().copies_in_flight, 0u);
 }
 
-// TODO(issue 9, item 2): a worker must not be told its session is over while a copy of its jobs
-// can still touch its memory. Today Close() calls OnEngineClosed at once and the held copies'
-// verdicts follow it (the gRPC session has already written SessionClosed and drops them).
-// Enable once a drop waits for in-flight copies (helper A's change in engine.cc).
+// A worker is not told its session is over while a copy of its jobs can still touch its memory:
+// the close notice follows the last verdict.
 TEST_F(EngineCloseTest, CloseNoticeComesAfterTheLastVerdict) {
   SubmitUnderFaults(7);
   engine_->Close(absl::AbortedError("engine dropped by an operator"));
@@ -463,9 +468,9 @@ TEST_F(EngineCloseTest, CloseNoticeComesAfterTheLastVerdict) {
   EXPECT_EQ(events.back(), "closed 10");
 }
 
-// TODO(issue 9, item 2): the index must learn that a store job failed, so CompleteStore(true) for
-// its rows is FAILED_PRECONDITION and they never read as HIT. Today it is accepted and Lookup says
-// HIT for rows that were never written. Enable with helper A's index change.
+// The index learns that a store job failed: CompleteStore(true) for its rows is
+// FAILED_PRECONDITION and they never read as HIT; they stay WRITING until the scheduler ends the
+// store with success=false, which frees them.
 TEST_F(EngineTest, CompleteStoreAfterAFailedStoreIsRefused) {
   Open(PerRankSpec(1));
   AttachWorkers(1);
@@ -477,6 +482,9 @@ TEST_F(EngineTest, CompleteStoreAfterAFailedStoreIsRefused) {
   ASSERT_EQ(workers_[0]->listener.results()[0].status.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(engine_->index().CompleteStore(keys, true).code(),
             absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine_->index().Lookup(keys),
+            std::vector<SlotIndex::KeyState>{SlotIndex::KeyState::kHitPending});
+  EXPECT_TRUE(engine_->index().CompleteStore(keys, false).ok());
   EXPECT_EQ(engine_->index().Lookup(keys),
             std::vector<SlotIndex::KeyState>{SlotIndex::KeyState::kMiss});
 }

@@ -4,11 +4,13 @@
 #include "daemon/engine/registry.h"
 
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "daemon/copy/testing/fault_copy_backend.h"
 #include "daemon/copy/testing/shm_memory.h"
 #include "daemon/engine/testing/engine_test_env.h"
@@ -45,7 +47,9 @@ class RegistryTest : public ::testing::Test {
     auto memory = ShmWorkerMemory::Create(testing::kLayers, 4, testing::kPageBytes, 3);
     ASSERT_TRUE(memory.ok());
     memory_ = *std::move(memory);
-    auto info = engine_->Attach(0, memory_->Registration(), &listener_);
+    auto worker_memory = env_.backend().OpenWorker(memory_->Registration());
+    ASSERT_TRUE(worker_memory.ok()) << worker_memory.status();
+    auto info = engine_->Attach(0, memory_->Registration(), *std::move(worker_memory), &listener_);
     ASSERT_TRUE(info.ok()) << info.status();
     session_ = info->session_id;
     auto prepared = engine_->index().PrepareStore({"key"});
@@ -79,7 +83,7 @@ TEST_F(RegistryTest, OpenIsIdempotentAndRefusesADifferentSpec) {
   other.page_bytes *= 2;
   other.budget_bytes *= 2;
   EXPECT_EQ(registry_->Open(other).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(env_.budget().reserved(), kNumRows * 2 * kBytesPerBlock);
+  EXPECT_EQ(env_.budget().reserved(), testing::ReservedFor(PerRankSpec(2)));
 }
 
 TEST_F(RegistryTest, OpenBeyondTheNodeCapReservesNothing) {
@@ -100,23 +104,36 @@ TEST_F(RegistryTest, DropRefusesWithoutForceAndNamesMissingEngines) {
   EXPECT_TRUE(registry_->Find("busy", 0).ok());
 }
 
-TEST_F(RegistryTest, ForcedDropKeepsTheRegionUntilItsCopiesEnd) {
+TEST_F(RegistryTest, ForcedDropWaitsForItsCopiesAndKeepsTheRegionUntilThen) {
   StartHeldStore("busy");
-  const uint64_t region = kNumRows * kBytesPerBlock;
+  const uint64_t region = testing::ReservedFor(PerRankSpec(1, "busy"));
   ASSERT_EQ(env_.budget().reserved(), region);
-  ASSERT_TRUE(registry_->Drop("busy", 0, /*force=*/true).ok());
+  absl::Notification dropped;
+  std::thread drop([&] {
+    EXPECT_TRUE(registry_->Drop("busy", 0, /*force=*/true).ok());
+    dropped.Notify();
+  });
+  // The engine is gone from the registry at once, but the drop returns only when the held copy
+  // has ended: until then region and budget stay, and the worker hears nothing (PegaFlow 403).
+  for (int i = 0; i < 1000 && registry_->Find("busy", 0).ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   EXPECT_EQ(registry_->Find("busy", 0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(dropped.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
+  EXPECT_EQ(env_.budget().reserved(), region);
+  EXPECT_TRUE(listener_.events().empty());
+  env_.backend().ReleaseAllHeld();
+  drop.join();
+  // The verdict comes first, then the close notice.
+  ASSERT_EQ(listener_.results().size(), 1u);
+  EXPECT_EQ(listener_.results()[0].status.code(), absl::StatusCode::kAborted)
+      << listener_.results()[0].status;
+  ASSERT_EQ(listener_.events().size(), 2u);
+  EXPECT_EQ(listener_.events().back(), "closed 10");
   engine_->Detach(session_);
   engine_.reset();
-  env_.release().Flush();
-  // The held copy still owns a reference: region and budget stay until it ends (PegaFlow 403).
-  EXPECT_EQ(env_.budget().reserved(), region);
-  env_.backend().ReleaseAllHeld();
   ASSERT_TRUE(env_.Settle());
   EXPECT_EQ(env_.budget().reserved(), 0u);
-  // The worker left before the verdict: it heard nothing after Detach.
-  EXPECT_TRUE(listener_.results().empty());
-  EXPECT_EQ(listener_.events(), std::vector<std::string>{"closed 10"});
 }
 
 TEST_F(RegistryTest, MaintenanceExpiresJobsAndDropsIdleEngines) {
@@ -134,7 +151,7 @@ TEST_F(RegistryTest, MaintenanceExpiresJobsAndDropsIdleEngines) {
   ASSERT_EQ(listener_.results().size(), 1u);
   EXPECT_EQ(listener_.results()[0].status.code(), absl::StatusCode::kDeadlineExceeded);
   ASSERT_TRUE(env_.Settle());
-  EXPECT_EQ(env_.budget().reserved(), kNumRows * kBytesPerBlock);  // "aging" only
+  EXPECT_EQ(env_.budget().reserved(), testing::ReservedFor(PerRankSpec(1, "aging")));
 }
 
 TEST_F(RegistryTest, ShutdownReportsCopiesThatOutliveTheGrace) {
@@ -143,11 +160,15 @@ TEST_F(RegistryTest, ShutdownReportsCopiesThatOutliveTheGrace) {
                                    absl::Milliseconds(50)));
   EXPECT_EQ(registry_->Open(PerRankSpec(1, "late")).status().code(),
             absl::StatusCode::kUnavailable);
-  EXPECT_EQ(listener_.events(), std::vector<std::string>{"closed 14"});
+  // No close notice while a copy can still write the worker's memory.
+  EXPECT_TRUE(listener_.events().empty());
   env_.backend().ReleaseAllHeld();
   ASSERT_TRUE(listener_.WaitForResults(1));
   EXPECT_EQ(listener_.results()[0].status,
             absl::UnavailableError("kvoffloadd is shutting down"));
+  ASSERT_TRUE(env_.Settle());
+  ASSERT_FALSE(listener_.events().empty());
+  EXPECT_EQ(listener_.events().back(), "closed 14");
 }
 
 TEST_F(RegistryTest, ShutdownWithinTheGraceLetsCopiesSucceed) {

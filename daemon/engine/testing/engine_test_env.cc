@@ -1,5 +1,7 @@
 #include "daemon/engine/testing/engine_test_env.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 
@@ -25,6 +27,17 @@ common::EngineSpec ReplicatedSpec(const std::string& engine_id) {
   spec.attention = common::Attention::kMla;
   spec.budget_bytes = kNumRows * kBytesPerBlock;  // one copy per row
   return spec;
+}
+
+uint64_t ReservedFor(const common::EngineSpec& spec) {
+  absl::StatusOr<common::Geometry> geometry = common::ComputeGeometry(spec);
+  absl::StatusOr<EngineCost> cost =
+      geometry.ok() ? Engine::CostOf(*geometry) : absl::StatusOr<EngineCost>(geometry.status());
+  if (!cost.ok()) {
+    std::fprintf(stderr, "ReservedFor: %s\n", cost.status().ToString().c_str());
+    std::abort();
+  }
+  return cost->total_bytes;
 }
 
 void RecordingListener::OnJobFinished(const JobResult& result) {
