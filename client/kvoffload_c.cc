@@ -18,12 +18,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/c_abi/spec_from_c.h"
 #include "client/cuda/cuda_client.h"
 #include "client/kvoffload_client.h"
 
@@ -95,55 +94,6 @@ absl::Status ArrayArg(const void* pointer, size_t n, const char* what) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is NULL but its length is ", n));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<kvo::EngineSpec> SpecFromC(const kvo_engine_spec* c) {
-  if (c == nullptr) return absl::InvalidArgumentError("engine spec is NULL");
-  if (c->engine_id == nullptr) return absl::InvalidArgumentError("engine spec: engine_id is NULL");
-  kvo::EngineSpec spec;
-  spec.engine_id = c->engine_id;
-  spec.dp_rank = c->dp_rank;
-  spec.world_size = c->world_size;
-  spec.local_world_size = c->local_world_size;
-  spec.tp = c->tp;
-  spec.pp = c->pp;
-  spec.pcp = c->pcp;
-  spec.dcp = c->dcp;
-  switch (c->executor) {
-    case KVO_EXECUTOR_UNI: spec.executor = kvoffload::common::Executor::kUni; break;
-    case KVO_EXECUTOR_MP: spec.executor = kvoffload::common::Executor::kMp; break;
-    case KVO_EXECUTOR_RAY: spec.executor = kvoffload::common::Executor::kRay; break;
-    case KVO_EXECUTOR_EXTERNAL: spec.executor = kvoffload::common::Executor::kExternal; break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "engine spec: executor ", c->executor,
-          " is not one of KVO_EXECUTOR_UNI (0), _MP (1), _RAY (2), _EXTERNAL (3)"));
-  }
-  switch (c->attention) {
-    case KVO_ATTENTION_MHA: spec.attention = kvoffload::common::Attention::kMha; break;
-    case KVO_ATTENTION_MLA: spec.attention = kvoffload::common::Attention::kMla; break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "engine spec: attention ", c->attention,
-          " is not one of KVO_ATTENTION_MHA (0), KVO_ATTENTION_MLA (1)"));
-  }
-  spec.num_kv_groups = c->num_kv_groups;
-  spec.num_layers = c->num_layers;
-  spec.blocks_per_row = c->blocks_per_row;
-  spec.page_bytes = c->page_bytes;
-  spec.worker_bytes_per_block = c->worker_bytes_per_block;
-  spec.budget_bytes = c->budget_bytes;
-  if (c->secondary_tiers != nullptr && c->secondary_tiers[0] != '\0') {
-    for (absl::string_view tier : absl::StrSplit(c->secondary_tiers, ',', absl::SkipWhitespace())) {
-      spec.secondary_tiers.emplace_back(absl::StripAsciiWhitespace(tier));
-    }
-  }
-  if (c->rows_assigned_by_engine != 0 && c->rows_assigned_by_engine != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("engine spec: rows_assigned_by_engine is ",
-                                                   c->rows_assigned_by_engine, ", want 0 or 1"));
-  }
-  spec.rows_assigned_by_engine = c->rows_assigned_by_engine == 1;
-  return spec;
 }
 
 void GeometryToC(const kvo::RegionGeometry& g, bool created, kvo_geometry* out) {
@@ -228,7 +178,7 @@ absl::Status ConnectCuda(const char* socket_path, const kvo_engine_spec* c_spec,
   if (absl::Status s = Required(socket_path, "socket_path"); !s.ok()) return s;
   if (absl::Status s = Required(worker_out, "worker_out"); !s.ok()) return s;
   if (absl::Status s = ArrayArg(tensors, num_tensors, "tensors"); !s.ok()) return s;
-  absl::StatusOr<kvo::EngineSpec> spec = SpecFromC(c_spec);
+  absl::StatusOr<kvo::EngineSpec> spec = kvo::SpecFromC(c_spec);
   if (!spec.ok()) return spec.status();
   if (absl::Status s = CudaAvailable("kvo_worker_connect_cuda"); !s.ok()) return s;
 
@@ -292,7 +242,7 @@ absl::Status ConnectHost(const char* socket_path, const kvo_engine_spec* c_spec,
   if (absl::Status s = Required(socket_path, "socket_path"); !s.ok()) return s;
   if (absl::Status s = Required(worker_out, "worker_out"); !s.ok()) return s;
   if (absl::Status s = ArrayArg(tensors, num_tensors, "tensors"); !s.ok()) return s;
-  absl::StatusOr<kvo::EngineSpec> spec = SpecFromC(c_spec);
+  absl::StatusOr<kvo::EngineSpec> spec = kvo::SpecFromC(c_spec);
   if (!spec.ok()) return spec.status();
   kvo::WorkerOptions options;
   options.socket_path = socket_path;
@@ -561,7 +511,7 @@ int kvo_scheduler_open_epoch(const char* socket_path, const kvo_engine_spec* spe
   return Guarded(err, err_len, [&] {
     if (absl::Status s = Required(socket_path, "socket_path"); !s.ok()) return s;
     if (absl::Status s = Required(scheduler_out, "scheduler_out"); !s.ok()) return s;
-    absl::StatusOr<kvo::EngineSpec> cpp_spec = SpecFromC(spec);
+    absl::StatusOr<kvo::EngineSpec> cpp_spec = kvo::SpecFromC(spec);
     if (!cpp_spec.ok()) return cpp_spec.status();
     absl::StatusOr<std::unique_ptr<kvo::SchedulerClient>> client =
         kvo::SchedulerClient::Open(socket_path, *cpp_spec, region_epoch);

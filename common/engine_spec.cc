@@ -7,7 +7,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace kvoffload::common {
 namespace {
@@ -62,6 +64,15 @@ const char* AttentionName(Attention a) {
       return "mla";
   }
   return "unknown";
+}
+
+std::vector<std::string> ParseSecondaryTiers(absl::string_view comma_separated) {
+  std::vector<std::string> tiers;
+  for (absl::string_view tier : absl::StrSplit(comma_separated, ',')) {
+    tier = absl::StripAsciiWhitespace(tier);
+    if (!tier.empty()) tiers.emplace_back(tier);
+  }
+  return tiers;
 }
 
 std::string EngineSpec::Key() const { return absl::StrCat(engine_id, "/", dp_rank); }

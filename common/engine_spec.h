@@ -19,6 +19,9 @@ enum class Attention { kMha, kMla };
 absl::StatusOr<Executor> ParseExecutor(absl::string_view name);  // "uni", "mp", "ray", "external"
 absl::StatusOr<Attention> ParseAttention(absl::string_view name);  // "mha", "mla"
 const char* ExecutorName(Executor e);
+// A comma-separated list of secondary tiers ("fs, obj"): names stripped of ASCII whitespace,
+// empty ones dropped. The one rule for every text form (kvoffloadctl plan, the C ABI).
+std::vector<std::string> ParseSecondaryTiers(absl::string_view comma_separated);
 const char* AttentionName(Attention a);
 
 struct EngineSpec {

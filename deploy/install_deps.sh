@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kvoffload builds and tests with, when any is missing.
-# Used by deploy/quickstart.sh and tests/run_all.sh; safe to run again.
+# Used by deploy/quickstart.sh and tests/run_all.sh; safe to run again. clang-14 and its
+# runtimes (libclang-rt-14-dev: ASan, UBSan, TSan, libFuzzer) serve run_all.sh's sanitizer,
+# thread-safety and fuzzing stages.
 set -euo pipefail
 packages=(
   bazel-bootstrap bazel-rules-java g++ python3
@@ -8,6 +10,7 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   prometheus-cpp-dev libsystemd-dev systemd python3-grpcio
   python3-venv python3-setuptools python3-wheel
+  clang-14 libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -107,7 +107,7 @@ const FlagDef kFlags[] = {
     {"secondary_tiers", Kind::kText, true, "comma-separated tiers beyond CPU memory (default none)",
      nullptr,
      [](PlanRequest* r, absl::string_view v) {
-       r->spec.secondary_tiers = absl::StrSplit(v, ',', absl::SkipEmpty());
+       r->spec.secondary_tiers = common::ParseSecondaryTiers(v);
        return absl::OkStatus();
      }},
 };

@@ -1,0 +1,89 @@
+// The C struct, the wire and common::EngineSpec agree: kvo_engine_spec_init gives common's
+// defaults, every field survives C → common → proto → common unchanged, and the secondary-tier
+// list has one rule (the one `kvoffloadctl plan` uses too).
+#include "client/c_abi/spec_from_c.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/engine_spec.h"
+#include "gtest/gtest.h"
+#include "proto/spec_convert.h"
+
+namespace kvoffload::client {
+namespace {
+
+TEST(SpecFromCTest, InitGivesCommonDefaults) {
+  kvo_engine_spec c;
+  kvo_engine_spec_init(&c);
+  auto spec = SpecFromC(&c);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(*spec, common::EngineSpec());
+}
+
+TEST(SpecFromCTest, EveryFieldSurvivesTheWire) {
+  kvo_engine_spec c;
+  kvo_engine_spec_init(&c);
+  c.engine_id = "llama-70b";
+  c.dp_rank = 3;
+  c.world_size = 16;
+  c.local_world_size = 8;
+  c.tp = 16;
+  c.pp = 1;
+  c.pcp = 1;
+  c.dcp = 2;
+  c.executor = KVO_EXECUTOR_RAY;
+  c.attention = KVO_ATTENTION_MLA;
+  c.num_kv_groups = 2;
+  c.num_layers = 61;
+  c.blocks_per_row = 4;
+  c.page_bytes = 36864;
+  c.worker_bytes_per_block = 36864 * 61 + 4096;
+  c.budget_bytes = uint64_t{80} << 30;
+  c.secondary_tiers = " fs ,obj,, ";
+  c.rows_assigned_by_engine = 1;
+  auto spec = SpecFromC(&c);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->executor, common::Executor::kRay);
+  EXPECT_EQ(spec->attention, common::Attention::kMla);
+  EXPECT_EQ(spec->secondary_tiers, (std::vector<std::string>{"fs", "obj"}));
+  EXPECT_TRUE(spec->rows_assigned_by_engine);
+  v1::EngineSpec wire;
+  SpecToProto(*spec, &wire);
+  auto back = SpecFromProto(wire);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *spec) << back->DebugString() << " vs " << spec->DebugString();
+  EXPECT_EQ(back->DebugString(),
+            "engine_id=llama-70b dp_rank=3 world_size=16 local_world_size=8 tp=16 pp=1 pcp=1 dcp=2 "
+            "executor=ray attention=mla num_kv_groups=2 num_layers=61 page_bytes=36864 "
+            "worker_bytes_per_block=2252800 blocks_per_row=4 budget_bytes=85899345920 "
+            "secondary_tiers=[fs,obj] rows_assigned_by_engine=1");
+}
+
+TEST(SpecFromCTest, RefusesWhatHasNoCommonMeaning) {
+  kvo_engine_spec c;
+  kvo_engine_spec_init(&c);
+  EXPECT_EQ(SpecFromC(nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  c.executor = 4;
+  EXPECT_EQ(SpecFromC(&c).status().code(), absl::StatusCode::kInvalidArgument);
+  kvo_engine_spec_init(&c);
+  c.attention = -1;
+  EXPECT_EQ(SpecFromC(&c).status().code(), absl::StatusCode::kInvalidArgument);
+  kvo_engine_spec_init(&c);
+  c.rows_assigned_by_engine = 2;
+  EXPECT_EQ(SpecFromC(&c).status().code(), absl::StatusCode::kInvalidArgument);
+  kvo_engine_spec_init(&c);
+  c.engine_id = nullptr;
+  EXPECT_EQ(SpecFromC(&c).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParseSecondaryTiersTest, StripsAndDropsEmptyNames) {
+  EXPECT_TRUE(common::ParseSecondaryTiers("").empty());
+  EXPECT_TRUE(common::ParseSecondaryTiers(" , ,").empty());
+  EXPECT_EQ(common::ParseSecondaryTiers("fs"), std::vector<std::string>{"fs"});
+  EXPECT_EQ(common::ParseSecondaryTiers(" fs ,\tobj"), (std::vector<std::string>{"fs", "obj"}));
+}
+
+}  // namespace
+}  // namespace kvoffload::client
