@@ -84,7 +84,7 @@ std::string EngineSpec::DebugString() const {
       " executor=", ExecutorName(executor), " attention=", AttentionName(attention),
       " num_kv_groups=", num_kv_groups, " num_layers=", num_layers, " page_bytes=", page_bytes,
       " worker_bytes_per_block=", worker_bytes_per_block, " blocks_per_row=", blocks_per_row,
-      " budget_bytes=", budget_bytes, " secondary_tiers=[", absl::StrJoin(secondary_tiers, ","),
+      " budget_bytes=", budget_bytes, " secondary_tiers=[", absl::CHexEscape(absl::StrJoin(secondary_tiers, ",")),
       "] rows_assigned_by_engine=", rows_assigned_by_engine ? 1 : 0);
 }
 

@@ -18,6 +18,12 @@ absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions&
   }
   cuda::CudaBackendOptions cuda_options;
   cuda_options.copy_sms = options.copy_sms;
+  if (options.staging_mib_per_device > (uint64_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--staging_mib_per_device must be at most 16777216 (got ", options.staging_mib_per_device,
+        ")"));
+  }
+  cuda_options.staging_bytes_per_device = options.staging_mib_per_device << 20;
   if (options.copy_path == "copy_engine") {
     cuda_options.forced_path = cuda::ForcedPath::kCopyEngine;
   } else if (options.copy_path == "staged") {

@@ -51,6 +51,10 @@ ABSL_FLAG(int32_t, host_copy_threads, 4, "Host backend: memcpy threads.");
 ABSL_FLAG(int32_t, copy_sms, 8,
           "CUDA: SMs of one short gather/scatter launch that reorders pages through device "
           "staging; the copy engines carry the bytes.");
+ABSL_FLAG(uint64_t, staging_mib_per_device, 1024,
+          "CUDA: device staging of all workers on one GPU together (each worker and direction "
+          "takes 64 MiB while it copies, freed after 30 s idle); a job that finds no room is "
+          "copied by the kernel path instead. 0: never stage.");
 ABSL_FLAG(std::string, copy_path, "auto",
           "CUDA: auto (the daemon picks per job), or force copy_engine, staged or kernel "
           "(diagnostics and benchmarks).");
@@ -130,6 +134,7 @@ int main(int argc, char** argv) {
   backend_options.host_copy_threads = absl::GetFlag(FLAGS_host_copy_threads);
   backend_options.copy_sms = absl::GetFlag(FLAGS_copy_sms);
   backend_options.copy_path = absl::GetFlag(FLAGS_copy_path);
+  backend_options.staging_mib_per_device = absl::GetFlag(FLAGS_staging_mib_per_device);
   auto backend = d::CreateBackend(backend_options);
   if (!backend.ok()) return Fail(backend.status());
 

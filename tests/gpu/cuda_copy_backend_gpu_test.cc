@@ -967,6 +967,77 @@ TEST_F(CudaBackendIpcTest, StagingIsReleasedWhenIdle) {
   cudaFree(gpu);
 }
 
+// The device's staging limit is shared by its workers: with room for one lane's staging, the
+// first worker stages and the second worker's staged jobs go by the kernel path, with the right
+// bytes and no more staging allocated; once the first worker's staging is released, the second
+// stages.
+TEST_F(CudaBackendIpcTest, StagingIsBoundedPerDevice) {
+  CudaBackendOptions o;
+  o.forced_path = daemon::cuda::ForcedPath::kStaged;
+  o.staging_chunk_bytes = 4 << 20;
+  o.staging_bytes_per_device = 2 * (4 << 20);  // one lane: 2 buffers of 4 MiB
+  o.staging_idle_release = absl::Milliseconds(300);
+  absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create(o);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const uint64_t page = 4096, n = 256;
+  void* gpu[2] = {};
+  std::unique_ptr<WorkerMemory> memory[2];
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_EQ(cudaMalloc(&gpu[w], n * page), cudaSuccess);
+    ASSERT_EQ(cudaMemset(gpu[w], 0x11 * (w + 1), n * page), cudaSuccess);
+    CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu[w]), n, page, page};
+    absl::StatusOr<std::unique_ptr<WorkerMemory>> m = (*backend)->OpenLocalWorker(0, {t}, {});
+    ASSERT_TRUE(m.ok()) << m.status();
+    memory[w] = *std::move(m);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  HostRegion region(2 * n * page);
+  ASSERT_OK((*backend)->RegisterRegion(region.base(), region.bytes(), page));
+  auto store = [&](int w) {
+    CopyJob job;
+    job.direction = CopyDirection::kStore;
+    job.memory = memory[w].get();
+    job.region_base = region.base();
+    job.row_bytes = page;
+    job.slot_bytes = page;
+    for (uint64_t i = 0; i < n; ++i) {
+      job.gpu_blocks.push_back(i);
+      job.rows.push_back(w * n + (n - 1 - i));
+    }
+    return RunJob(backend->get(), std::move(job));
+  };
+  auto holds = [&](int w, uint8_t v) {
+    for (uint64_t i = w * n * page; i < (w + 1) * n * page; ++i) {
+      if (region.base()[i] != v) return false;
+    }
+    return true;
+  };
+  const uint64_t before = (*backend)->GpuMemoryBytes()[0];
+  ASSERT_OK(store(0).status);
+  const uint64_t one_lane = (*backend)->GpuMemoryBytes()[0];
+  EXPECT_GE(one_lane, before + 2 * (4 << 20)) << "the first worker did not stage";
+  ASSERT_OK(store(1).status);
+  EXPECT_TRUE(holds(0, 0x11));
+  EXPECT_TRUE(holds(1, 0x22)) << "the kernel-path fallback moved the wrong bytes";
+  EXPECT_LT((*backend)->GpuMemoryBytes()[0], one_lane + (4 << 20))
+      << "the second worker allocated staging beyond the device's limit";
+  // Once worker 0's staging is released for idleness, worker 1 stages.
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while ((*backend)->GpuMemoryBytes()[0] > one_lane - 2 * (4 << 20) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(cudaMemset(gpu[1], 0x33, n * page), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_OK(store(1).status);
+  EXPECT_TRUE(holds(1, 0x33));
+  EXPECT_GE((*backend)->GpuMemoryBytes()[0], before + 2 * (4 << 20)) << "worker 1 did not stage";
+  for (auto& m : memory) m.reset();
+  (*backend)->UnregisterRegion(region.base());
+  backend->reset();
+  for (void* p : gpu) cudaFree(p);
+}
+
 // Last on purpose: garbage event handles go straight to the driver.
 TEST(CudaBackendHostileInputTest, GarbageEventHandleIsInvalidArgument) {
   int count = 0;

@@ -189,6 +189,7 @@ class CudaCopyBackend::Impl {
     auto it = devices_.find(ordinal);
     if (it != devices_.end()) return &it->second;
     ASSIGN_OR_RETURN(std::unique_ptr<Device> device, Device::Create(ordinal));
+    device->set_staging_limit(options_.staging_bytes_per_device);
     DeviceState state;
     state.queue = std::make_unique<CompletionQueue>(device.get(), options_.poll_interval);
     state.device = std::move(device);
@@ -531,9 +532,13 @@ class CudaCopyBackend::Impl {
         case CopyPath::kCopyEngine:
           s = EnqueueCopyEngine(job, j);
           break;
-        case CopyPath::kStaged:
-          s = EnqueueStaged(job, j);
+        case CopyPath::kStaged: {
+          bool no_room = false;
+          s = EnqueueStaged(job, j, &no_room);
+          // The device's staging budget is spent by other workers: the kernel path needs none.
+          if (no_room) s = EnqueueKernel(job, j);
           break;
+        }
         case CopyPath::kKernel:
           s = EnqueueKernel(job, j);
           break;
@@ -626,17 +631,24 @@ class CudaCopyBackend::Impl {
   // Staged: per chunk, a short gather (store) or scatter (load) launch on copy_sms SMs between
   // the worker's pages and staging buffer b, and the copy engines between b and the region.
   // Buffers rotate over jobs; `filled`/`drained` events order each buffer's writer and reader.
-  absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j) {
+  // Sets *no_room, with nothing enqueued, when the lane has no staging and the device's staging
+  // limit leaves no room for it.
+  absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, bool* no_room) {
     CudaWorkerMemory* m = job.memory;
     Device* device = m->device_;
     const bool store = job.direction == CopyDirection::kStore;
     Lane& lane = store ? m->store_ : m->load_;
     const uint64_t num_pairs = job.table.blocks.size();
     const uint64_t bpb = job.table.bytes_per_block;
-    ASSIGN_OR_RETURN(j->buffer, device->AcquireBuffer(num_pairs * sizeof(PagePair)));
     absl::MutexLock lock(&lane.mu);
-    RETURN_IF_ERROR(
-        m->EnsureStaging(lane, options_.staging_chunk_bytes, options_.staging_buffers));
+    absl::Status staging =
+        m->EnsureStaging(lane, options_.staging_chunk_bytes, options_.staging_buffers);
+    if (absl::IsResourceExhausted(staging)) {
+      *no_room = true;
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(staging);
+    ASSIGN_OR_RETURN(j->buffer, device->AcquireBuffer(num_pairs * sizeof(PagePair)));
     const uint32_t n = lane.num_staging;
     const uint64_t first = lane.next_staging;
     lane.next_staging += job.staged.chunks.size();

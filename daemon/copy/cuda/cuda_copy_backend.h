@@ -62,6 +62,9 @@ struct CudaBackendOptions {
   uint64_t staged_min_run_bytes = uint64_t{64} << 10;
   uint64_t staging_chunk_bytes = uint64_t{32} << 20;
   uint32_t staging_buffers = 2;  // per worker and direction, allocated on first staged job
+  // Staging of all workers on one device together; a staged job that finds no room goes by the
+  // kernel path (slower at large pages, never failed for it). Default: 16 lanes' worth.
+  uint64_t staging_bytes_per_device = uint64_t{1} << 30;
   // A worker's staging is freed after this long without a staged job (zero: kept).
   absl::Duration staging_idle_release = absl::Seconds(30);
   ForcedPath forced_path = ForcedPath::kAuto;

@@ -1,5 +1,7 @@
 #include "daemon/copy/cuda/device.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -216,6 +218,33 @@ void Device::Free(void* p, size_t bytes, cudaStream_t stream) {
                               : cudaFree(p);
   if (err != cudaSuccess) Log()->warn("device {}: {}", ordinal_, CudaStatus(err, "free").ToString());
   allocated_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void Device::set_staging_limit(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  staging_limit_ = bytes;
+}
+
+bool Device::TryReserveStaging(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (bytes > staging_limit_ || staging_reserved_ > staging_limit_ - bytes) return false;
+  staging_reserved_ += bytes;
+  return true;
+}
+
+void Device::ReleaseStaging(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  staging_reserved_ -= std::min(bytes, staging_reserved_);
+}
+
+uint64_t Device::staging_reserved() const {
+  absl::MutexLock lock(&mu_);
+  return staging_reserved_;
+}
+
+uint64_t Device::staging_limit() const {
+  absl::MutexLock lock(&mu_);
+  return staging_limit_;
 }
 
 absl::StatusOr<Device::Buffer> Device::AcquireBuffer(size_t bytes) {

@@ -96,6 +96,15 @@ class Device {
   // Frees after the work already queued on `stream` (null: the allocation stream).
   void Free(void* p, size_t bytes, cudaStream_t stream);
 
+  // The device's staging budget, shared by every worker and direction on it: a lane allocates
+  // staging only when its buffers fit, so many workers on one GPU cannot take the model's memory
+  // for staging; a job that finds no room goes by the kernel path instead.
+  void set_staging_limit(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  bool TryReserveStaging(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseStaging(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t staging_reserved() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t staging_limit() const ABSL_LOCKS_EXCLUDED(mu_);
+
   absl::StatusOr<Buffer> AcquireBuffer(size_t bytes);
   void ReleaseBuffer(const Buffer& b);
   absl::StatusOr<cudaEvent_t> AcquireEvent();
@@ -118,6 +127,8 @@ class Device {
   std::atomic<uint64_t> allocated_bytes_{0};
   mutable absl::Mutex mu_;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  uint64_t staging_limit_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
+  uint64_t staging_reserved_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<size_t, std::vector<Buffer>> free_buffers_ ABSL_GUARDED_BY(mu_);
   std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(mu_);
   absl::Mutex hooks_mu_;

@@ -144,6 +144,23 @@ absl::Status CudaWorkerMemory::EnsureStaging(Lane& lane, size_t bytes, uint32_t 
   lane.last_staged = absl::Now();
   if (lane.num_staging == count && lane.staging_bytes == bytes) return absl::OkStatus();
   if (lane.num_staging != 0) FreeStaging(lane);
+  if (lane.num_staging != 0) {
+    return absl::InternalError(absl::StrCat("device ", device_->ordinal(),
+                                            ": the lane's old staging could not be released"));
+  }
+  const uint64_t total = uint64_t{bytes} * count;
+  if (!device_->TryReserveStaging(total)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device ", device_->ordinal(), ": ", total, " bytes of staging do not fit the device's ",
+        device_->staging_limit(), "-byte staging limit (", device_->staging_reserved(),
+        " in use)"));
+  }
+  absl::Status status = AllocateStaging(lane, bytes, count);
+  if (!status.ok()) device_->ReleaseStaging(total);
+  return status;
+}
+
+absl::Status CudaWorkerMemory::AllocateStaging(Lane& lane, size_t bytes, uint32_t count) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_->ordinal()), "cudaSetDevice"));
   for (uint32_t i = 0; i < count; ++i) {
     if (lane.filled[i] == nullptr) {
@@ -191,6 +208,7 @@ void CudaWorkerMemory::FreeStaging(Lane& lane) {
     device_->Free(lane.staging[i], lane.staging_bytes, lane.kernel);
     lane.staging[i] = nullptr;
   }
+  device_->ReleaseStaging(uint64_t{lane.staging_bytes} * lane.num_staging);
   lane.num_staging = 0;
   lane.staging_bytes = 0;
 }

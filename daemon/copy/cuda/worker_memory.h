@@ -63,8 +63,12 @@ class CudaWorkerMemory final : public WorkerMemory {
   // Frees each lane's staging once unused for `idle` (checked about once a second by the
   // device); the next staged job allocates it again. Zero: never.
   void ReleaseStagingWhenIdle(absl::Duration idle);
-  // Staging buffers of `lane` (first staged job, or after an idle release). Caller holds lane.mu.
+  // Staging buffers of `lane` (first staged job, or after an idle release), reserved against
+  // the device's staging limit first: RESOURCE_EXHAUSTED when they do not fit, with nothing
+  // allocated. Caller holds lane.mu.
   absl::Status EnsureStaging(Lane& lane, size_t bytes, uint32_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
+  absl::Status AllocateStaging(Lane& lane, size_t bytes, uint32_t count)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
   // Frees `lane`'s staging once its queued work is done. Caller holds lane.mu.
   void FreeStaging(Lane& lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
