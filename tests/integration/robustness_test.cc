@@ -162,6 +162,30 @@ TEST_F(RobustnessTest, HugeBudgetsUnderAnUnlimitedCapAreStillRefusedBeforeAlloca
   EXPECT_TRUE(daemon_->Serving());
 }
 
+// The service fuzzer found that an engine id that is not UTF-8 ended in INTERNAL with an empty
+// message (gRPC's deserializer refused the proto3 string). Ids are bytes now: the daemon refuses
+// them itself with INVALID_ARGUMENT, and so do the index calls, which name no such engine.
+TEST_F(RobustnessTest, EngineIdsThatAreNotUtf8AreInvalidArgument) {
+  Start({});
+  const std::string bad_ids[] = {std::string("\xff\xfe", 2), std::string("e\0x", 3),
+                                 std::string("\xc3\x28")};
+  for (const std::string& id : bad_ids) {
+    grpc::Status status = Open(Spec(id, 4 * kMiB));
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_NE(status.error_message().find("[A-Za-z0-9._-]"), std::string::npos)
+        << status.error_message();
+    grpc::ClientContext context;
+    v1::KeysRequest lookup;
+    lookup.set_engine_id(id);
+    lookup.add_keys("k");
+    v1::LookupResponse response;
+    EXPECT_EQ(engine_->Lookup(&context, lookup, &response).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  ExpectEmpty();
+  EXPECT_TRUE(daemon_->Serving());
+}
+
 // Finding 2: a refused registration created the engine and kept its region until the idle TTL.
 TEST_F(RobustnessTest, RefusedRegistrationCreatesAndReservesNothing) {
   Start({});
