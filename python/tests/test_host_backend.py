@@ -35,7 +35,7 @@ def daemon_binary():
 class Daemon:
     """kvoffloadd --backend=host on a temporary runtime dir; stop() ends it."""
 
-    def __init__(self):
+    def __init__(self, extra_args=()):
         binary = daemon_binary()
         if not os.access(binary, os.X_OK):
             if os.environ.get("KVOFFLOAD_DAEMON"):
@@ -45,7 +45,8 @@ class Daemon:
         self.dir = tempfile.mkdtemp(prefix="kvo-py-", dir="/tmp")  # short: socket paths
         self.proc = subprocess.Popen(
             [binary, "--backend=host", "--runtime_dir=" + self.dir, "--metrics_address=",
-             "--max_region_bytes=256MiB", "--populate_threads=2", "--log_level=warn"],
+             "--max_region_bytes=256MiB", "--populate_threads=2", "--log_level=warn"] +
+            list(extra_args),
             stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while not (os.path.exists(self.data_socket) and
