@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -507,6 +508,70 @@ class SpecTest(unittest.TestCase):
         self.assertTrue(results[3].success)
         self.assertEqual(kv.block(9), kv.golden[2])
         self.assertEqual(kv.block(10), kv.golden[3])
+
+
+class FakeCudaWorker:
+    """A kvoffload.Worker stand-in for the CUDA path's bookkeeping (no GPU here): records event
+    records and submits, finishes jobs when told."""
+
+    def __init__(self, num_events):
+        self.info = types.SimpleNamespace(num_events=num_events, blocks_per_row=1)
+        self.calls = []  # ("record", slot) / ("submit", daemon_id, event)
+        self.done = {}  # daemon id -> FinishedJob, handed out by wait/poll
+        self.alive = True
+        self.fail_submit = False
+
+    def record_event(self, index, stream):
+        self.calls.append(("record", index))
+
+    def submit_store(self, job_id, blocks, rows, event_index, region_epoch):
+        if self.fail_submit:
+            raise KvoffloadError(StatusCode.UNAVAILABLE, "the session with kvoffloadd has ended")
+        self.calls.append(("submit", job_id, event_index))
+        self.done[job_id] = kvoffload.FinishedJob(job_id, True, 0, "", 4096 * len(rows))
+
+    def poll(self):
+        return []  # jobs end only through wait() here
+
+    def wait(self, job_id, timeout_s=None):
+        return self.done.pop(job_id)
+
+    def close(self):
+        pass
+
+
+class CudaEventTest(unittest.TestCase):
+    """The CUDA path's event pool: one event per job in flight, recorded before the submit,
+    reused only after its job ended (the oldest job is waited for when all are in use)."""
+
+    def test_events_are_reused_only_after_their_job_ended(self):
+        vllm_modules()
+        from kvoffload.vllm import KvoffloadLoadStoreSpec, handlers
+        worker = FakeCudaWorker(num_events=2)
+        released = []
+        session = handlers._Session(worker, handlers._CudaEvents(worker), 5.0,
+                                    open_index=lambda: types.SimpleNamespace(
+                                        complete_store=lambda k, success: released.append(k)))
+        gpu = vllm_modules()[4].GPULoadStoreSpec
+        for job in range(3):
+            rows = KvoffloadLoadStoreSpec([job], job_nonce=7, keys=[b"k%d" % job])
+            self.assertTrue(session.store_handler.transfer_async(job, (gpu([job], [1]), rows)))
+        self.assertEqual(worker.calls, [("record", 0), ("submit", 7 << 32 | 0, 0),
+                                        ("record", 1), ("submit", 7 << 32 | 1, 1),
+                                        ("record", 0), ("submit", 7 << 32 | 2, 0)])
+        self.assertEqual([(r.job_id, r.success) for r in session.store_handler.get_finished()],
+                         [(0, True)])  # waited for to free its event
+        worker.fail_submit = True
+        rows = KvoffloadLoadStoreSpec([3], job_nonce=7, keys=[b"k3"])
+        self.assertTrue(session.store_handler.transfer_async(3, (gpu([3], [1]), rows)))
+        # No event is free: job 1 (the oldest) is waited for; then the submit fails.
+        self.assertEqual([(r.job_id, r.success) for r in session.store_handler.get_finished()],
+                         [(1, True), (3, False)])
+        self.assertEqual(released, [[b"k3"]])  # its keys completed with success=False
+        session.store_handler.wait({2})
+        self.assertEqual([(r.job_id, r.success) for r in session.store_handler.get_finished()],
+                         [(2, True)])
+        self.assertEqual(sorted(session._events._free), [0, 1])
 
 
 class StartupErrorTest(unittest.TestCase):

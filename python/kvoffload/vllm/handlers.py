@@ -161,13 +161,13 @@ class _Session:
                                                                      transfer_type))
                 return True
             daemon_id = (int(getattr(rows_spec, "job_nonce", 0)) << 32) | job_id
-            event = -1
-            if self._events is not None:
-                self._make_event_room()
-                event = self._events.record()
             submit = (self.worker.submit_store if transfer_type == _STORE else
                       self.worker.submit_load)
+            event = -1
             try:
+                if self._events is not None:
+                    self._make_event_room()
+                    event = self._events.record()
                 submit(daemon_id, blocks, rows, event_index=event,
                        region_epoch=int(getattr(rows_spec, "region_epoch", 0)))
             except KvoffloadError as e:
