@@ -255,6 +255,29 @@ class DeadlineTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, StatusCode.DEADLINE_EXCEEDED)
         self.assertIn(path, cm.exception.message)
 
+    def test_permission_denied_names_the_group(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to run a client as another user")
+        daemon = Daemon()
+        self.addCleanup(daemon.stop)
+        # The library is loaded as root (it lives under root's bazel cache), then the process
+        # becomes nobody and opens the daemon's socket, in its 0700 runtime directory.
+        code = ("import os, kvoffload\n"
+                "kvoffload.version()\n"
+                "os.setgid(65534); os.setuid(65534)\n"
+                "try:\n"
+                "    kvoffload.Scheduler.open(%r, kvoffload.EngineSpec(page_bytes=4096, "
+                "budget_bytes=1 << 20))\n"
+                "except kvoffload.KvoffloadError as e:\n"
+                "    print(e.name, e.message)\n" % daemon.data_socket)
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(kvoffload.__file__)))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(out.stdout.startswith("PERMISSION_DENIED permission denied on %s" %
+                                              daemon.data_socket), out.stdout)
+        self.assertIn("usermod -aG kvoffload", out.stdout)
+
     def test_timeouts_must_be_positive(self):
         path = os.path.join(self.dir, "kvoffload.sock")
         for kw in ({"open_timeout_s": 0}, {"call_timeout_s": -1}, {"call_timeout_s": "x"}):
@@ -442,6 +465,15 @@ class SpecTest(unittest.TestCase):
         out.store_spec.region_epoch ^= 1  # planned in another region
         self.assertTrue(worker.transfer_async(3, (self.gpu([5]), out.store_spec)))
         self.assertFalse(self.finished(worker, 1)[3].success)
+
+    def test_failed_prepare_load_becomes_a_failed_load(self):
+        spec = self.create(self.extra("vllm-noload"))
+        manager = spec.get_manager()
+        worker, _ = self.worker(spec)
+        load = manager.prepare_load([b"never-stored"])  # NOT_FOUND: not raised into vLLM
+        self.assertEqual(list(load.block_ids), [])
+        self.assertTrue(worker.transfer_async(6, (load, self.gpu([1]))))
+        self.assertFalse(self.finished(worker, 1)[6].success)
 
     def test_wait_blocks_until_done_and_results_stay_reported(self):
         spec = self.create(self.extra("vllm-wait"))

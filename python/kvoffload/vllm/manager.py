@@ -18,7 +18,8 @@ The index has the manager's semantics (DESIGN.md §4), so each method is one dae
   take_events()           -> stored / removed OffloadingEvents (when KV events are enabled)
 
 Errors in a step are not raised into vLLM's scheduler loop: a failed lookup finds no hit, a
-failed prepare_store stores nothing, and each is logged (once per minute per call). Errors at
+failed prepare_store stores nothing, a failed prepare_load returns a spec without rows (the
+workers report that load failed), and each is logged (once per minute per call). Errors at
 start-up (opening the engine) are raised by KvoffloadSpec with the fix in the message.
 
 Not thread-safe (vLLM calls the manager from the scheduler thread only).
@@ -110,10 +111,16 @@ class KvoffloadManager(OffloadingManager):
             for chunk in _chunks(keys):
                 rows.extend(self._index.prepare_load(chunk))
                 done.extend(chunk)
-        except KvoffloadError:
-            if done:
-                self._index.complete_load(done)  # nothing stays pinned for a load not made
-            raise
+        except KvoffloadError as e:
+            # Not raised into the scheduler loop: a spec without rows makes the workers report
+            # the load failed (their GPU blocks do not match), and vLLM recomputes the tokens.
+            self._warn("prepare_load", e)
+            try:
+                if done:
+                    self._index.complete_load(done)  # nothing stays pinned for a load not made
+            except KvoffloadError:
+                pass
+            return self._spec([])
         return self._spec(rows)
 
     def touch(self, block_hashes):
