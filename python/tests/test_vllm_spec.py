@@ -466,6 +466,37 @@ class SpecTest(unittest.TestCase):
         self.assertTrue(worker.transfer_async(3, (self.gpu([5]), out.store_spec)))
         self.assertFalse(self.finished(worker, 1)[3].success)
 
+    def test_daemon_restart_engine_and_worker_come_back(self):
+        daemon = Daemon()  # restarted here: not the class's daemon
+        self.addCleanup(daemon.stop)
+        extra = dict(self.extra("vllm-restarted"), socket_path=daemon.data_socket)
+        manager = self.create(extra).get_manager()
+        worker, kv = self.worker(self.create(extra))
+        before = keys("r", 2)
+        out = manager.prepare_store(before)
+        self.assertTrue(worker.transfer_async(1, (self.gpu([1, 2]), out.store_spec)))
+        self.assertTrue(self.finished(worker, 1)[1].success)
+        manager.complete_store(before)
+        self.assertEqual(manager.lookup(before), 2)
+
+        daemon.restart()  # every region and session gone
+        self.assertEqual(manager.lookup(before), 0)  # re-opened: an empty region
+        after = keys("s", 2)
+        out = manager.prepare_store(after)
+        self.assertEqual(out.block_hashes_to_store, after)
+        # The worker's session ended with the daemon: the next transfer registers it again.
+        self.assertTrue(worker.transfer_async(2, (self.gpu([3, 4]), out.store_spec)))
+        self.assertTrue(self.finished(worker, 1)[2].success)
+        manager.complete_store(after)
+        self.assertEqual(manager.lookup(after), 2)
+        for b in (3, 4):
+            kv.clobber(b)
+        load = manager.prepare_load(after)
+        self.assertTrue(worker.transfer_async(3, (load, self.gpu([3, 4]))))
+        self.assertTrue(self.finished(worker, 1)[3].success)
+        self.assertEqual(kv.block(3), kv.golden[3])
+        self.assertEqual(kv.block(4), kv.golden[4])
+
     def test_failed_prepare_load_becomes_a_failed_load(self):
         spec = self.create(self.extra("vllm-noload"))
         manager = spec.get_manager()
@@ -555,6 +586,9 @@ class FakeCudaWorker:
 
     def record_event(self, index, stream):
         self.calls.append(("record", index))
+
+    def check_session(self):
+        pass
 
     def submit_store(self, job_id, blocks, rows, event_index, region_epoch):
         if self.fail_submit:

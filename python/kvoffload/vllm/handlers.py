@@ -10,6 +10,9 @@ registers the worker's canonical KV tensors once; two handlers share it:
       the engine did to the blocks (zeroing new blocks); the job is reported finished only once
       its GPU writes are done, and vLLM schedules the request only after get_finished says so.
 
+A session the daemon ended (a restart, the engine dropped) fails its jobs in flight and is
+registered again by the next transfer (at most every REDIAL_INTERVAL_S).
+
 get_finished() reports each job with the daemon's verdict: a failed job (any copy failed, a
 vote missing, the region re-created, the session lost, a part refused) is reported with
 success=False, never as success. vLLM's scheduler completes every store with success=True, so
@@ -35,6 +38,8 @@ from . import MEDIUM, config
 from ._vllm import OffloadingHandler, transfer_result
 
 logger = logging.getLogger("kvoffload.vllm")
+
+REDIAL_INTERVAL_S = 5.0  # at most one attempt this often to register again after a lost session
 
 _STORE = ("GPU", MEDIUM)
 _LOAD = (MEDIUM, "GPU")
@@ -66,28 +71,37 @@ def connect(settings, spec, mp_rank, kv_caches, open_index):
     """Registers the worker's canonical KV tensors; returns the shared _Session. open_index()
     opens this engine's index (a kvoffload.Scheduler), used to release failed stores."""
     tensors = list(kv_caches.tensors)
+
+    def dial():
+        worker, events = _register(settings, spec, mp_rank, tensors)
+        logger.info("kvoffload: worker mp_rank %d registered (slot %d of %d, %d rows)", mp_rank,
+                    worker.info.slot, worker.info.num_copies, worker.info.num_rows)
+        return worker, events
+
     try:
-        if tensors and all(isinstance(t.tensor, HostTensor) for t in tensors):
-            worker = Worker.connect_host(settings.socket_path, spec, mp_rank,
-                                         [t.tensor for t in tensors],
-                                         open_timeout_s=settings.open_timeout_s,
-                                         call_timeout_s=settings.call_timeout_s)
-            events = None
-        else:
-            views = merge_adjacent([
-                TensorView(t.tensor.data_ptr(), int(t.tensor.shape[0]),
-                           int(t.tensor.stride(0)) * int(t.tensor.element_size()),
-                           int(t.page_size_bytes)) for t in tensors])
-            worker = Worker.connect_cuda(settings.socket_path, spec, mp_rank, views,
-                                         num_events=settings.num_events,
-                                         open_timeout_s=settings.open_timeout_s,
-                                         call_timeout_s=settings.call_timeout_s)
-            events = _CudaEvents(worker)
+        worker, events = dial()
     except KvoffloadError as e:
         raise config.explain(e, spec, settings.socket_path) from None
-    logger.info("kvoffload: worker mp_rank %d registered (slot %d of %d, %d rows)", mp_rank,
-                worker.info.slot, worker.info.num_copies, worker.info.num_rows)
-    return _Session(worker, events, settings.wait_timeout_s, open_index)
+    return _Session(worker, events, settings.wait_timeout_s, open_index, redial=dial)
+
+
+def _register(settings, spec, mp_rank, tensors):
+    """(Worker, _CudaEvents or None) for the canonical tensors."""
+    if tensors and all(isinstance(t.tensor, HostTensor) for t in tensors):
+        worker = Worker.connect_host(settings.socket_path, spec, mp_rank,
+                                     [t.tensor for t in tensors],
+                                     open_timeout_s=settings.open_timeout_s,
+                                     call_timeout_s=settings.call_timeout_s)
+        return worker, None
+    views = merge_adjacent([
+        TensorView(t.tensor.data_ptr(), int(t.tensor.shape[0]),
+                   int(t.tensor.stride(0)) * int(t.tensor.element_size()),
+                   int(t.page_size_bytes)) for t in tensors])
+    worker = Worker.connect_cuda(settings.socket_path, spec, mp_rank, views,
+                                 num_events=settings.num_events,
+                                 open_timeout_s=settings.open_timeout_s,
+                                 call_timeout_s=settings.call_timeout_s)
+    return worker, _CudaEvents(worker)
 
 
 class _CudaEvents:
@@ -121,9 +135,11 @@ _Job = collections.namedtuple("_Job", ["vllm_id", "transfer_type", "event", "sta
 class _Session:
     """One daemon session shared by the store and load handlers of a worker."""
 
-    def __init__(self, worker, events, wait_timeout_s, open_index):
+    def __init__(self, worker, events, wait_timeout_s, open_index, redial=None):
         self.worker = worker
         self._open_index = open_index
+        self._redial = redial  # () -> (Worker, events): a new session after this one ended
+        self._next_redial = 0.0
         self._index = None  # opened on the first failed store
         self._events = events  # None: host backend, no events
         self._wait_timeout_s = wait_timeout_s
@@ -153,7 +169,7 @@ class _Session:
             if not 0 <= job_id < 1 << 32:
                 return self._refuse(transfer_type, job_id, keys,
                                     "the job id is outside [0, 2^32)")
-            if self._lost:
+            if not self._session_ok():
                 return self._refuse(transfer_type, job_id, keys,
                                     "the session with kvoffloadd ended")
             if not rows:
@@ -228,11 +244,37 @@ class _Session:
     def _fail_all(self, error):
         """The session ended: every job in flight is reported failed."""
         if not self._lost:
-            logger.error("kvoffload: the worker's session with kvoffloadd ended (%s); offloading "
-                         "is off for this worker until it restarts", error)
+            logger.error("kvoffload: the worker's session with kvoffloadd ended (%s); its jobs "
+                         "are reported failed, and it registers again (every %.0f s)", error,
+                         REDIAL_INTERVAL_S)
         self._lost = True
         for daemon_id in list(self._jobs):
             self._record(daemon_id, False, "UNAVAILABLE", str(error), 0)
+
+    def _session_ok(self):
+        """True when the session is live, or was ended and could be registered again (the
+        daemon restarted, or ended it): a new session, its jobs in flight reported failed."""
+        if not self._lost:
+            try:
+                self.worker.check_session()
+                return True
+            except KvoffloadError as e:
+                self._fail_all(e)
+        now = time.monotonic()
+        if self._redial is None or now < self._next_redial:
+            return False
+        self._next_redial = now + REDIAL_INTERVAL_S
+        try:
+            worker, events = self._redial()
+        except KvoffloadError as e:
+            logger.warning("kvoffload: registering the worker again failed: %s", e)
+            return False
+        old, self.worker, self._events = self.worker, worker, events
+        self._lost = False
+        old.close()
+        logger.warning("kvoffload: the worker registered again (session %d)",
+                       worker.info.session_id)
+        return True
 
     def _collect(self):
         try:

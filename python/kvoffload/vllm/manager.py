@@ -17,7 +17,9 @@ The index has the manager's semantics (DESIGN.md §4), so each method is one dae
                              freed, no stored event). A failed store is never reported as stored.
   take_events()           -> stored / removed OffloadingEvents (when KV events are enabled)
 
-Errors in a step are not raised into vLLM's scheduler loop: a failed lookup finds no hit, a
+When the daemon lost the engine (restarted, or `kvoffloadctl drop`), lookup and prepare_store
+open it again (at most every REOPEN_INTERVAL_S). Errors in a step are not raised into vLLM's
+scheduler loop: a failed lookup finds no hit, a
 failed prepare_store stores nothing, a failed prepare_load returns a spec without rows (the
 workers report that load failed), and each is logged (once per minute per call). Errors at
 start-up (opening the engine) are raised by KvoffloadSpec with the fix in the message.
@@ -36,6 +38,7 @@ from .spec import KvoffloadLoadStoreSpec
 logger = logging.getLogger("kvoffload.vllm")
 
 MAX_KEYS_PER_CALL = 65536  # the daemon's limit on keys in one index request
+REOPEN_INTERVAL_S = 5.0   # at most one attempt this often to re-open a lost engine
 
 
 def _chunks(keys):
@@ -61,13 +64,15 @@ class KvoffloadManager(OffloadingManager):
     epoch travel to the workers in every KvoffloadLoadStoreSpec.
     """
 
-    def __init__(self, scheduler, block_size, job_nonce, enable_events=False):
+    def __init__(self, scheduler, block_size, job_nonce, enable_events=False, reopen=None):
         self._index = scheduler
         self._block_size = block_size
         self._job_nonce = job_nonce
         self._region_epoch = scheduler.region_epoch
         self._events = [] if enable_events else None
         self._last_warning = {}
+        self._reopen_engine = reopen  # () -> a new Scheduler, after the daemon lost the engine
+        self._next_reopen = 0.0
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -76,6 +81,36 @@ class KvoffloadManager(OffloadingManager):
         if now - self._last_warning.get(call, -1e9) >= 60:
             self._last_warning[call] = now
             logger.warning("kvoffload %s failed (the step goes on without it): %s", call, error)
+
+    def _with_engine(self, call):
+        """call(index); when the daemon no longer has the engine (NOT_FOUND: restarted, or the
+        engine dropped; UNAVAILABLE: not running) the engine is opened again (a new region, so
+        rows planned in the old one fail on their region epoch) and the call made once more."""
+        try:
+            return call(self._index)
+        except KvoffloadError as e:
+            if e.code not in (StatusCode.NOT_FOUND, StatusCode.UNAVAILABLE) or \
+                    not self._reopen(e):
+                raise
+        return call(self._index)
+
+    def _reopen(self, why):
+        now = time.monotonic()
+        if self._reopen_engine is None or now < self._next_reopen:
+            return False
+        self._next_reopen = now + REOPEN_INTERVAL_S
+        try:
+            index = self._reopen_engine()
+        except KvoffloadError as e:
+            self._warn("re-opening the engine", e)
+            return False
+        old, self._index = self._index, index
+        self._region_epoch = index.region_epoch
+        old.close()
+        logger.warning("kvoffload: the engine was gone from kvoffloadd (%s); opened it again "
+                       "(%d rows, region epoch %x)", why, index.geometry.num_rows,
+                       self._region_epoch)
+        return True
 
     def _spec(self, rows, keys=()):
         return KvoffloadLoadStoreSpec(rows, region_epoch=self._region_epoch,
@@ -94,7 +129,7 @@ class KvoffloadManager(OffloadingManager):
         hits = 0
         try:
             for chunk in _chunks(keys):
-                for state in self._index.lookup(chunk):
+                for state in self._with_engine(lambda index: index.lookup(chunk)):
                     if state != KeyState.HIT:
                         return hits
                     hits += 1
@@ -146,7 +181,7 @@ class KvoffloadManager(OffloadingManager):
         if len(keys) > MAX_KEYS_PER_CALL:
             keys = keys[:MAX_KEYS_PER_CALL]  # a prefix: the rest is stored by a later step
         try:
-            prepared = self._index.prepare_store(keys)
+            prepared = self._with_engine(lambda index: index.prepare_store(keys))
         except KvoffloadError as e:
             if e.code != StatusCode.RESOURCE_EXHAUSTED:
                 self._warn("prepare_store", e)

@@ -91,7 +91,8 @@ class KvoffloadSpec(OffloadingSpec):
             self._manager = KvoffloadManager(
                 self._scheduler, block_size=self.offloaded_block_size,
                 job_nonce=int.from_bytes(os.urandom(4), "little") or 1,
-                enable_events=bool(getattr(events, "enable_kv_cache_events", False)))
+                enable_events=bool(getattr(events, "enable_kv_cache_events", False)),
+                reopen=self._open_scheduler)
         return self._manager
 
     def get_handlers(self, kv_caches, attn_backends=None):
