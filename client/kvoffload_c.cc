@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "client/c_abi/spec_from_c.h"
 #include "client/cuda/cuda_client.h"
+#include "client/daemon_socket.h"
 #include "client/kvoffload_client.h"
 
 #ifndef KVOFFLOAD_VERSION
@@ -118,6 +119,20 @@ void FinishedToC(const kvo::FinishedJob& job, kvo_finished* out) {
   CopyString(job.status.message(), out->message, sizeof(out->message));
 }
 
+// NULL = the defaults; every timeout must be > 0.
+absl::StatusOr<kvo::ClientOptions> OptionsFromC(const kvo_client_options* c) {
+  kvo::ClientOptions options;
+  if (c == nullptr) return options;
+  if (c->open_timeout_ms <= 0 || c->call_timeout_ms <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "client options: open_timeout_ms (", c->open_timeout_ms, ") and call_timeout_ms (",
+        c->call_timeout_ms, ") must be > 0; kvo_client_options_init sets the defaults"));
+  }
+  options.open_timeout = absl::Milliseconds(c->open_timeout_ms);
+  options.call_timeout = absl::Milliseconds(c->call_timeout_ms);
+  return options;
+}
+
 absl::Status ConnectWorker(kvo::WorkerOptions options, std::unique_ptr<kvo_worker> worker,
                            kvo_worker** worker_out) {
   absl::StatusOr<std::unique_ptr<kvo::WorkerClient>> client = kvo::WorkerClient::Connect(options);
@@ -172,20 +187,39 @@ absl::Status CudaAvailable(const char* what) {
   return absl::OkStatus();
 }
 
-absl::Status ConnectCuda(const char* socket_path, const kvo_engine_spec* c_spec, uint32_t mp_rank,
-                         int32_t device, const kvo_cuda_tensor* tensors, size_t num_tensors,
-                         size_t num_events, kvo_worker** worker_out) {
+// The parts of WorkerOptions every connect shares, checked before anything else is done (a
+// missing daemon is reported before any CUDA work).
+absl::StatusOr<kvo::WorkerOptions> WorkerOptionsFor(const char* socket_path,
+                                                    const kvo_engine_spec* c_spec,
+                                                    uint32_t mp_rank,
+                                                    const kvo_client_options* c_options) {
   if (absl::Status s = Required(socket_path, "socket_path"); !s.ok()) return s;
-  if (absl::Status s = Required(worker_out, "worker_out"); !s.ok()) return s;
-  if (absl::Status s = ArrayArg(tensors, num_tensors, "tensors"); !s.ok()) return s;
   absl::StatusOr<kvo::EngineSpec> spec = kvo::SpecFromC(c_spec);
   if (!spec.ok()) return spec.status();
-  if (absl::Status s = CudaAvailable("kvo_worker_connect_cuda"); !s.ok()) return s;
-
+  absl::StatusOr<kvo::ClientOptions> client = OptionsFromC(c_options);
+  if (!client.ok()) return client.status();
+  if (absl::Status s = kvo::CheckDaemonSocket(socket_path); !s.ok()) return s;
   kvo::WorkerOptions options;
   options.socket_path = socket_path;
-  options.spec = *spec;
+  options.spec = *std::move(spec);
   options.mp_rank = mp_rank;
+  options.connect_timeout = client->open_timeout;
+  options.call_timeout = client->call_timeout;
+  return options;
+}
+
+absl::Status ConnectCuda(const char* socket_path, const kvo_engine_spec* c_spec, uint32_t mp_rank,
+                         int32_t device, const kvo_cuda_tensor* tensors, size_t num_tensors,
+                         size_t num_events, const kvo_client_options* c_options,
+                         kvo_worker** worker_out) {
+  if (absl::Status s = Required(worker_out, "worker_out"); !s.ok()) return s;
+  if (absl::Status s = ArrayArg(tensors, num_tensors, "tensors"); !s.ok()) return s;
+  absl::StatusOr<kvo::WorkerOptions> worker_options =
+      WorkerOptionsFor(socket_path, c_spec, mp_rank, c_options);
+  if (!worker_options.ok()) return worker_options.status();
+  if (absl::Status s = CudaAvailable("kvo_worker_connect_cuda"); !s.ok()) return s;
+
+  kvo::WorkerOptions options = *std::move(worker_options);
   for (size_t i = 0; i < num_tensors; ++i) {
     const kvo_cuda_tensor& t = tensors[i];
     absl::StatusOr<kvo::cuda::AllocationRef> ref = kvo::cuda::ResolveAllocation(t.device_ptr);
@@ -238,16 +272,13 @@ absl::Status ConnectCuda(const char* socket_path, const kvo_engine_spec* c_spec,
 
 absl::Status ConnectHost(const char* socket_path, const kvo_engine_spec* c_spec, uint32_t mp_rank,
                          const kvo_host_tensor* tensors, size_t num_tensors,
-                         kvo_worker** worker_out) {
-  if (absl::Status s = Required(socket_path, "socket_path"); !s.ok()) return s;
+                         const kvo_client_options* c_options, kvo_worker** worker_out) {
   if (absl::Status s = Required(worker_out, "worker_out"); !s.ok()) return s;
   if (absl::Status s = ArrayArg(tensors, num_tensors, "tensors"); !s.ok()) return s;
-  absl::StatusOr<kvo::EngineSpec> spec = kvo::SpecFromC(c_spec);
-  if (!spec.ok()) return spec.status();
-  kvo::WorkerOptions options;
-  options.socket_path = socket_path;
-  options.spec = *spec;
-  options.mp_rank = mp_rank;
+  absl::StatusOr<kvo::WorkerOptions> worker_options =
+      WorkerOptionsFor(socket_path, c_spec, mp_rank, c_options);
+  if (!worker_options.ok()) return worker_options.status();
+  kvo::WorkerOptions options = *std::move(worker_options);
   for (size_t i = 0; i < num_tensors; ++i) {
     const kvo_host_tensor& t = tensors[i];
     if (t.shm_name == nullptr) {
@@ -302,6 +333,12 @@ absl::StatusOr<kvo::JobRequest> JobRequestFor(kvo_worker* worker, uint64_t job_i
 
 extern "C" {
 
+void kvo_client_options_init(kvo_client_options* options) {
+  if (options == nullptr) return;
+  options->open_timeout_ms = absl::ToInt64Milliseconds(kvo::kDefaultOpenTimeout);
+  options->call_timeout_ms = absl::ToInt64Milliseconds(kvo::kDefaultCallTimeout);
+}
+
 void kvo_engine_spec_init(kvo_engine_spec* spec) {
   if (spec == nullptr) return;
   std::memset(spec, 0, sizeof(*spec));
@@ -330,17 +367,35 @@ int kvo_worker_connect_cuda(const char* socket_path, const kvo_engine_spec* spec
                             int32_t device, const kvo_cuda_tensor* tensors, size_t num_tensors,
                             size_t num_events, kvo_worker** worker_out, char* err,
                             size_t err_len) {
+  return kvo_worker_connect_cuda_options(socket_path, spec, mp_rank, device, tensors, num_tensors,
+                                         num_events, /*options=*/nullptr, worker_out, err,
+                                         err_len);
+}
+
+int kvo_worker_connect_cuda_options(const char* socket_path, const kvo_engine_spec* spec,
+                                    uint32_t mp_rank, int32_t device,
+                                    const kvo_cuda_tensor* tensors, size_t num_tensors,
+                                    size_t num_events, const kvo_client_options* options,
+                                    kvo_worker** worker_out, char* err, size_t err_len) {
   return Guarded(err, err_len, [&] {
     return ConnectCuda(socket_path, spec, mp_rank, device, tensors, num_tensors, num_events,
-                       worker_out);
+                       options, worker_out);
   });
 }
 
 int kvo_worker_connect_host(const char* socket_path, const kvo_engine_spec* spec, uint32_t mp_rank,
                             const kvo_host_tensor* tensors, size_t num_tensors,
                             kvo_worker** worker_out, char* err, size_t err_len) {
+  return kvo_worker_connect_host_options(socket_path, spec, mp_rank, tensors, num_tensors,
+                                         /*options=*/nullptr, worker_out, err, err_len);
+}
+
+int kvo_worker_connect_host_options(const char* socket_path, const kvo_engine_spec* spec,
+                                    uint32_t mp_rank, const kvo_host_tensor* tensors,
+                                    size_t num_tensors, const kvo_client_options* options,
+                                    kvo_worker** worker_out, char* err, size_t err_len) {
   return Guarded(err, err_len, [&] {
-    return ConnectHost(socket_path, spec, mp_rank, tensors, num_tensors, worker_out);
+    return ConnectHost(socket_path, spec, mp_rank, tensors, num_tensors, options, worker_out);
   });
 }
 
@@ -501,20 +556,30 @@ void kvo_worker_close(kvo_worker* worker) {
 int kvo_scheduler_open(const char* socket_path, const kvo_engine_spec* spec,
                        kvo_scheduler** scheduler_out, kvo_geometry* geometry_out, char* err,
                        size_t err_len) {
-  return kvo_scheduler_open_epoch(socket_path, spec, /*region_epoch=*/0, scheduler_out,
-                                  geometry_out, err, err_len);
+  return kvo_scheduler_open_options(socket_path, spec, /*region_epoch=*/0, /*options=*/nullptr,
+                                    scheduler_out, geometry_out, err, err_len);
 }
 
 int kvo_scheduler_open_epoch(const char* socket_path, const kvo_engine_spec* spec,
                              uint64_t region_epoch, kvo_scheduler** scheduler_out,
                              kvo_geometry* geometry_out, char* err, size_t err_len) {
+  return kvo_scheduler_open_options(socket_path, spec, region_epoch, /*options=*/nullptr,
+                                    scheduler_out, geometry_out, err, err_len);
+}
+
+int kvo_scheduler_open_options(const char* socket_path, const kvo_engine_spec* spec,
+                               uint64_t region_epoch, const kvo_client_options* options,
+                               kvo_scheduler** scheduler_out, kvo_geometry* geometry_out,
+                               char* err, size_t err_len) {
   return Guarded(err, err_len, [&] {
     if (absl::Status s = Required(socket_path, "socket_path"); !s.ok()) return s;
     if (absl::Status s = Required(scheduler_out, "scheduler_out"); !s.ok()) return s;
     absl::StatusOr<kvo::EngineSpec> cpp_spec = kvo::SpecFromC(spec);
     if (!cpp_spec.ok()) return cpp_spec.status();
+    absl::StatusOr<kvo::ClientOptions> client_options = OptionsFromC(options);
+    if (!client_options.ok()) return client_options.status();
     absl::StatusOr<std::unique_ptr<kvo::SchedulerClient>> client =
-        kvo::SchedulerClient::Open(socket_path, *cpp_spec, region_epoch);
+        kvo::SchedulerClient::Open(socket_path, *cpp_spec, region_epoch, *client_options);
     if (!client.ok()) return client.status();
     auto scheduler = std::make_unique<kvo_scheduler>();
     scheduler->client = std::move(*client);

@@ -10,6 +10,14 @@
  *    or err_len 0 when the caller wants no message. On success err receives "".
  *  - Nothing throws across this boundary. Pointers named *_out are written only on success unless
  *    said otherwise. Arrays of length 0 may be NULL.
+ *  - Deadlines: every call that talks to the daemon is bounded (kvo_client_options; defaults
+ *    KVO_DEFAULT_OPEN_TIMEOUT_MS for opening an engine or registering a worker, which may create
+ *    and pin the region, and KVO_DEFAULT_CALL_TIMEOUT_MS for every other call). The socket is
+ *    checked first: when no daemon listens, open/connect fail at once with KVO_UNAVAILABLE and a
+ *    message naming the socket path and the fix ("kvoffloadd is not running (no socket at
+ *    /run/kvoffload/kvoffload.sock): start it ..."), KVO_PERMISSION_DENIED naming the group to
+ *    join. A call over its deadline fails with KVO_DEADLINE_EXCEEDED naming the call, the socket
+ *    and the deadline. kvo_worker_wait takes its own timeout.
  *  - kvo_worker and kvo_scheduler handles are thread-safe: any function but *_close may be called
  *    on one handle from several threads at once. *_close ends the handle; the caller must make
  *    sure no other call on it is in flight. The library never installs logging sinks.
@@ -102,6 +110,20 @@ typedef struct kvo_engine_spec {
  * dcp = 1, executor MP, attention MHA, one KV group, one layer, blocks_per_row 1, the rest 0). */
 void kvo_engine_spec_init(kvo_engine_spec* spec);
 
+/* ---- Client options (deadlines) ------------------------------------------------------------ */
+#define KVO_DEFAULT_OPEN_TIMEOUT_MS 60000  /* OpenEngine, worker connect + registration */
+#define KVO_DEFAULT_CALL_TIMEOUT_MS 10000  /* each index call; each worker submit */
+
+typedef struct kvo_client_options {
+  int64_t open_timeout_ms;  /* > 0: kvo_scheduler_open_options, kvo_worker_connect_*_options */
+  int64_t call_timeout_ms;  /* > 0: every later call on the handle (a worker's submit: sending
+                               the part; a submit blocked that long ends the session) */
+} kvo_client_options;
+
+/* Fills the defaults (KVO_DEFAULT_OPEN_TIMEOUT_MS, KVO_DEFAULT_CALL_TIMEOUT_MS). The *_options
+ * functions take NULL for the defaults; a timeout <= 0 is INVALID_ARGUMENT. */
+void kvo_client_options_init(kvo_client_options* options);
+
 /* ---- Region geometry ------------------------------------------------------------------------ */
 typedef struct kvo_geometry {
   int32_t replicated;              /* single-copy MLA layout */
@@ -158,10 +180,22 @@ int kvo_worker_connect_cuda(const char* socket_path, const kvo_engine_spec* spec
                             int32_t device, const kvo_cuda_tensor* tensors, size_t num_tensors,
                             size_t num_events, kvo_worker** worker_out, char* err, size_t err_len);
 
+/* kvo_worker_connect_cuda with explicit deadlines (NULL = the defaults). */
+int kvo_worker_connect_cuda_options(const char* socket_path, const kvo_engine_spec* spec,
+                                    uint32_t mp_rank, int32_t device,
+                                    const kvo_cuda_tensor* tensors, size_t num_tensors,
+                                    size_t num_events, const kvo_client_options* options,
+                                    kvo_worker** worker_out, char* err, size_t err_len);
+
 /* Registers a host-backend worker (no CUDA involved; record/wait fail FAILED_PRECONDITION). */
 int kvo_worker_connect_host(const char* socket_path, const kvo_engine_spec* spec, uint32_t mp_rank,
                             const kvo_host_tensor* tensors, size_t num_tensors,
                             kvo_worker** worker_out, char* err, size_t err_len);
+/* kvo_worker_connect_host with explicit deadlines (NULL = the defaults). */
+int kvo_worker_connect_host_options(const char* socket_path, const kvo_engine_spec* spec,
+                                    uint32_t mp_rank, const kvo_host_tensor* tensors,
+                                    size_t num_tensors, const kvo_client_options* options,
+                                    kvo_worker** worker_out, char* err, size_t err_len);
 
 /* What the daemon answered at registration. (Like `struct stat`, the struct shares its name with
  * the function: write `struct kvo_worker_info`.) */
@@ -272,6 +306,12 @@ int kvo_scheduler_geometry(const kvo_scheduler* scheduler, kvo_geometry* geometr
 int kvo_scheduler_open_epoch(const char* socket_path, const kvo_engine_spec* spec,
                              uint64_t region_epoch, kvo_scheduler** scheduler_out,
                              kvo_geometry* geometry_out, char* err, size_t err_len);
+/* kvo_scheduler_open_epoch with explicit deadlines (NULL = the defaults): options->open_timeout_ms
+ * bounds this open, options->call_timeout_ms every later call on the handle. */
+int kvo_scheduler_open_options(const char* socket_path, const kvo_engine_spec* spec,
+                               uint64_t region_epoch, const kvo_client_options* options,
+                               kvo_scheduler** scheduler_out, kvo_geometry* geometry_out,
+                               char* err, size_t err_len);
 /* Identity of the engine's region (never 0); workers pass it to kvo_worker_submit_epoch. */
 int kvo_scheduler_region_epoch(const kvo_scheduler* scheduler, uint64_t* epoch_out, char* err,
                                size_t err_len);

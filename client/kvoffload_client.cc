@@ -3,6 +3,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <map>
 #include <thread>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/daemon_socket.h"
 #include "grpcpp/grpcpp.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
 #include "proto/spec_convert.h"
@@ -21,6 +23,83 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
+
+// A call's status; a deadline names the call, the socket and the deadline so that the caller
+// can tell a slow daemon from a dead one.
+absl::Status CallStatus(const grpc::Status& status, absl::string_view call,
+                        const std::string& socket_path, absl::Duration timeout) {
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        call, ": no answer from kvoffloadd at ", socket_path, " within ",
+        absl::FormatDuration(timeout), " (the client's deadline; ", status.error_message(), ")"));
+  }
+  return FromGrpcStatus(status);
+}
+
+absl::Status CheckTimeout(absl::Duration timeout, absl::string_view what) {
+  if (timeout <= absl::ZeroDuration() || timeout == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be positive and finite, got ", absl::FormatDuration(timeout)));
+  }
+  return absl::OkStatus();
+}
+
+std::chrono::system_clock::time_point After(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+
+// Cancels a call whose current operation outlives its deadline: gRPC's synchronous streams have
+// no deadline per message, only per call. One thread; Arm and Disarm are cheap. Thread-safe.
+class Watchdog {
+ public:
+  explicit Watchdog(grpc::ClientContext* context)
+      : context_(context), thread_([this] { Run(); }) {}
+  ~Watchdog() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void Arm(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    deadline_ = deadline;
+  }
+  // True when a deadline passed and the call was cancelled (ever, on this call).
+  bool Disarm() {
+    absl::MutexLock lock(&mu_);
+    deadline_ = absl::InfiniteFuture();
+    return fired_;
+  }
+
+ private:
+  void Run() {
+    absl::MutexLock lock(&mu_);
+    while (!stop_) {
+      const absl::Time deadline = deadline_;
+      auto changed = [this, deadline]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return stop_ || deadline_ != deadline;
+      };
+      if (deadline == absl::InfiniteFuture()) {
+        mu_.Await(absl::Condition(&changed));
+      } else if (!mu_.AwaitWithDeadline(absl::Condition(&changed), deadline)) {
+        fired_ = true;
+        deadline_ = absl::InfiniteFuture();
+        context_->TryCancel();
+      }
+    }
+  }
+
+  grpc::ClientContext* const context_;
+  absl::Mutex mu_;
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool fired_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the fields above exist
+};
 
 std::shared_ptr<grpc::Channel> Dial(const std::string& socket_path) {
   grpc::ChannelArguments args;
@@ -48,7 +127,11 @@ struct WorkerClient::Impl {
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::DaemonMessage>> stream;
   WorkerRegistration registration;
+  std::string socket_path;
+  absl::Duration call_timeout;
   std::thread reader;
+  // Declared after `context`, so destroyed (its thread joined) before it.
+  std::unique_ptr<Watchdog> watchdog;
 
   absl::Mutex write_mu;  // one writer at a time on the stream; Finish excludes writers
   bool stream_finished ABSL_GUARDED_BY(write_mu) = false;
@@ -96,11 +179,23 @@ struct WorkerClient::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(const WorkerOptions& options) {
+  if (absl::Status s = CheckTimeout(options.connect_timeout, "WorkerOptions.connect_timeout");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckTimeout(options.call_timeout, "WorkerOptions.call_timeout"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckDaemonSocket(options.socket_path); !s.ok()) return s;
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
   auto impl = std::make_unique<Impl>();
+  impl->socket_path = options.socket_path;
+  impl->call_timeout = options.call_timeout;
   impl->channel = Dial(options.socket_path);
-  if (!impl->channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(5)))) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to kvoffloadd at ", options.socket_path));
+  if (!impl->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "cannot connect to kvoffloadd at ", options.socket_path, " within ",
+        absl::FormatDuration(options.connect_timeout), " (WorkerOptions.connect_timeout)"));
   }
   impl->stub = v1::Worker::NewStub(impl->channel);
   impl->stream = impl->stub->Session(&impl->context);
@@ -123,13 +218,30 @@ absl::StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(const Worker
   for (const std::string& h : options.event_handles) reg->add_event_handles(h);
   reg->set_pid(static_cast<uint32_t>(getpid()));
   reg->set_region_epoch(options.region_epoch);
+  // Registration (which may create the region) is bounded by what is left of connect_timeout.
+  impl->watchdog = std::make_unique<Watchdog>(&impl->context);
+  impl->watchdog->Arm(deadline);
+  auto registration_failed = [&](absl::Status status) {
+    if (impl->watchdog->Disarm()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "kvoffloadd at ", options.socket_path, " did not answer the registration within ",
+          absl::FormatDuration(options.connect_timeout), " (WorkerOptions.connect_timeout)"));
+    }
+    return status;
+  };
   if (!impl->stream->Write(first)) {
-    return FromGrpcStatus(impl->stream->Finish());
+    return registration_failed(FromGrpcStatus(impl->stream->Finish()));
   }
   v1::DaemonMessage reply;
   if (!impl->stream->Read(&reply)) {
     absl::Status status = FromGrpcStatus(impl->stream->Finish());
-    return status.ok() ? absl::UnavailableError("kvoffloadd ended the session") : status;
+    return registration_failed(
+        status.ok() ? absl::UnavailableError("kvoffloadd ended the session") : status);
+  }
+  if (impl->watchdog->Disarm()) {
+    impl->context.TryCancel();
+    impl->stream->Finish();
+    return registration_failed(absl::OkStatus());
   }
   if (!reply.has_registered()) {
     impl->context.TryCancel();
@@ -151,7 +263,11 @@ WorkerClient::WorkerClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 WorkerClient::~WorkerClient() {
   {
     absl::MutexLock lock(&impl_->write_mu);
-    if (!impl_->stream_finished) impl_->stream->WritesDone();
+    if (!impl_->stream_finished) {
+      impl_->watchdog->Arm(absl::Now() + impl_->call_timeout);
+      impl_->stream->WritesDone();
+      impl_->watchdog->Disarm();
+    }
   }
   impl_->context.TryCancel();
   impl_->reader.join();
@@ -180,9 +296,15 @@ absl::Status WorkerClient::Submit(const JobRequest& job) {
     absl::MutexLock state(&impl_->mu);
     return impl_->session_status;
   }
-  if (!impl_->stream->Write(message)) {
-    return absl::UnavailableError("the session with kvoffloadd has ended");
+  impl_->watchdog->Arm(absl::Now() + impl_->call_timeout);
+  const bool written = impl_->stream->Write(message);
+  if (impl_->watchdog->Disarm()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "job ", job.job_id, ": kvoffloadd at ", impl_->socket_path, " took no message for ",
+        absl::FormatDuration(impl_->call_timeout),
+        " (WorkerOptions.call_timeout); the session was ended"));
   }
+  if (!written) return absl::UnavailableError("the session with kvoffloadd has ended");
   return absl::OkStatus();
 }
 
@@ -221,6 +343,8 @@ absl::Status WorkerClient::session_status() const {
 
 struct SchedulerClient::Impl {
   std::unique_ptr<v1::Engine::Stub> stub;
+  std::string socket_path;
+  ClientOptions options;
   EngineSpec spec;
   RegionGeometry geometry;
   bool created = false;
@@ -233,22 +357,46 @@ struct SchedulerClient::Impl {
     for (const std::string& k : keys) request.add_keys(k);
     return request;
   }
+
+  // A context bounded by call_timeout.
+  std::unique_ptr<grpc::ClientContext> Context() const {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(After(options.call_timeout));
+    return context;
+  }
+
+  absl::Status Status(const grpc::Status& status, absl::string_view call) const {
+    return CallStatus(status, call, socket_path, options.call_timeout);
+  }
 };
 
 absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
-    const std::string& socket_path, const EngineSpec& spec, uint64_t region_epoch) {
+    const std::string& socket_path, const EngineSpec& spec, uint64_t region_epoch,
+    const ClientOptions& options) {
+  if (absl::Status s = CheckTimeout(options.open_timeout, "ClientOptions.open_timeout"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckTimeout(options.call_timeout, "ClientOptions.call_timeout"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckDaemonSocket(socket_path); !s.ok()) return s;
   auto impl = std::make_unique<Impl>();
   impl->stub = v1::Engine::NewStub(Dial(socket_path));
+  impl->socket_path = socket_path;
+  impl->options = options;
   impl->spec = spec;
   v1::OpenEngineRequest request;
   SpecToProto(spec, request.mutable_spec());
   request.set_region_epoch(region_epoch);
   v1::OpenEngineResponse response;
   grpc::ClientContext context;
-  context.set_wait_for_ready(true);
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  context.set_wait_for_ready(true);  // the socket exists: the daemon may still be starting
+  context.set_deadline(After(options.open_timeout));
   grpc::Status status = impl->stub->OpenEngine(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) {
+    return CallStatus(status, "OpenEngine (ClientOptions.open_timeout)", socket_path,
+                      options.open_timeout);
+  }
   impl->geometry = FromProto(response.geometry());
   impl->created = response.created();
   impl->region_epoch = response.region_epoch();
@@ -264,10 +412,9 @@ uint64_t SchedulerClient::region_epoch() const { return impl_->region_epoch; }
 
 absl::StatusOr<std::vector<KeyState>> SchedulerClient::Lookup(
     const std::vector<std::string>& keys) {
-  grpc::ClientContext context;
   v1::LookupResponse response;
-  grpc::Status status = impl_->stub->Lookup(&context, impl_->Keys(keys), &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  grpc::Status status = impl_->stub->Lookup(impl_->Context().get(), impl_->Keys(keys), &response);
+  if (!status.ok()) return impl_->Status(status, "Lookup");
   std::vector<KeyState> out;
   for (int s : response.states()) {
     out.push_back(s == v1::KEY_STATE_HIT           ? KeyState::kHit
@@ -278,10 +425,10 @@ absl::StatusOr<std::vector<KeyState>> SchedulerClient::Lookup(
 }
 
 absl::StatusOr<PreparedStore> SchedulerClient::PrepareStore(const std::vector<std::string>& keys) {
-  grpc::ClientContext context;
   v1::PrepareStoreResponse response;
-  grpc::Status status = impl_->stub->PrepareStore(&context, impl_->Keys(keys), &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  grpc::Status status =
+      impl_->stub->PrepareStore(impl_->Context().get(), impl_->Keys(keys), &response);
+  if (!status.ok()) return impl_->Status(status, "PrepareStore");
   PreparedStore out;
   out.keys.assign(response.keys().begin(), response.keys().end());
   out.rows.assign(response.rows().begin(), response.rows().end());
@@ -295,30 +442,31 @@ absl::Status SchedulerClient::CompleteStore(const std::vector<std::string>& keys
   request.set_dp_rank(impl_->spec.dp_rank);
   for (const std::string& k : keys) request.add_keys(k);
   request.set_success(success);
-  grpc::ClientContext context;
   v1::Empty response;
-  return FromGrpcStatus(impl_->stub->CompleteStore(&context, request, &response));
+  return impl_->Status(impl_->stub->CompleteStore(impl_->Context().get(), request, &response),
+                       "CompleteStore");
 }
 
 absl::StatusOr<std::vector<uint64_t>> SchedulerClient::PrepareLoad(
     const std::vector<std::string>& keys) {
-  grpc::ClientContext context;
   v1::PrepareLoadResponse response;
-  grpc::Status status = impl_->stub->PrepareLoad(&context, impl_->Keys(keys), &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  grpc::Status status =
+      impl_->stub->PrepareLoad(impl_->Context().get(), impl_->Keys(keys), &response);
+  if (!status.ok()) return impl_->Status(status, "PrepareLoad");
   return std::vector<uint64_t>(response.rows().begin(), response.rows().end());
 }
 
 absl::Status SchedulerClient::CompleteLoad(const std::vector<std::string>& keys) {
-  grpc::ClientContext context;
   v1::Empty response;
-  return FromGrpcStatus(impl_->stub->CompleteLoad(&context, impl_->Keys(keys), &response));
+  return impl_->Status(
+      impl_->stub->CompleteLoad(impl_->Context().get(), impl_->Keys(keys), &response),
+      "CompleteLoad");
 }
 
 absl::Status SchedulerClient::Touch(const std::vector<std::string>& keys) {
-  grpc::ClientContext context;
   v1::Empty response;
-  return FromGrpcStatus(impl_->stub->Touch(&context, impl_->Keys(keys), &response));
+  return impl_->Status(impl_->stub->Touch(impl_->Context().get(), impl_->Keys(keys), &response),
+                       "Touch");
 }
 
 }  // namespace kvoffload::client

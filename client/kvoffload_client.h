@@ -12,6 +12,12 @@
 //   RETURN_IF_ERROR(worker->Submit({.job_id = 7, .direction = Direction::kStore,
 //                                   .gpu_blocks = {3, 9}, .rows = store.rows}));
 //   ASSIGN_OR_RETURN(FinishedJob done, worker->WaitFinished(7, absl::Seconds(5)));
+//
+// Deadlines: every call that talks to the daemon is bounded. The socket is checked first
+// (CheckDaemonSocket), so a missing daemon fails at once with UNAVAILABLE naming the path and
+// the fix; opening an engine or registering a worker (which may create and pin a region) gets
+// `open_timeout`, every other call `call_timeout` (ClientOptions, WorkerOptions); a call over its
+// deadline fails with DEADLINE_EXCEEDED naming the call, the socket and the deadline.
 #ifndef KVOFFLOAD_CLIENT_KVOFFLOAD_CLIENT_H_
 #define KVOFFLOAD_CLIENT_KVOFFLOAD_CLIENT_H_
 
@@ -29,6 +35,18 @@
 namespace kvoffload::client {
 
 using common::EngineSpec;
+
+// Defaults of the deadlines below (docs/clients.md).
+inline constexpr absl::Duration kDefaultOpenTimeout = absl::Seconds(60);
+inline constexpr absl::Duration kDefaultCallTimeout = absl::Seconds(10);
+
+// How long the scheduler's calls may take.
+struct ClientOptions {
+  // OpenEngine: creating a region allocates and pins it (about 0.1 s/GB on a cold node).
+  absl::Duration open_timeout = kDefaultOpenTimeout;
+  // Every index call (Lookup, PrepareStore, CompleteStore, PrepareLoad, CompleteLoad, Touch).
+  absl::Duration call_timeout = kDefaultCallTimeout;
+};
 
 // The geometry the daemon reports for an engine, with the daemon's layout fingerprint.
 struct RegionGeometry : common::Geometry {
@@ -54,7 +72,11 @@ struct WorkerOptions {
   std::string device_uuid;  // 16 raw bytes of the CUDA device UUID, or empty
   std::vector<TensorHandle> tensors;
   std::vector<std::string> event_handles;              // cudaIpcEventHandle_t bytes each
-  absl::Duration connect_timeout = absl::Seconds(30);  // includes region creation
+  // Checking the socket, connecting and registering (which may create the region).
+  absl::Duration connect_timeout = kDefaultOpenTimeout;
+  // One Submit: sending the part to the daemon. A Submit still blocked after this long (the
+  // daemon stopped reading the session) ends the session; it returns DEADLINE_EXCEEDED.
+  absl::Duration call_timeout = kDefaultCallTimeout;
   // The region this worker (or its scheduler) used before, e.g. after a reconnect; 0 = none.
   // Non-zero: registration is refused (FAILED_PRECONDITION naming both epochs, nothing created)
   // unless the engine still has that very region.
@@ -111,8 +133,9 @@ class WorkerClient {
 
   const WorkerRegistration& registration() const;
 
-  // Sends this worker's part of a job. Returns an error only when the session is gone; the
-  // daemon's verdict arrives as a FinishedJob (a refused part finishes with its error code).
+  // Sends this worker's part of a job. Returns an error only when the session is gone (or
+  // DEADLINE_EXCEEDED after WorkerOptions::call_timeout, which ends it); the daemon's verdict
+  // arrives as a FinishedJob (a refused part finishes with its error code).
   absl::Status Submit(const JobRequest& job);
 
   // Returns and forgets every finished job received so far (non-blocking).
@@ -143,9 +166,10 @@ class SchedulerClient {
   // OpenEngine: creates the engine's region or joins it (idempotent). A non-zero
   // `region_epoch` (from an earlier region_epoch()) requires that very region: FAILED_PRECONDITION
   // naming both epochs, and nothing created, when it was dropped or re-created since.
-  static absl::StatusOr<std::unique_ptr<SchedulerClient>> Open(const std::string& socket_path,
-                                                               const EngineSpec& spec,
-                                                               uint64_t region_epoch = 0);
+  // UNAVAILABLE at once when no daemon listens on `socket_path` (CheckDaemonSocket).
+  static absl::StatusOr<std::unique_ptr<SchedulerClient>> Open(
+      const std::string& socket_path, const EngineSpec& spec, uint64_t region_epoch = 0,
+      const ClientOptions& options = ClientOptions());
   ~SchedulerClient();
   SchedulerClient(const SchedulerClient&) = delete;
   SchedulerClient& operator=(const SchedulerClient&) = delete;

@@ -16,6 +16,10 @@ static int failures = 0;
 
 int main(void) {
   char err[16];
+  char message[512];
+  kvo_client_options options;
+  kvo_scheduler* scheduler = NULL;
+  kvo_worker* worker = NULL;
   kvo_engine_spec spec;
   struct kvo_worker_info info;
   kvo_finished finished;
@@ -41,6 +45,26 @@ int main(void) {
   spec.engine_id = NULL;
   CHECK(kvo_worker_connect_host("/nonexistent.sock", &spec, 0, NULL, 0, NULL, err, sizeof err) ==
         KVO_INVALID_ARGUMENT);
+
+  /* Deadlines: defaults, a bad value refused, a missing daemon reported at once with its path. */
+  kvo_client_options_init(&options);
+  CHECK(options.open_timeout_ms == KVO_DEFAULT_OPEN_TIMEOUT_MS);
+  CHECK(options.call_timeout_ms == KVO_DEFAULT_CALL_TIMEOUT_MS);
+  kvo_engine_spec_init(&spec);
+  options.call_timeout_ms = 0;
+  CHECK(kvo_scheduler_open_options("/nonexistent/kvo.sock", &spec, 0, &options, &scheduler, NULL,
+                                   message, sizeof message) == KVO_INVALID_ARGUMENT);
+  CHECK(strstr(message, "call_timeout_ms") != NULL);
+  options.call_timeout_ms = 1;
+  CHECK(kvo_scheduler_open_options("/nonexistent/kvo.sock", &spec, 0, &options, &scheduler, NULL,
+                                   message, sizeof message) == KVO_UNAVAILABLE);
+  CHECK(strstr(message, "kvoffloadd is not running (no socket at /nonexistent/kvo.sock)") != NULL);
+  CHECK(scheduler == NULL);
+  CHECK(kvo_worker_connect_host_options("/nonexistent/kvo.sock", &spec, 0, NULL, 0, NULL,
+                                        &worker, message, sizeof message) ==
+        KVO_UNAVAILABLE);
+  CHECK(worker == NULL);
+
   kvo_worker_close(NULL);
   kvo_scheduler_close(NULL);
 

@@ -2,12 +2,14 @@
 
 The shared library libkvoffload_c.so is loaded on first use, from $KVOFFLOAD_LIB, the package
 directory, /usr/local/lib, or the repository's bazel-bin/client (in that order); importing the
-package never needs it. See README.md for how an engine's KV connector uses the API.
+package never needs it. See README.md for how an engine's KV connector uses the API;
+kvoffload.vllm is the OffloadingSpec for vLLM's OffloadingConnector (it imports vLLM only when
+used).
 """
 
-from .client import (EngineSpec, FinishedJob, Geometry, KeyState, KvoffloadError,
-                     PreparedStore, Scheduler, StatusCode, Worker, WorkerInfo, code_name,
-                     version)
+from .client import (DEFAULT_CALL_TIMEOUT_S, DEFAULT_OPEN_TIMEOUT_S, EngineSpec, FinishedJob,
+                     Geometry, KeyState, KvoffloadError, PreparedStore, Scheduler, StatusCode,
+                     Worker, WorkerInfo, code_name, version)
 from .host import HostAllocation, HostTensor
 from .tensors import TensorView, kv_tensor_views
 from ._native import LibraryNotFoundError
@@ -15,7 +17,8 @@ from ._native import LibraryNotFoundError
 __version__ = "0.1.0"
 
 __all__ = [
-    "EngineSpec", "FinishedJob", "Geometry", "HostAllocation", "HostTensor", "KeyState",
-    "KvoffloadError", "LibraryNotFoundError", "PreparedStore", "Scheduler", "StatusCode",
+    "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_OPEN_TIMEOUT_S", "EngineSpec", "FinishedJob", "Geometry",
+    "HostAllocation", "HostTensor", "KeyState", "KvoffloadError", "LibraryNotFoundError",
+    "PreparedStore", "Scheduler", "StatusCode",
     "TensorView", "Worker", "WorkerInfo", "code_name", "kv_tensor_views", "version",
 ]

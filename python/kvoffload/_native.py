@@ -45,6 +45,13 @@ class c_engine_spec(ctypes.Structure):
     ]
 
 
+class c_client_options(ctypes.Structure):
+    _fields_ = [
+        ("open_timeout_ms", ctypes.c_int64),
+        ("call_timeout_ms", ctypes.c_int64),
+    ]
+
+
 class c_geometry(ctypes.Structure):
     _fields_ = [
         ("replicated", ctypes.c_int32),
@@ -130,6 +137,16 @@ _PROTOTYPES = {
     "kvo_worker_connect_host": (ctypes.c_int, [
         ctypes.c_char_p, _P(c_engine_spec), ctypes.c_uint32, _P(c_host_tensor), ctypes.c_size_t,
         _P(_handle)] + _err),
+    "kvo_client_options_init": (None, [_P(c_client_options)]),
+    "kvo_worker_connect_cuda_options": (ctypes.c_int, [
+        ctypes.c_char_p, _P(c_engine_spec), ctypes.c_uint32, ctypes.c_int32, _P(c_cuda_tensor),
+        ctypes.c_size_t, ctypes.c_size_t, _P(c_client_options), _P(_handle)] + _err),
+    "kvo_worker_connect_host_options": (ctypes.c_int, [
+        ctypes.c_char_p, _P(c_engine_spec), ctypes.c_uint32, _P(c_host_tensor), ctypes.c_size_t,
+        _P(c_client_options), _P(_handle)] + _err),
+    "kvo_scheduler_open_options": (ctypes.c_int, [
+        ctypes.c_char_p, _P(c_engine_spec), ctypes.c_uint64, _P(c_client_options), _P(_handle),
+        _P(c_geometry)] + _err),
     "kvo_worker_info": (ctypes.c_int, [_handle, _P(c_worker_info)] + _err),
     "kvo_worker_submit": (ctypes.c_int, [
         _handle, ctypes.c_uint64, ctypes.c_int32, _P(ctypes.c_uint64), ctypes.c_size_t,

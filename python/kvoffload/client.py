@@ -1,5 +1,12 @@
 """Worker and scheduler handles over the kvoffload C ABI (client/kvoffload_c.h).
 
+Deadlines: every call that talks to the daemon is bounded. Opening an engine or registering a
+worker (which may create and pin the region) gets `open_timeout_s` (default
+DEFAULT_OPEN_TIMEOUT_S), every later call on the handle `call_timeout_s` (default
+DEFAULT_CALL_TIMEOUT_S); over it, KvoffloadError DEADLINE_EXCEEDED naming the call, the socket
+and the deadline. When no daemon listens on the socket, open/connect fail at once with
+UNAVAILABLE ("kvoffloadd is not running (no socket at PATH): start it ...").
+
 Thread-safety: a Worker or Scheduler may be used from several threads at once (the C calls
 release the GIL); close() must not race other calls on the same handle.
 """
@@ -60,6 +67,22 @@ class KeyState(enum.IntEnum):
     MISS = 0
     HIT = 1
     HIT_PENDING = 2
+
+
+DEFAULT_OPEN_TIMEOUT_S = 60.0  # KVO_DEFAULT_OPEN_TIMEOUT_MS
+DEFAULT_CALL_TIMEOUT_S = 10.0  # KVO_DEFAULT_CALL_TIMEOUT_MS
+
+
+def _client_options(open_timeout_s, call_timeout_s):
+    """kvo_client_options from seconds (None = the default). Raises ValueError unless > 0."""
+    options = _native.c_client_options()
+    for name, value, default in (("open_timeout_s", open_timeout_s, DEFAULT_OPEN_TIMEOUT_S),
+                                 ("call_timeout_s", call_timeout_s, DEFAULT_CALL_TIMEOUT_S)):
+        value = default if value is None else float(value)
+        if not value > 0 or value == float("inf"):
+            raise ValueError("%s must be a positive number of seconds, got %r" % (name, value))
+        setattr(options, name.replace("_s", "_ms"), max(1, int(round(value * 1000))))
+    return options
 
 
 EXECUTORS = {"uni": 0, "mp": 1, "ray": 2, "external": 3}
@@ -290,12 +313,16 @@ class Worker(_Handle):
     @classmethod
     def connect_cuda(cls, socket_path: str, spec: EngineSpec, mp_rank: int, tensors,
                      device: Optional[int] = None, num_events: int = 8,
-                     num_blocks: Optional[int] = None) -> "Worker":
+                     num_blocks: Optional[int] = None, open_timeout_s: Optional[float] = None,
+                     call_timeout_s: Optional[float] = None) -> "Worker":
         """Registers CUDA KV tensors: torch tensors (see kv_tensor_views for the layout rules;
         num_blocks disambiguates the block dim), a dict of them, TensorViews or
         (data_ptr, num_blocks, block_stride_bytes, page_bytes) tuples. device None = the
-        tensors' device. num_events: interprocess CUDA events for record_event / wait_event."""
+        tensors' device. num_events: interprocess CUDA events for record_event / wait_event.
+        open_timeout_s bounds connecting and registering, call_timeout_s each submit (module
+        docstring)."""
         lib = _native.library()
+        options = _client_options(open_timeout_s, call_timeout_s)
         views = as_views(tensors, num_blocks=num_blocks)
         c_tensors = (_native.c_cuda_tensor * max(1, len(views)))()
         for i, v in enumerate(views):
@@ -304,20 +331,24 @@ class Worker(_Handle):
         c_spec, keep = spec._to_c()
         handle = ctypes.c_void_p()
         err = _err_buffer()
-        code = lib.kvo_worker_connect_cuda(
+        code = lib.kvo_worker_connect_cuda_options(
             socket_path.encode(), ctypes.byref(c_spec), mp_rank,
             -1 if device is None else int(device), c_tensors, len(views), num_events,
-            ctypes.byref(handle), err, len(err))
+            ctypes.byref(options), ctypes.byref(handle), err, len(err))
         del keep
         _raise_for(code, err)
         return cls(handle, lib)
 
     @classmethod
     def connect_host(cls, socket_path: str, spec: EngineSpec, mp_rank: int,
-                     tensors: Sequence[Union[HostTensor, tuple]]) -> "Worker":
+                     tensors: Sequence[Union[HostTensor, tuple]],
+                     open_timeout_s: Optional[float] = None,
+                     call_timeout_s: Optional[float] = None) -> "Worker":
         """Registers host-backend tensors: HostTensor or (shm_name, allocation_bytes, offset,
-        num_blocks, block_stride_bytes, page_bytes) tuples (see kvoffload.host)."""
+        num_blocks, block_stride_bytes, page_bytes) tuples (see kvoffload.host). Deadlines as
+        for connect_cuda."""
         lib = _native.library()
+        options = _client_options(open_timeout_s, call_timeout_s)
         tensors = [HostTensor(*t) for t in tensors]
         names = [t.shm_name.encode() for t in tensors]
         c_tensors = (_native.c_host_tensor * max(1, len(tensors)))()
@@ -327,9 +358,9 @@ class Worker(_Handle):
         c_spec, keep = spec._to_c()
         handle = ctypes.c_void_p()
         err = _err_buffer()
-        code = lib.kvo_worker_connect_host(socket_path.encode(), ctypes.byref(c_spec), mp_rank,
-                                           c_tensors, len(tensors), ctypes.byref(handle), err,
-                                           len(err))
+        code = lib.kvo_worker_connect_host_options(
+            socket_path.encode(), ctypes.byref(c_spec), mp_rank, c_tensors, len(tensors),
+            ctypes.byref(options), ctypes.byref(handle), err, len(err))
         del keep, names
         _raise_for(code, err)
         return cls(handle, lib)
@@ -467,18 +498,24 @@ class Scheduler(_Handle):
         self._evicted_buf = None  # grown as needed, guarded by _evicted_lock
 
     @classmethod
-    def open(cls, socket_path: str, spec: EngineSpec, region_epoch: int = 0) -> "Scheduler":
+    def open(cls, socket_path: str, spec: EngineSpec, region_epoch: int = 0,
+             open_timeout_s: Optional[float] = None,
+             call_timeout_s: Optional[float] = None) -> "Scheduler":
         """OpenEngine: creates the engine's region or joins it (idempotent). A non-zero
         region_epoch (an earlier Scheduler.region_epoch) requires that very region:
-        FAILED_PRECONDITION naming both epochs, and nothing created, when it is gone."""
+        FAILED_PRECONDITION naming both epochs, and nothing created, when it is gone.
+        open_timeout_s bounds this call, call_timeout_s every later call on the handle
+        (module docstring); UNAVAILABLE at once when no daemon listens on socket_path."""
         lib = _native.library()
+        options = _client_options(open_timeout_s, call_timeout_s)
         c_spec, keep = spec._to_c()
         handle = ctypes.c_void_p()
         geometry = _native.c_geometry()
         err = _err_buffer()
-        code = lib.kvo_scheduler_open_epoch(socket_path.encode(), ctypes.byref(c_spec),
-                                            region_epoch, ctypes.byref(handle),
-                                            ctypes.byref(geometry), err, len(err))
+        code = lib.kvo_scheduler_open_options(socket_path.encode(), ctypes.byref(c_spec),
+                                              region_epoch, ctypes.byref(options),
+                                              ctypes.byref(handle), ctypes.byref(geometry), err,
+                                              len(err))
         del keep
         _raise_for(code, err)
         scheduler = cls(handle, lib)

@@ -41,6 +41,9 @@ assert site.startswith(sys.prefix), (kvoffload.__file__, sys.prefix)
 print("imported", kvoffload.__file__)
 print("version", kvoffload.version(), "from", kvoffload._native.library().kvoffload_path)
 spec = kvoffload.EngineSpec(engine_id="pip", page_bytes=4096, budget_bytes=1 << 20)
+import kvoffload.vllm
+assert kvoffload.vllm.__file__.startswith(sys.prefix), kvoffload.vllm.__file__
+print("kvoffload.vllm for vLLM", kvoffload.vllm.PINNED_VLLM_VERSION)
 '
 env -u PYTHONPATH KVOFFLOAD_LIB="$lib" "$work/venv/bin/python" -c "$check"
 

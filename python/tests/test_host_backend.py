@@ -33,9 +33,10 @@ def daemon_binary():
 
 
 class Daemon:
-    """kvoffloadd --backend=host on a temporary runtime dir; stop() ends it."""
+    """kvoffloadd --backend=host on a temporary runtime dir; stop() ends it, restart() starts a
+    new one on the same sockets."""
 
-    def __init__(self):
+    def __init__(self, extra_args=()):
         binary = daemon_binary()
         if not os.access(binary, os.X_OK):
             if os.environ.get("KVOFFLOAD_DAEMON"):
@@ -43,10 +44,13 @@ class Daemon:
             raise unittest.SkipTest("no daemon binary at %s (bazel build //daemon:kvoffloadd)" %
                                     binary)
         self.dir = tempfile.mkdtemp(prefix="kvo-py-", dir="/tmp")  # short: socket paths
-        self.proc = subprocess.Popen(
-            [binary, "--backend=host", "--runtime_dir=" + self.dir, "--metrics_address=",
-             "--max_region_bytes=256MiB", "--populate_threads=2", "--log_level=warn"],
-            stdin=subprocess.DEVNULL)
+        self.args = [binary, "--backend=host", "--runtime_dir=" + self.dir, "--metrics_address=",
+                     "--max_region_bytes=256MiB", "--populate_threads=2",
+                     "--log_level=warn"] + list(extra_args)
+        self._start()
+
+    def _start(self):
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while not (os.path.exists(self.data_socket) and
                    os.path.exists(os.path.join(self.dir, "admin.sock"))):
@@ -62,7 +66,7 @@ class Daemon:
     def data_socket(self):
         return os.path.join(self.dir, "kvoffload.sock")
 
-    def stop(self):
+    def _end(self):
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -70,6 +74,19 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def restart(self):
+        """A new daemon on the same runtime dir (every engine and session of the old one gone)."""
+        self._end()
+        for name in ("kvoffload.sock", "admin.sock"):
+            try:
+                os.unlink(os.path.join(self.dir, name))
+            except FileNotFoundError:
+                pass
+        self._start()
+
+    def stop(self):
+        self._end()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

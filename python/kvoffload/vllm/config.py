@@ -1,0 +1,222 @@
+"""kvoffload's EngineSpec and connector settings from a vLLM config (no vLLM import: the
+config objects are read by attribute, so this module is tested without vLLM).
+
+Every process of one engine (the scheduler and each worker) derives the same EngineSpec from
+the same vllm_config; the daemon refuses a process whose spec differs, with both in the message.
+
+kv_connector_extra_config keys (all optional but the budget):
+
+  cpu_bytes_to_use | budget_bytes   host memory for this engine replica on this node (an int,
+                                    or a string with a unit: "64GiB", "500GB")
+  engine_id                         the region's name (default: kv_transfer_config.engine_id);
+                                    a fixed name lets a restarted engine find its cached KV
+  socket_path                       kvoffloadd's data socket (default $KVOFFLOAD_SOCKET, else
+                                    /run/kvoffload/kvoffload.sock)
+  local_world_size                  ranks of this replica on this node (default: world_size /
+                                    nnodes for the mp executor, 1 for uni; required for ray and
+                                    external_launcher with world_size > 1). A replica must run
+                                    on one node (the daemon's index serves one node).
+  executor                          override of parallel_config.distributed_executor_backend
+  open_timeout_s, call_timeout_s    client deadlines (kvoffload.DEFAULT_*_TIMEOUT_S)
+  wait_timeout_s                    bound of OffloadingHandler.wait (default 120)
+  num_events                        CUDA interprocess events per worker (default 64)
+"""
+
+import dataclasses
+import os
+import re
+
+from ..client import (DEFAULT_CALL_TIMEOUT_S, DEFAULT_OPEN_TIMEOUT_S, EngineSpec,
+                      KvoffloadError, StatusCode)
+
+DEFAULT_SOCKET = "/run/kvoffload/kvoffload.sock"
+ENV_SOCKET = "KVOFFLOAD_SOCKET"
+
+_EXECUTORS = {None: None, "uni": "uni", "mp": "mp", "ray": "ray", "external_launcher": "external",
+              "external": "external"}
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How the connector reaches the daemon."""
+    socket_path: str
+    open_timeout_s: float
+    call_timeout_s: float
+    wait_timeout_s: float
+    num_events: int
+
+
+def config_error(message):
+    """A configuration mistake: INVALID_ARGUMENT naming the kv_connector_extra_config key."""
+    return KvoffloadError(StatusCode.INVALID_ARGUMENT, "kvoffload.vllm: " + message)
+
+
+def parse_bytes(value, key):
+    """An int, or a string such as "64GiB" / "500 GB" / "1e9"."""
+    if isinstance(value, bool):
+        raise config_error("%s must be a byte count, got %r" % (key, value))
+    if isinstance(value, (int, float)):
+        number = value
+    else:
+        m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", str(value))
+        unit = m.group(2).lower() if m else None
+        if not m or unit not in _UNITS:
+            raise config_error("%s=%r is not a byte count (e.g. 68719476736 or \"64GiB\")" %
+                               (key, value))
+        try:
+            number = float(m.group(1)) * _UNITS[unit]
+        except ValueError:
+            raise config_error("%s=%r is not a byte count" % (key, value)) from None
+    if number != int(number) or number <= 0:
+        raise config_error("%s=%r must be a positive whole number of bytes" % (key, value))
+    return int(number)
+
+
+def _positive(extra, key, default, kind=float):
+    value = extra.get(key, default)
+    try:
+        value = kind(value)
+    except (TypeError, ValueError):
+        raise config_error("%s=%r is not a number" % (key, value)) from None
+    if not value > 0:
+        raise config_error("%s=%r must be > 0" % (key, value))
+    return value
+
+
+def settings(extra):
+    return Settings(
+        socket_path=str(extra.get("socket_path") or os.environ.get(ENV_SOCKET) or
+                        DEFAULT_SOCKET),
+        open_timeout_s=_positive(extra, "open_timeout_s", DEFAULT_OPEN_TIMEOUT_S),
+        call_timeout_s=_positive(extra, "call_timeout_s", DEFAULT_CALL_TIMEOUT_S),
+        wait_timeout_s=_positive(extra, "wait_timeout_s", 120.0),
+        num_events=_positive(extra, "num_events", 64, int))
+
+
+def _executor(parallel, extra):
+    if "executor" in extra:
+        name = str(extra["executor"])
+    else:
+        backend = getattr(parallel, "distributed_executor_backend", None)
+        if backend is not None and not isinstance(backend, str):
+            name = "external"  # an Executor class: the launcher is not one vLLM knows
+        else:
+            name = backend
+    if name not in _EXECUTORS:
+        raise config_error("executor %r is not one of uni, mp, ray, external_launcher" % name)
+    executor = _EXECUTORS[name]
+    if executor is None:
+        executor = "uni" if getattr(parallel, "world_size", 1) == 1 else "mp"
+    return executor
+
+
+def _local_world_size(parallel, extra, executor, world_size):
+    if "local_world_size" in extra:
+        return _positive(extra, "local_world_size", 1, int)
+    if executor == "uni":
+        return 1
+    if executor == "mp":
+        nnodes = int(getattr(parallel, "nnodes", 1) or 1)
+        if world_size % nnodes != 0:
+            raise config_error("world_size %d is not divisible by nnodes %d; set "
+                               "local_world_size" % (world_size, nnodes))
+        return world_size // nnodes
+    return 0  # ray / external: not known here; the daemon names the rule and the fix below
+
+
+def _single_group(kv_cache_config):
+    groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
+    if len(groups) != 1:
+        raise KvoffloadError(
+            StatusCode.FAILED_PRECONDITION,
+            "kvoffload.vllm: the model has %d KV cache groups (hybrid or sliding-window "
+            "attention); kvoffload offloads models with exactly one KV cache group" % len(groups))
+    return groups[0].kv_cache_spec
+
+
+def engine_spec(vllm_config, kv_cache_config, extra=None, block_size_factor=1):
+    """The EngineSpec of this engine replica on this node (DESIGN.md §2)."""
+    if extra is None:
+        extra = dict(vllm_config.kv_transfer_config.kv_connector_extra_config or {})
+    parallel = vllm_config.parallel_config
+    kv_spec = _single_group(kv_cache_config)
+
+    budget_key = "budget_bytes" if "budget_bytes" in extra else "cpu_bytes_to_use"
+    if budget_key not in extra:
+        raise config_error(
+            "set the host memory for this engine on this node: kv_connector_extra_config "
+            "\"cpu_bytes_to_use\" (or \"budget_bytes\"), e.g. 68719476736 or \"64GiB\"; "
+            "`kvoffloadctl plan` shows the rows it buys")
+
+    engine_id = str(extra.get("engine_id") or
+                    getattr(vllm_config.kv_transfer_config, "engine_id", None) or "vllm")
+    tp = int(getattr(parallel, "tensor_parallel_size", 1))
+    pp = int(getattr(parallel, "pipeline_parallel_size", 1))
+    pcp = int(getattr(parallel, "prefill_context_parallel_size", 1) or 1)
+    dcp = int(getattr(parallel, "decode_context_parallel_size", 1) or 1)
+    world_size = int(getattr(parallel, "world_size", tp * pp))
+    executor = _executor(parallel, extra)
+    tensors = list(getattr(kv_cache_config, "kv_cache_tensors", None) or ())
+    if not tensors:
+        raise KvoffloadError(StatusCode.FAILED_PRECONDITION,
+                             "kvoffload.vllm: the KV cache config has no KV cache tensors")
+    num_blocks = int(getattr(kv_cache_config, "num_blocks", 0) or 0)
+    if num_blocks <= 0:
+        raise KvoffloadError(StatusCode.FAILED_PRECONDITION,
+                             "kvoffload.vllm: the KV cache config has no GPU blocks")
+    # A worker's bytes per GPU block: every KV cache tensor holds num_blocks blocks of its
+    # layers (one layer each, or several in a cross-layer layout).
+    worker_bytes_per_block = sum(int(t.size) for t in tensors) // num_blocks
+    layers = len(getattr(kv_cache_config.kv_cache_groups[0], "layer_names", None) or tensors)
+    local_world_size = _local_world_size(parallel, extra, executor, world_size)
+    if 0 < local_world_size < world_size:
+        raise KvoffloadError(
+            StatusCode.FAILED_PRECONDITION,
+            "kvoffload.vllm: this engine replica spans nodes (%d of its %d ranks on this node); "
+            "the connector uses the daemon's index, which serves one node, so a replica must "
+            "run on one node (run one replica per node with data parallelism instead)" %
+            (local_world_size, world_size))
+    model = getattr(vllm_config, "model_config", None)
+    return EngineSpec(
+        engine_id=engine_id,
+        dp_rank=int(getattr(parallel, "data_parallel_rank", 0) or 0),
+        world_size=world_size,
+        local_world_size=local_world_size,
+        tp=tp, pp=pp, pcp=pcp, dcp=dcp,
+        executor=executor,
+        attention="mla" if getattr(model, "use_mla", False) else "mha",
+        num_kv_groups=1,
+        num_layers=layers,
+        page_bytes=int(kv_spec.page_size_bytes),
+        worker_bytes_per_block=worker_bytes_per_block,
+        blocks_per_row=int(block_size_factor),
+        budget_bytes=parse_bytes(extra[budget_key], budget_key))
+
+
+def explain(error, spec, socket_path):
+    """A KvoffloadError from opening the engine, with what the operator should do."""
+    code, message = error.code, error.message
+    undeclared = spec.local_world_size == 0 and spec.executor in ("ray", "external")
+    rule = code in (StatusCode.INVALID_ARGUMENT, StatusCode.FAILED_PRECONDITION) and \
+        "rule " in message  # a topology rule of DESIGN.md §2 (common/geometry.h)
+    if rule and ("rule local_world_size" in message or undeclared):
+        fix = ("set kv_connector_extra_config \"local_world_size\" to the number of this "
+               "replica's GPUs on each node")
+    elif rule:
+        fix = ("this topology is not supported by kvoffload (DESIGN.md §2); `kvoffloadctl plan "
+               "--world_size=%d --local_world_size=%d --tp=%d --pp=%d ...` reproduces it" %
+               (spec.world_size, spec.local_world_size, spec.tp, spec.pp))
+    elif code == StatusCode.RESOURCE_EXHAUSTED:
+        fix = ("lower kv_connector_extra_config \"cpu_bytes_to_use\" (%d bytes now) or raise "
+               "kvoffloadd's --max_region_bytes; `kvoffloadctl stats` shows what other engines "
+               "hold" % spec.budget_bytes)
+    elif code == StatusCode.FAILED_PRECONDITION and "different spec" in message:
+        fix = ("another process of engine %r registered a different spec: give each engine its "
+               "own kv_connector_extra_config \"engine_id\", or `kvoffloadctl drop %s` the old "
+               "one" % (spec.engine_id, spec.engine_id))
+    else:
+        return error
+    return KvoffloadError(code, "%s (kvoffloadd at %s). Fix: %s" % (message, socket_path, fix))
