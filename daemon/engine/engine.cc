@@ -591,6 +591,7 @@ EngineSnapshot Engine::Snapshot() const {
   s.geometry = geometry_;
   s.index = index_->counts();
   s.region_epoch = region_epoch_;
+  s.owner_uid = owner_uid_;
   s.region_bytes = region_->size();
   s.reserved_bytes = reservation_.bytes();
   s.populate_seconds = region_->populate_seconds();

@@ -109,6 +109,7 @@ struct EngineSnapshot {
   common::Geometry geometry;
   SlotIndex::Counts index;
   uint64_t region_epoch = 0;
+  uint32_t owner_uid = 0;
   uint64_t region_bytes = 0;
   uint64_t reserved_bytes = 0;  // charged to the node cap: region + index metadata
   uint64_t store_bytes = 0;
@@ -158,6 +159,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::string key() const { return spec_.Key(); }
   SlotIndex& index() { return *index_; }
   uint64_t region_epoch() const { return region_epoch_; }
+  // The uid whose call created the engine (daemon/engine/access.h). Set once by the registry
+  // before the engine is published to other threads; read-only afterwards.
+  void set_owner_uid(uint32_t uid) { owner_uid_ = uid; }
+  uint32_t owner_uid() const { return owner_uid_; }
 
   // FAILED_PRECONDITION with both specs and geometries when `spec` differs from this engine's.
   absl::Status CheckSameSpec(const common::EngineSpec& spec) const;
@@ -245,6 +250,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const common::Geometry geometry_;
   const EngineDeps deps_;
   const uint64_t region_epoch_;
+  uint32_t owner_uid_ = 0;  // see set_owner_uid
   MemoryReservation reservation_;
   std::unique_ptr<Region> region_;
   const std::unique_ptr<SlotIndex> index_;
