@@ -31,11 +31,12 @@ class HostAllocation:
     stays open until close().
     """
 
-    def __init__(self, nbytes, name="kvo-py"):
+    def __init__(self, nbytes, name=None):
+        """`name` only labels the memfd (/proc/PID/maps); it names nothing the daemon opens."""
         if nbytes <= 0:
             raise ValueError("nbytes must be > 0")
         self.nbytes = nbytes
-        self._fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        self._fd = os.memfd_create(name or "kvo-py", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(self._fd, nbytes)
             # The daemon refuses memory that could be truncated under its copies.
