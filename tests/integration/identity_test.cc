@@ -67,6 +67,7 @@ class IdentityTest : public ::testing::Test {
     chmod(bin, 0755);
     client_ = Executable(bin_, "tests/integration/identity_client");
     worker_ = Executable(bin_, "client/host/kvoffload_host_worker");
+    ctl_ = Executable(bin_, "client/ctl/kvoffloadctl");
   }
 
   void TearDown() override {
@@ -120,6 +121,7 @@ class IdentityTest : public ::testing::Test {
   std::string bin_;
   std::string client_;
   std::string worker_;
+  std::string ctl_;
 };
 
 // The victim: engine "victim" owned by kVictim with three keys stored (rows READY, bytes known)
@@ -299,6 +301,41 @@ TEST_F(IdentityTest, MembersNamedByTheOwnerAndTheAdminGroupMayJoinAndAdminister)
   // Without the group, the same uid administers nothing.
   ASSERT_TRUE(absl::StartsWith(Call(kVictim, {"--action=open", "--engine_id=again"}), "0 "));
   EXPECT_TRUE(absl::StartsWith(Call(kOperator, {"--action=drop", "--engine_id=again"}), kDenied));
+}
+
+// kvoffloadctl says which permission is missing: the socket's group, or the engine's owner.
+TEST_F(IdentityTest, KvoffloadctlSaysWhichPermissionIsMissing) {
+  ASSERT_TRUE(absl::StartsWith(Call(kVictim, {"--action=open", "--engine_id=victim"}), "0 "));
+  auto ctl = [&](std::vector<std::string> wrapper, const std::string& command) {
+    // stderr and the exit code on stdout, one line each.
+    std::vector<std::string> argv = std::move(wrapper);
+    argv.insert(argv.end(),
+                {"/bin/sh", "-c", "exec 2>&1; \"$0\" \"$@\"; echo \"rc=$?\"", ctl_,
+                 absl::StrCat("--socket=", daemon_->admin_socket()), command, "victim"});
+    auto process = common::ChildProcess::Spawn(argv);
+    EXPECT_TRUE(process.ok());
+    std::string out = (*process)->ReadLine(30);
+    out += " " + (*process)->ReadLine(30);
+    (*process)->Wait();
+    return out;
+  };
+  // In the admin socket's group, not the engine's owner: the daemon refuses, exit 1.
+  const std::string refused = ctl(As(kAttacker), "drop");
+  EXPECT_TRUE(absl::StartsWith(
+      refused, absl::StrCat("kvoffloadctl: PERMISSION_DENIED: uid ", kAttacker, " (pid ")))
+      << refused;
+  EXPECT_TRUE(absl::EndsWith(refused,
+                             " may not drop engine victim/0: it belongs to another uid (only its "
+                             "owner, root and the --admin_group may) rc=1"))
+      << refused;
+  // Not in the admin socket's group: kvoffloadctl names the group to join, exit 3.
+  const std::vector<std::string> outsider = {
+      "/usr/bin/setpriv", absl::StrCat("--reuid=", kAttacker), absl::StrCat("--regid=", kAttacker),
+      absl::StrCat("--groups=", kSocketGroup), "--"};
+  EXPECT_EQ(ctl(outsider, "drop"),
+            absl::StrCat("kvoffloadctl: permission denied on ", daemon_->admin_socket(),
+                         " (join group ", kAdminSocketGroup, ") rc=3"));
+  EXPECT_TRUE(daemon_->EngineStats("victim").ok());
 }
 
 TEST_F(IdentityTest, SocketsHaveTheirOwnGroupsAndModes) {
