@@ -58,8 +58,8 @@ class Daemon {
   // if needed, takes its lock file (FAILED_PRECONDITION when another kvoffloadd holds it), raises
   // the soft RLIMIT_NOFILE to the hard limit, binds both sockets (their modes and groups set
   // before they listen) and starts serving. The daemon accepts connections itself, so that every
-  // call knows its caller from the kernel (service/peer_acceptor.h). System call failures map by errno
-  // (common::ErrnoStatus).
+  // call knows its caller from the kernel (service/peer_acceptor.h). System call failures map by
+  // errno (common::ErrnoStatus).
   // With a metrics_address, serves http://<metrics_address>/metrics too: INVALID_ARGUMENT when
   // it is not host:port, UNAVAILABLE when it cannot be bound (then no socket is created).
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options,

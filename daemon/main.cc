@@ -149,19 +149,16 @@ int main(int argc, char** argv) {
     std::string value;
     std::optional<uint32_t>* out;
   };
-  std::optional<uint32_t> data_gid, admin_socket_gid;
-  for (const GroupFlag& f : {GroupFlag{"socket_group", absl::GetFlag(FLAGS_socket_group), &data_gid},
-                             GroupFlag{"admin_socket_group", absl::GetFlag(FLAGS_admin_socket_group),
-                                       &admin_socket_gid},
-                             GroupFlag{"admin_group", absl::GetFlag(FLAGS_admin_group),
-                                       &options.access.admin_gid}}) {
+  const GroupFlag group_flags[] = {
+      {"socket_group", absl::GetFlag(FLAGS_socket_group), &options.data_socket_gid},
+      {"admin_socket_group", absl::GetFlag(FLAGS_admin_socket_group), &options.admin_socket_gid},
+      {"admin_group", absl::GetFlag(FLAGS_admin_group), &options.access.admin_gid}};
+  for (const GroupFlag& f : group_flags) {
     if (f.value.empty()) continue;
     absl::StatusOr<gid_t> gid = ResolveGroup(f.name, f.value);
     if (!gid.ok()) return Fail(gid.status());
     *f.out = *gid;
   }
-  if (data_gid) options.data_socket_gid = *data_gid;
-  if (admin_socket_gid) options.admin_socket_gid = *admin_socket_gid;
 
   d::BackendOptions backend_options;
   backend_options.kind = absl::GetFlag(FLAGS_backend);

@@ -53,7 +53,8 @@ absl::StatusOr<EngineService::IndexRequest> EngineService::ResolveIndexRequest(
 
 grpc::Status EngineService::Lookup(grpc::ServerContext* context, const v1::KeysRequest* request,
                                    v1::LookupResponse* response) {
-  auto req = ResolveIndexRequest(context, "look up keys in", request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "look up keys in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   for (SlotIndex::KeyState s : req->engine->index().Lookup(req->keys)) {
     switch (s) {
@@ -71,9 +72,11 @@ grpc::Status EngineService::Lookup(grpc::ServerContext* context, const v1::KeysR
   return grpc::Status::OK;
 }
 
-grpc::Status EngineService::PrepareStore(grpc::ServerContext* context, const v1::KeysRequest* request,
+grpc::Status EngineService::PrepareStore(grpc::ServerContext* context,
+                                         const v1::KeysRequest* request,
                                          v1::PrepareStoreResponse* response) {
-  auto req = ResolveIndexRequest(context, "prepare a store in", request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "prepare a store in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   auto result = req->engine->index().PrepareStore(req->keys);
   if (!result.ok()) return ToGrpcStatus(result.status());
@@ -85,14 +88,17 @@ grpc::Status EngineService::PrepareStore(grpc::ServerContext* context, const v1:
 
 grpc::Status EngineService::CompleteStore(grpc::ServerContext* context,
                                           const v1::CompleteStoreRequest* request, v1::Empty*) {
-  auto req = ResolveIndexRequest(context, "complete a store in", request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "complete a store in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   return ToGrpcStatus(req->engine->index().CompleteStore(req->keys, request->success()));
 }
 
-grpc::Status EngineService::PrepareLoad(grpc::ServerContext* context, const v1::KeysRequest* request,
+grpc::Status EngineService::PrepareLoad(grpc::ServerContext* context,
+                                        const v1::KeysRequest* request,
                                         v1::PrepareLoadResponse* response) {
-  auto req = ResolveIndexRequest(context, "prepare a load in", request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "prepare a load in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   auto rows = req->engine->index().PrepareLoad(req->keys);
   if (!rows.ok()) return ToGrpcStatus(rows.status());
@@ -100,16 +106,19 @@ grpc::Status EngineService::PrepareLoad(grpc::ServerContext* context, const v1::
   return grpc::Status::OK;
 }
 
-grpc::Status EngineService::CompleteLoad(grpc::ServerContext* context, const v1::KeysRequest* request,
+grpc::Status EngineService::CompleteLoad(grpc::ServerContext* context,
+                                         const v1::KeysRequest* request,
                                          v1::Empty*) {
-  auto req = ResolveIndexRequest(context, "complete a load in", request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "complete a load in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   return ToGrpcStatus(req->engine->index().CompleteLoad(req->keys));
 }
 
 grpc::Status EngineService::Touch(grpc::ServerContext* context, const v1::KeysRequest* request,
                                   v1::Empty*) {
-  auto req = ResolveIndexRequest(context, "touch keys in", request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "touch keys in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   return ToGrpcStatus(req->engine->index().Touch(req->keys));
 }
