@@ -159,10 +159,12 @@ typedef struct kvo_cuda_tensor {
   uint64_t page_bytes;
 } kvo_cuda_tensor;
 
-/* One KV tensor in a POSIX shm object (the daemon's host backend: tests, GPU-less nodes). */
+/* One KV tensor in a memfd (the daemon's host backend: tests, GPU-less nodes). The memfd must be
+   owned by the caller's uid and sealed with F_SEAL_SHRINK; the daemon opens it from the calling
+   process (README "Security model"). */
 typedef struct kvo_host_tensor {
-  const char* shm_name;            /* as for shm_open, e.g. "/kvo-py-123" */
-  uint64_t allocation_bytes;       /* size of the shm object (or the part of it registered) */
+  const char* shm_name;            /* the handle "memfd:<fd>", fd open in this process */
+  uint64_t allocation_bytes;       /* size of the memfd (or the part of it registered) */
   uint64_t offset;                 /* of block 0 from the object's start */
   uint64_t num_blocks;
   uint64_t block_stride_bytes;

@@ -80,7 +80,6 @@ struct HostWorker {
     char err[1024] = "sentinel";
     const int code = kvo_worker_connect_host(socket.c_str(), &spec, 0, tensors.data(),
                                              tensors.size(), &worker, err, sizeof(err));
-    memory.UnlinkNames();
     if (error != nullptr) *error = err;
     return code;
   }

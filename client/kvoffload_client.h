@@ -54,7 +54,7 @@ struct RegionGeometry : common::Geometry {
 };
 
 // One KV tensor, already resolved to the allocation that holds it (see client/cuda for CUDA
-// device pointers; tests use POSIX shm names with the host backend).
+// device pointers; tests use "memfd:<fd>" handles of sealed memfds with the host backend).
 struct TensorHandle {
   std::string allocation_handle;
   uint64_t allocation_bytes = 0;

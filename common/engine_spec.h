@@ -45,6 +45,10 @@ struct EngineSpec {
   uint64_t budget_bytes = 0;            // per node, per DP replica
   std::vector<std::string> secondary_tiers;
   bool rows_assigned_by_engine = false;
+  // Further uids and groups allowed to use the engine besides its owner (daemon/engine/access.h).
+  // Only the creator's lists count; not compared by operator== (access, not layout).
+  std::vector<uint32_t> member_uids;
+  std::vector<uint32_t> member_gids;
 
   // "engine_id/dp_rank": the key of the engine's region on this node.
   std::string Key() const;

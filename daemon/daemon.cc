@@ -27,6 +27,8 @@
 #include "daemon/service/admin_service.h"
 #include "daemon/service/engine_service.h"
 #include "daemon/service/limits.h"
+#include "daemon/service/peer_acceptor.h"
+#include "daemon/service/peer_credentials.h"
 #include "daemon/service/worker_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -58,11 +60,16 @@ struct Daemon::Impl {
   std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<DeferredRelease> release;
   std::unique_ptr<EngineRegistry> registry;
+  // Filled by the acceptors, read by the services: outlives both.
+  std::unique_ptr<PeerTable> peers = std::make_unique<PeerTable>();
   std::unique_ptr<EngineService> engine_service;
   std::unique_ptr<WorkerService> worker_service;
   std::unique_ptr<AdminService> admin_service;
   std::unique_ptr<grpc::Server> data_server;
   std::unique_ptr<grpc::Server> admin_server;
+  // Accept connections and hand them to the servers; stopped before the servers.
+  std::unique_ptr<PeerAcceptor> data_acceptor;
+  std::unique_ptr<PeerAcceptor> admin_acceptor;
   // Declared after what it reads (registry, budget, backend): stops serving scrapes first.
   std::shared_ptr<MetricsCollector> metrics_collector;
   std::unique_ptr<MetricsServer> metrics_server;  // null when options.metrics_address is empty
@@ -116,7 +123,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   impl->backend_name = backend->name();
   impl->backend = std::move(backend);
   const std::string& dir = options.runtime_dir;
-  if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return ErrnoStatus(absl::StrCat("cannot create runtime dir ", dir));
   }
   const std::string lock_path = absl::StrCat(dir, "/kvoffloadd.lock");
@@ -157,15 +164,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   registry_options.max_engines = options.max_engines;
   registry_options.min_free_fds = options.min_free_fds;
   impl->registry = std::make_unique<EngineRegistry>(deps, registry_options);
-  impl->engine_service = std::make_unique<EngineService>(impl->registry.get());
+  impl->engine_service = std::make_unique<EngineService>(impl->registry.get(), impl->peers.get());
   WorkerServiceOptions worker_options;
   worker_options.max_sessions = options.max_worker_sessions;
   worker_options.first_message_timeout = options.first_message_timeout;
   worker_options.max_queued_verdicts = options.max_queued_verdicts;
   impl->worker_service =
-      std::make_unique<WorkerService>(impl->registry.get(), worker_options);
+      std::make_unique<WorkerService>(impl->registry.get(), impl->peers.get(), worker_options);
   impl->admin_service =
-      std::make_unique<AdminService>(impl->registry.get(), impl->backend.get(), impl->budget.get());
+      std::make_unique<AdminService>(impl->registry.get(), impl->backend.get(), impl->budget.get(),
+                                     impl->peers.get(), options.access);
   if (!options.metrics_address.empty()) {
     // Before the gRPC sockets exist: a metrics address that cannot be bound fails Start cleanly.
     impl->metrics_collector = std::make_shared<MetricsCollector>(
@@ -176,8 +184,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  // Sockets are created 0660: only the daemon's user and its socket group may connect.
-  const mode_t old_umask = umask(0117);
   // The largest legal request, and no more (limits.h has the arithmetic).
   const uint64_t max_receive = MaxReceiveMessageBytes(options.max_blocks_per_job);
   if (max_receive > static_cast<uint64_t>(INT32_MAX)) {
@@ -188,10 +194,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   // Every worker session holds a server thread; the quota is a backstop behind the session cap
   // (unary calls need threads too), refusing calls with RESOURCE_EXHAUSTED instead of spawning.
   const int max_threads = static_cast<int>(options.max_worker_sessions) + 128;
-  auto build = [&](const std::string& path, std::vector<grpc::Service*> services,
+  auto build = [&](std::vector<grpc::Service*> services,
                    const char* quota_name) {
+    // No listening port: the PeerAcceptor accepts and hands each connection over.
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(absl::StrCat("unix:", path), grpc::InsecureServerCredentials());
     builder.SetMaxReceiveMessageSize(static_cast<int>(max_receive));
     builder.SetMaxSendMessageSize(static_cast<int>(MaxSendMessageBytes()));
     grpc::ResourceQuota quota(quota_name);
@@ -200,14 +206,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     for (grpc::Service* s : services) builder.RegisterService(s);
     return builder.BuildAndStart();
   };
-  impl->data_server = build(impl->data_socket,
-                            {impl->engine_service.get(), impl->worker_service.get()}, "data");
-  impl->admin_server = build(impl->admin_socket, {impl->admin_service.get()}, "admin");
-  umask(old_umask);
+  impl->data_server = build({impl->engine_service.get(), impl->worker_service.get()}, "data");
+  impl->admin_server = build({impl->admin_service.get()}, "admin");
   if (impl->data_server == nullptr || impl->admin_server == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", impl->data_socket, " and ", impl->admin_socket));
+    return absl::UnavailableError("cannot start the gRPC servers");
   }
+  ASSIGN_OR_RETURN(impl->data_acceptor,
+                   PeerAcceptor::Start({impl->data_socket, options.data_socket_mode,
+                                        options.data_socket_gid},
+                                       impl->data_server.get(), impl->peers.get()));
+  ASSIGN_OR_RETURN(impl->admin_acceptor,
+                   PeerAcceptor::Start({impl->admin_socket, options.admin_socket_mode,
+                                        options.admin_socket_gid},
+                                       impl->admin_server.get(), impl->peers.get()));
   impl->registry->Start();
   impl->health_watch = std::thread([raw = impl.get()] { raw->WatchHealth(); });
   Log()->info("kvoffloadd serving {} and {} (backend {}, node cap {} bytes)", impl->data_socket,
@@ -234,6 +245,8 @@ void Daemon::Shutdown(absl::Duration grace) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   drained = drained && impl_->callbacks_running->load() == 0;
+  impl_->data_acceptor->Stop();  // no new connection while the servers shut down
+  impl_->admin_acceptor->Stop();
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
   impl_->data_server->Shutdown(deadline);
   impl_->admin_server->Shutdown(deadline);

@@ -9,12 +9,16 @@
 #define KVOFFLOAD_DAEMON_DAEMON_H_
 
 #include <cstdint>
+#include <sys/types.h>
+
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/copy/copy_backend.h"
+#include "daemon/engine/access.h"
 #include "daemon/region/region.h"
 
 namespace kvoffload::daemon {
@@ -35,6 +39,13 @@ struct DaemonOptions {
   absl::Duration first_message_timeout = absl::Seconds(10);
   RegionOptions region_options;
   std::string metrics_address;  // host:port for Prometheus text metrics; empty disables
+  // Who may connect (file mode and group of each socket; unset group: the daemon's) and who
+  // administers every engine (README "Security model").
+  mode_t data_socket_mode = 0660;
+  std::optional<gid_t> data_socket_gid;
+  mode_t admin_socket_mode = 0660;
+  std::optional<gid_t> admin_socket_gid;
+  AccessPolicy access;
 };
 
 inline constexpr char kDataSocketName[] = "kvoffload.sock";
@@ -43,10 +54,12 @@ inline constexpr char kAdminSocketName[] = "admin.sock";
 // Thread-safe for its accessors. Shutdown is called once, from the owner.
 class Daemon {
  public:
-  // Creates the runtime directory (0750) if needed, takes its lock file (FAILED_PRECONDITION
-  // when another kvoffloadd holds it), raises the soft RLIMIT_NOFILE to the hard limit, binds
-  // both sockets (mode 0660) and starts serving. System call failures map by errno
-  // (common::ErrnoStatus).
+  // Creates the runtime directory (0755: each socket's own mode and group decide who connects)
+  // if needed, takes its lock file (FAILED_PRECONDITION when another kvoffloadd holds it), raises
+  // the soft RLIMIT_NOFILE to the hard limit, binds both sockets (their modes and groups set
+  // before they listen) and starts serving. The daemon accepts connections itself, so that every
+  // call knows its caller from the kernel (service/peer_acceptor.h). System call failures map by
+  // errno (common::ErrnoStatus).
   // With a metrics_address, serves http://<metrics_address>/metrics too: INVALID_ARGUMENT when
   // it is not host:port, UNAVAILABLE when it cannot be bound (then no socket is created).
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options,

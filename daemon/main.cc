@@ -1,13 +1,16 @@
 // kvoffloadd: wires flags to objects. Everything else is a library that tests link.
+#include <grp.h>
 #include <signal.h>
 #include <sys/sysinfo.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/bytes.h"
 #include "common/logging.h"
@@ -63,8 +66,25 @@ ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off. SIGHUP re-reads it.");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9470",
           "host:port for Prometheus text metrics (/metrics); empty disables.");
+ABSL_FLAG(std::string, socket_group, "",
+          "Group (name or number) of the data socket (kvoffload.sock, mode 0660): processes in "
+          "it may connect, and then use only their own engines. Empty: the daemon's group.");
+ABSL_FLAG(std::string, admin_socket_group, "",
+          "Group of the admin socket (admin.sock, mode 0660), separate from the data socket's. "
+          "Empty: the daemon's group.");
+ABSL_FLAG(std::string, admin_group, "",
+          "Members of this group (and root) administer every engine through the admin socket "
+          "(stats of all engines, drop, cleanup); others only their own. Empty: root only.");
 
 namespace {
+
+// A group name or number; NOT_FOUND names the flag.
+absl::StatusOr<gid_t> ResolveGroup(const char* flag, const std::string& value) {
+  uint32_t gid = 0;
+  if (absl::SimpleAtoi(value, &gid)) return static_cast<gid_t>(gid);
+  if (struct group* g = getgrnam(value.c_str())) return g->gr_gid;
+  return absl::NotFoundError(absl::StrCat("--", flag, ": no group '", value, "'"));
+}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "kvoffloadd: %s\n", status.ToString().c_str());
@@ -128,6 +148,21 @@ int main(int argc, char** argv) {
   options.region_options.populate_threads = absl::GetFlag(FLAGS_populate_threads);
   options.region_options.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  struct GroupFlag {
+    const char* name;
+    std::string value;
+    std::optional<uint32_t>* out;
+  };
+  const GroupFlag group_flags[] = {
+      {"socket_group", absl::GetFlag(FLAGS_socket_group), &options.data_socket_gid},
+      {"admin_socket_group", absl::GetFlag(FLAGS_admin_socket_group), &options.admin_socket_gid},
+      {"admin_group", absl::GetFlag(FLAGS_admin_group), &options.access.admin_gid}};
+  for (const GroupFlag& f : group_flags) {
+    if (f.value.empty()) continue;
+    absl::StatusOr<gid_t> gid = ResolveGroup(f.name, f.value);
+    if (!gid.ok()) return Fail(gid.status());
+    *f.out = *gid;
+  }
 
   d::BackendOptions backend_options;
   backend_options.kind = absl::GetFlag(FLAGS_backend);

@@ -125,6 +125,18 @@ else
   run useradd --system --gid kvoffload --no-create-home --home-dir /nonexistent \
     --shell /usr/sbin/nologin --comment "kvoffload KV-cache offload daemon" kvoffload
 fi
+# The admin socket's group (operators; --admin_socket_group, --admin_group); the daemon is in it
+# so that it may give admin.sock that group.
+if ! getent group kvoffload-admin >/dev/null; then
+  if command -v systemd-sysusers >/dev/null; then
+    run systemd-sysusers "${sysusersdir}/kvoffload.conf"
+  else
+    run groupadd --system kvoffload-admin
+  fi
+fi
+if ! id -nG kvoffload 2>/dev/null | tr ' ' '\n' | grep -qx kvoffload-admin; then
+  run usermod -aG kvoffload-admin kvoffload
+fi
 
 if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null; then
   run systemctl daemon-reload
@@ -134,6 +146,7 @@ fi
 cat <<EOM
 install.sh: done. Next:
   edit ${sysconfdir}/kvoffloadd.flags (at least --max_region_bytes)
-  usermod -aG kvoffload <each user that runs engines>
+  usermod -aG kvoffload <each user that runs engines, e.g. vllm>   (then restart its service)
+  usermod -aG kvoffload-admin <each operator that runs kvoffloadctl>
   systemctl enable --now kvoffloadd && systemctl status kvoffloadd
 EOM

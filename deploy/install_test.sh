@@ -60,6 +60,10 @@ check "flagfile installed 0644" test "$(mode "${root}/etc/kvoffload/kvoffloadd.f
 check "flagfile is the example" cmp -s "${here}/kvoffloadd.flags" "${root}/etc/kvoffload/kvoffloadd.flags"
 check "example flagfile installed" cmp -s "${here}/kvoffloadd.flags" "${root}/etc/kvoffload/kvoffloadd.flags.example"
 check "sysusers.d file installed" grep -q '^u kvoffload ' "${root}/etc/sysusers.d/kvoffload.conf"
+check "sysusers.d makes the admin group" grep -q '^g kvoffload-admin ' "${root}/etc/sysusers.d/kvoffload.conf"
+check "sysusers.d puts the daemon in it" grep -qx 'm kvoffload kvoffload-admin' "${root}/etc/sysusers.d/kvoffload.conf"
+check "unit joins the admin group" grep -qx 'SupplementaryGroups=kvoffload-admin' "${unit}"
+check "flagfile names the socket groups" grep -qx -e '--admin_socket_group=kvoffload-admin' "${root}/etc/kvoffload/kvoffloadd.flags"
 check "metrics doc installed" test -f "${root}/usr/local/share/doc/kvoffload/metrics.md"
 if command -v systemd-analyze >/dev/null; then
   check "installed unit passes verify_unit.sh" "${here}/verify_unit.sh" --binary="${kvoffloadd}" "${unit}"
@@ -119,7 +123,8 @@ check "no other non-comment lines" test -z "$(grep -v '^#' "${flags_file}" | gre
 run_dir="${tmp}/run"
 "${root}/usr/local/bin/kvoffloadd" --flagfile="${root}/etc/kvoffload/kvoffloadd.flags" \
   --runtime_dir="${run_dir}" --backend=host --max_region_bytes=64MiB \
-  --metrics_address=127.0.0.1:0 --log_level=warn 2>"${tmp}/daemon.log" &
+  --metrics_address=127.0.0.1:0 --log_level=warn --socket_group= --admin_socket_group= \
+  --admin_group= 2>"${tmp}/daemon.log" &
 daemon_pid=$!
 for _ in $(seq 100); do
   [[ -S "${run_dir}/kvoffload.sock" && -S "${run_dir}/admin.sock" ]] && break

@@ -50,6 +50,8 @@ absl::StatusOr<common::EngineSpec> SpecFromProto(const v1::EngineSpec& p) {
   s.budget_bytes = p.budget_bytes();
   s.secondary_tiers.assign(p.secondary_tiers().begin(), p.secondary_tiers().end());
   s.rows_assigned_by_engine = p.rows_assigned_by_engine();
+  s.member_uids.assign(p.member_uids().begin(), p.member_uids().end());
+  s.member_gids.assign(p.member_gids().begin(), p.member_gids().end());
   return s;
 }
 
@@ -112,6 +114,8 @@ void SpecToProto(const common::EngineSpec& s, v1::EngineSpec* p) {
   p->set_budget_bytes(s.budget_bytes);
   for (const std::string& tier : s.secondary_tiers) p->add_secondary_tiers(tier);
   p->set_rows_assigned_by_engine(s.rows_assigned_by_engine);
+  for (uint32_t uid : s.member_uids) p->add_member_uids(uid);
+  for (uint32_t gid : s.member_gids) p->add_member_gids(gid);
 }
 
 }  // namespace kvoffload

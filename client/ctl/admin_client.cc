@@ -1,5 +1,6 @@
 #include "client/ctl/admin_client.h"
 
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,8 +22,15 @@ std::string NotRunning(const std::string& path) {
   return absl::StrCat("kvoffloadd is not running (no socket at ", path, ")");
 }
 
-std::string PermissionDenied(const std::string& path) {
-  return absl::StrCat("permission denied on ", path, " (join the kvoffload group)");
+// Names the group to join: the socket's own (kvoffload-admin when installed by
+// deploy/install.sh), when it can be seen; the data socket's group does not open the admin socket.
+std::string PermissionDenied(const std::string& path, const struct stat* st = nullptr) {
+  std::string group = "the admin socket's group, kvoffload-admin by default";
+  if (st != nullptr) {
+    const struct group* g = getgrgid(st->st_gid);
+    group = g != nullptr ? absl::StrCat("group ", g->gr_name) : absl::StrCat("group ", st->st_gid);
+  }
+  return absl::StrCat("permission denied on ", path, " (join ", group, ")");
 }
 
 std::string CannotReach(const std::string& path, absl::string_view why) {
@@ -67,7 +75,7 @@ std::string CheckAdminSocket(const std::string& path) {
   }
   if (access(path.c_str(), W_OK) != 0) {
     const int err = errno;
-    if (err == EACCES || err == EPERM) return PermissionDenied(path);
+    if (err == EACCES || err == EPERM) return PermissionDenied(path, &st);
     return CannotReach(path, std::strerror(err));
   }
   if (!S_ISSOCK(st.st_mode)) return CannotReach(path, "not a socket");

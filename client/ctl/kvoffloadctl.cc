@@ -77,7 +77,7 @@ std::string KvoffloadctlUsage() {
       "  3  the daemon cannot be reached (or gave no answer within --timeout_s), one line\n"
       "     on stderr:\n"
       "       kvoffloadctl: kvoffloadd is not running (no socket at PATH)\n"
-      "       kvoffloadctl: permission denied on PATH (join the kvoffload group)\n"
+      "       kvoffloadctl: permission denied on PATH (join group G, the socket's group)\n"
       "       kvoffloadctl: cannot reach kvoffloadd at PATH: REASON\n"
       "\n"
       "See docs/kvoffloadctl.md.\n");

@@ -13,25 +13,30 @@
 namespace kvoffload::client {
 
 HostKvMemory::~HostKvMemory() {
-  for (Allocation& a : allocations_) munmap(a.data, a.bytes);
+  for (Allocation& a : allocations_) {
+    munmap(a.data, a.bytes);
+    close(a.fd);
+  }
 }
 
 absl::Status HostKvMemory::Allocate(uint64_t bytes) {
   Allocation a;
-  a.name = absl::StrCat("/kvo-host-", getpid(), "-", allocations_.size());
   a.bytes = bytes;
-  int fd = shm_open(a.name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("shm_open ", a.name, ": ", strerror(errno)));
-  if (ftruncate(fd, bytes) != 0) {
-    close(fd);
-    shm_unlink(a.name.c_str());
-    return absl::ResourceExhaustedError(absl::StrCat("ftruncate ", a.name, ": ", strerror(errno)));
+  const std::string label = absl::StrCat("kvo-host-", allocations_.size());
+  a.fd = memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (a.fd < 0) return absl::InternalError(absl::StrCat("memfd_create: ", strerror(errno)));
+  a.name = absl::StrCat("memfd:", a.fd);
+  // Sealed against shrinking: the daemon refuses memory that could vanish under its copies.
+  if (ftruncate(a.fd, bytes) != 0 || fcntl(a.fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+    const int err = errno;
+    close(a.fd);
+    return absl::ResourceExhaustedError(absl::StrCat("sizing ", label, ": ", strerror(err)));
   }
-  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
   if (data == MAP_FAILED) {
-    shm_unlink(a.name.c_str());
-    return absl::ResourceExhaustedError(absl::StrCat("mmap ", a.name, ": ", strerror(errno)));
+    const int err = errno;
+    close(a.fd);
+    return absl::ResourceExhaustedError(absl::StrCat("mmap ", label, ": ", strerror(err)));
   }
   a.data = static_cast<uint8_t*>(data);
   allocations_.push_back(a);
@@ -90,10 +95,6 @@ std::vector<TensorHandle> HostKvMemory::Handles() const {
     out.push_back({a.name, a.bytes, t.offset, blocks_, t.stride, t.page});
   }
   return out;
-}
-
-void HostKvMemory::UnlinkNames() {
-  for (const Allocation& a : allocations_) shm_unlink(a.name.c_str());
 }
 
 }  // namespace kvoffload::client

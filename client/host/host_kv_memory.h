@@ -1,15 +1,17 @@
-// HostKvMemory: a worker's KV tensors in POSIX shared memory, for the daemon's host backend
-// (demo, tests, nodes without a GPU). It plays the GPU: the daemon maps the shm objects by name
-// at registration, exactly as the CUDA backend opens IPC handles.
+// HostKvMemory: a worker's KV tensors in memfds, for the daemon's host backend (demo, tests, nodes
+// without a GPU). It plays the GPU: at registration the daemon opens each memfd from this process
+// (handle "memfd:<fd>", taken from the pid the kernel names for the connection), as the CUDA
+// backend opens IPC handles. Each memfd is sealed against shrinking (F_SEAL_SHRINK): the daemon
+// refuses memory that could be truncated under its copies.
 //
 //   HostKvMemory kv;
 //   kv.Create("separate_kv", /*layers=*/4, /*layer_page=*/8192, /*blocks=*/64);
 //   kv.Fill(seed);
 //   options.tensors = kv.Handles();
 //   ... WorkerClient::Connect(options) ...
-//   kv.UnlinkNames();   // the daemon holds its mappings; nothing is left in /dev/shm
 //
-// Not thread-safe. Owns its mappings (unmapped on destruction).
+// Not thread-safe. Owns its memfds and mappings (closed and unmapped on destruction); nothing is
+// ever left in /dev/shm.
 #ifndef KVOFFLOAD_CLIENT_HOST_HOST_KV_MEMORY_H_
 #define KVOFFLOAD_CLIENT_HOST_HOST_KV_MEMORY_H_
 
@@ -41,18 +43,16 @@ class HostKvMemory final : public KvBlocks {
   void Clobber(uint64_t block) override;       // poison pattern 0xA5
   bool Verify(uint64_t block) const override;  // equal to what Fill wrote
   std::vector<TensorHandle> Handles() const;
-  void UnlinkNames();
   uint64_t blocks() const override { return blocks_; }
   absl::Status Describe(WorkerOptions* options) override {
     options->tensors = Handles();
     return absl::OkStatus();
   }
-  // The daemon holds its mappings now; nothing is left in /dev/shm even if we are killed.
-  void Registered() override { UnlinkNames(); }
 
  private:
   struct Allocation {
-    std::string name;
+    int fd = -1;
+    std::string name;  // "memfd:<fd>"
     uint8_t* data = nullptr;
     uint64_t bytes = 0;
   };

@@ -1,7 +1,7 @@
 // A scripted worker: registers a worker's KV memory with kvoffloadd, then obeys one command per
 // line on stdin and answers one line per command on stdout. The demo, the integration tests and
 // the GPU tests drive workers this way, in separate processes; the KV memory is the only part
-// that differs (POSIX shm for the host backend, cudaMalloc for the CUDA backend).
+// that differs (sealed memfds for the host backend, cudaMalloc for the CUDA backend).
 //
 //   (store and load take an optional REGION_EPOCH after EVENT; the hello line ends " epoch=N")
 //   store JOB BLOCKS ROWS [EVENT]   submit a store part and wait   → "finished JOB CODE BYTES

@@ -25,7 +25,7 @@ namespace kvoffload::daemon {
 // One KV tensor of a worker, as registered. Bytes of GPU block b:
 //   page_bytes at (base of allocation `allocation_handle` + offset + b × block_stride_bytes).
 struct TensorRegistration {
-  std::string allocation_handle;  // CUDA: cudaIpcMemHandle_t bytes; host: POSIX shm name
+  std::string allocation_handle;  // CUDA: cudaIpcMemHandle_t bytes; host: "memfd:<fd>"
   uint64_t allocation_bytes = 0;
   uint64_t offset = 0;
   uint64_t num_blocks = 0;
@@ -38,6 +38,11 @@ struct WorkerRegistration {
   std::string device_uuid;  // 16 raw bytes of cudaUUID_t, or empty
   std::vector<TensorRegistration> tensors;  // in registration order
   std::vector<std::string> event_handles;   // cudaIpcEventHandle_t bytes each
+  // The registering process as the kernel named it (its connection's SO_PEERCRED), never as the
+  // message claims. The host backend opens only memory of this process that this uid owns.
+  // caller_pid 0 is the daemon's own process (in-process tests).
+  int32_t caller_pid = 0;
+  uint32_t caller_uid = 0;
 };
 
 // A worker's opened memory: the mapped allocations (each distinct handle opened once), the

@@ -482,6 +482,7 @@ void Engine::MaybeFinish(Job& job, Notices* notices) {
 void Engine::MaybeAnnounceClosed(Notices* notices) {
   if (!closed_ || closed_announced_ || !jobs_.empty()) return;
   closed_announced_ = true;
+  notices->announces_close = true;
   notices->closed_why = closed_why_;
   for (const auto& [id, s] : sessions_) notices->closed.push_back(s.listener);
 }
@@ -507,6 +508,10 @@ void Engine::Report(Job& job, Notices* notices) {
 void Engine::Deliver(Notices& notices) {
   for (auto& [listener, result] : notices.finished) listener->OnJobFinished(result);
   for (JobListener* listener : notices.closed) listener->OnEngineClosed(notices.closed_why);
+  if (notices.announces_close) {
+    absl::MutexLock lock(&mu_);
+    close_delivered_ = true;
+  }
 }
 
 void Engine::ExpireJobs(absl::Time now) {
@@ -582,7 +587,7 @@ void Engine::Close(const absl::Status& why) {
 
 bool Engine::WaitClosed(absl::Time deadline) const {
   absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithDeadline(absl::Condition(this, &Engine::ClosedAnnounced), deadline);
+  return mu_.AwaitWithDeadline(absl::Condition(this, &Engine::CloseDelivered), deadline);
 }
 
 EngineSnapshot Engine::Snapshot() const {
@@ -591,6 +596,7 @@ EngineSnapshot Engine::Snapshot() const {
   s.geometry = geometry_;
   s.index = index_->counts();
   s.region_epoch = region_epoch_;
+  s.owner_uid = owner_uid_;
   s.region_bytes = region_->size();
   s.reserved_bytes = reservation_.bytes();
   s.populate_seconds = region_->populate_seconds();

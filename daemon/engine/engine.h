@@ -109,6 +109,7 @@ struct EngineSnapshot {
   common::Geometry geometry;
   SlotIndex::Counts index;
   uint64_t region_epoch = 0;
+  uint32_t owner_uid = 0;
   uint64_t region_bytes = 0;
   uint64_t reserved_bytes = 0;  // charged to the node cap: region + index metadata
   uint64_t store_bytes = 0;
@@ -158,6 +159,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::string key() const { return spec_.Key(); }
   SlotIndex& index() { return *index_; }
   uint64_t region_epoch() const { return region_epoch_; }
+  // The uid whose call created the engine (daemon/engine/access.h). Set once by the registry
+  // before the engine is published to other threads; read-only afterwards.
+  void set_owner_uid(uint32_t uid) { owner_uid_ = uid; }
+  uint32_t owner_uid() const { return owner_uid_; }
 
   // FAILED_PRECONDITION with both specs and geometries when `spec` differs from this engine's.
   absl::Status CheckSameSpec(const common::EngineSpec& spec) const;
@@ -214,6 +219,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     std::vector<std::pair<JobListener*, JobResult>> finished;
     std::vector<JobListener*> closed;  // told OnEngineClosed(closed_why_) after `finished`
     absl::Status closed_why;
+    bool announces_close = false;  // these notices end the engine's sessions
   };
 
   Engine(const common::EngineSpec& spec, const common::Geometry& geometry, const EngineDeps& deps,
@@ -225,7 +231,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After Close: once no job is left, tells every session to end (once).
   void MaybeAnnounceClosed(Notices* notices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ClosedAnnounced() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_announced_; }
+  bool CloseDelivered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return close_delivered_; }
 
   absl::Status ValidatePart(const Session& session, const JobPart& part) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -239,12 +245,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Reports the outcome to every session once; retires the job when its copies are done.
   void MaybeFinish(Job& job, Notices* notices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Report(Job& job, Notices* notices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void Deliver(Notices& notices);  // delivery_mu_ held, mu_ not held
+  void Deliver(Notices& notices) ABSL_LOCKS_EXCLUDED(mu_);  // delivery_mu_ held
 
   const common::EngineSpec spec_;
   const common::Geometry geometry_;
   const EngineDeps deps_;
   const uint64_t region_epoch_;
+  uint32_t owner_uid_ = 0;  // see set_owner_uid
   MemoryReservation reservation_;
   std::unique_ptr<Region> region_;
   const std::unique_ptr<SlotIndex> index_;
@@ -268,6 +275,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   absl::Time idle_since_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_announced_ ABSL_GUARDED_BY(mu_) = false;  // OnEngineClosed was collected
+  // ... and delivered, with every verdict before it: WaitClosed returns only then.
+  bool close_delivered_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status drain_why_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_why_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 #include "daemon/engine/registry.h"
 
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "common/geometry.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "daemon/engine/access.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -62,7 +64,7 @@ void EngineRegistry::Start() {
 }
 
 absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requested,
-                                                  uint64_t expected_epoch) {
+                                                  uint64_t expected_epoch, const Caller* caller) {
   // Validate before anything else so a bad spec is rejected even if a same-key engine exists.
   ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(requested));
   // Compare specs with their defaults resolved: local_world_size 0 (undeclared) and the same
@@ -75,6 +77,10 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
     if (shutting_down_) return absl::UnavailableError("kvoffloadd is shutting down");
     auto it = engines_.find(spec.Key());
     if (it == engines_.end()) return absl::NotFoundError("");
+    // Access first: the spec mismatch message would show another owner's spec.
+    if (caller != nullptr) {
+      RETURN_IF_ERROR(CheckEngineUse(*caller, it->second->owner_uid(), it->second->spec(), "open"));
+    }
     RETURN_IF_ERROR(it->second->CheckSameSpec(spec));
     if (expected_epoch != 0 && it->second->region_epoch() != expected_epoch) {
       return absl::FailedPreconditionError(
@@ -96,6 +102,7 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
   const uint64_t epoch = next_epoch_;
   ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Engine::Create(spec, deps_, epoch));
   next_epoch_ = epoch + 1 == 0 ? 1 : epoch + 1;
+  engine->set_owner_uid(caller != nullptr ? caller->uid : static_cast<uint32_t>(geteuid()));
   absl::MutexLock lock(&mu_);
   if (shutting_down_) {
     // Shutdown began while the region was populated: it will not drain this engine.
@@ -135,7 +142,8 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(const common::Engine
                                                             uint64_t expected_epoch,
                                                             uint32_t mp_rank,
                                                             const WorkerRegistration& registration,
-                                                            JobListener* listener) {
+                                                            JobListener* listener,
+                                                            const Caller* caller) {
   // Everything that can refuse the worker is checked before the engine is created or joined:
   // a refused registration leaves no engine and no reservation behind.
   ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(requested));
@@ -148,6 +156,11 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(const common::Engine
     auto it = engines_.find(spec.Key());
     if (it != engines_.end()) existing = it->second;
   }
+  // Another uid's engine is refused before anything about it is compared or any memory opened.
+  if (existing != nullptr && caller != nullptr) {
+    RETURN_IF_ERROR(
+        CheckEngineUse(*caller, existing->owner_uid(), existing->spec(), "register a worker in"));
+  }
   // A differing spec is named first (it explains any rank or size error that follows).
   if (existing != nullptr) RETURN_IF_ERROR(existing->CheckSameSpec(spec));
   RETURN_IF_ERROR(Engine::CheckRegistration(spec, geometry, mp_rank, registration));
@@ -155,7 +168,7 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(const common::Engine
   // once per process).
   if (existing != nullptr) RETURN_IF_ERROR(existing->CheckAttach(mp_rank, registration));
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerMemory> memory, deps_.backend->OpenWorker(registration));
-  absl::StatusOr<OpenedEngine> opened = Open(spec, expected_epoch);
+  absl::StatusOr<OpenedEngine> opened = Open(spec, expected_epoch, caller);
   if (!opened.ok()) {
     deps_.release->Defer(std::shared_ptr<WorkerMemory>(std::move(memory)));
     return opened.status();
@@ -200,7 +213,8 @@ std::vector<std::shared_ptr<Engine>> EngineRegistry::List() const {
   return out;
 }
 
-absl::Status EngineRegistry::Drop(const std::string& engine_id, uint32_t dp_rank, bool force) {
+absl::Status EngineRegistry::Drop(const std::string& engine_id, uint32_t dp_rank, bool force,
+                                  const EngineCheck& may_drop) {
   std::shared_ptr<Engine> engine;
   {
     absl::MutexLock lock(&mu_);
@@ -208,6 +222,7 @@ absl::Status EngineRegistry::Drop(const std::string& engine_id, uint32_t dp_rank
     if (it == engines_.end()) {
       return absl::NotFoundError(absl::StrCat("no engine ", KeyOf(engine_id, dp_rank)));
     }
+    if (may_drop) RETURN_IF_ERROR(may_drop(*it->second));
     const uint32_t workers = it->second->num_workers();
     if (workers > 0 && !force) {
       return absl::FailedPreconditionError(
@@ -228,12 +243,12 @@ absl::Status EngineRegistry::Drop(const std::string& engine_id, uint32_t dp_rank
   return absl::OkStatus();
 }
 
-std::vector<std::string> EngineRegistry::DropIdle() {
+std::vector<std::string> EngineRegistry::DropIdle(const EngineCheck& may_drop) {
   std::vector<std::shared_ptr<Engine>> idle;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = engines_.begin(); it != engines_.end();) {
-      if (it->second->num_workers() == 0) {
+      if (it->second->num_workers() == 0 && (!may_drop || may_drop(*it->second).ok())) {
         idle.push_back(std::move(it->second));
         it = engines_.erase(it);
       } else {

@@ -13,6 +13,7 @@
 #ifndef KVOFFLOAD_DAEMON_ENGINE_REGISTRY_H_
 #define KVOFFLOAD_DAEMON_ENGINE_REGISTRY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,6 +27,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/engine_spec.h"
+#include "daemon/engine/caller.h"
 #include "daemon/engine/engine.h"
 
 namespace kvoffload::daemon {
@@ -54,6 +56,10 @@ struct AttachedWorker {
   WorkerInfo info;
 };
 
+// Decides, under the registry's lock, whether an engine may be dropped (OK) or not (the error is
+// returned and the engine is kept). Must not call back into the registry.
+using EngineCheck = std::function<absl::Status(const Engine& engine)>;
+
 // Thread-safe. Engines are shared-owned; Drop removes the registry's reference and closes the
 // engine (its sessions end); the region goes when in-flight copies release theirs.
 class EngineRegistry {
@@ -70,14 +76,21 @@ class EngineRegistry {
   // `expected_epoch`, the caller knew a region that must still be the one (FAILED_PRECONDITION
   // naming both epochs otherwise, and nothing is created). Creation of different engines is
   // serialised (it is rare and bounded by region population).
-  absl::StatusOr<OpenedEngine> Open(const common::EngineSpec& spec, uint64_t expected_epoch = 0);
+  // With a `caller` (every gRPC call has one), an existing engine is joined only if the caller may
+  // use it (CheckEngineUse; PERMISSION_DENIED before its spec is compared, so nothing about it
+  // leaks), and a created engine belongs to caller->uid. Without one (in-process users), no check
+  // is made and a created engine belongs to the daemon's effective uid.
+  absl::StatusOr<OpenedEngine> Open(const common::EngineSpec& spec, uint64_t expected_epoch = 0,
+                                    const Caller* caller = nullptr);
   // A worker's registration: validates it against the spec and opens the worker's memory BEFORE
   // the engine is created or joined, so a refused registration creates and reserves nothing.
   // `listener` must stay valid until the engine's Detach of the session returns.
+  // `caller` as for Open: checked before anything else, so a refused caller opens no memory.
   absl::StatusOr<AttachedWorker> AttachWorker(const common::EngineSpec& spec,
                                               uint64_t expected_epoch, uint32_t mp_rank,
                                               const WorkerRegistration& registration,
-                                              JobListener* listener);
+                                              JobListener* listener,
+                                              const Caller* caller = nullptr);
   // NOT_FOUND when absent.
   absl::StatusOr<std::shared_ptr<Engine>> Find(const std::string& engine_id,
                                                uint32_t dp_rank) const;
@@ -86,9 +99,12 @@ class EngineRegistry {
   // once every job of the engine has its verdict and its sessions were told to end, i.e. once
   // no copy can touch a worker's memory; that wait is bounded by the job timeout (the backend
   // ends every copy by its deadline), after which it returns anyway and logs it.
-  absl::Status Drop(const std::string& engine_id, uint32_t dp_rank, bool force);
-  // Drops every engine without workers; returns their keys.
-  std::vector<std::string> DropIdle();
+  // `may_drop` (when set) is asked first, under the lock, so the engine it approves is the one
+  // dropped; its error is returned as is.
+  absl::Status Drop(const std::string& engine_id, uint32_t dp_rank, bool force,
+                    const EngineCheck& may_drop = nullptr);
+  // Drops every engine without workers that `may_drop` (when set) approves; returns their keys.
+  std::vector<std::string> DropIdle(const EngineCheck& may_drop = nullptr);
 
   // One maintenance pass (tests call it directly): expires jobs, drops engines idle past TTL.
   void Maintain(absl::Time now);

@@ -5,16 +5,29 @@
 
 namespace kvoffload::daemon {
 
-grpc::Status AdminService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+std::vector<std::shared_ptr<Engine>> AdminService::Visible(const Caller& caller) const {
+  std::vector<std::shared_ptr<Engine>> out;
+  for (auto& engine : registry_->List()) {
+    if (CheckEngineAdmin(caller, engine->owner_uid(), engine->key(), policy_, "see").ok()) {
+      out.push_back(std::move(engine));
+    }
+  }
+  return out;
+}
+
+grpc::Status AdminService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                                  v1::StatsResponse* response) {
+  auto caller = peers_->CallerOf(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   response->set_max_region_bytes(budget_->cap());
   response->set_reserved_bytes(budget_->reserved());
   response->set_backend(backend_->name());
   uint64_t region_bytes = 0;
-  for (const auto& engine : registry_->List()) {
+  for (const auto& engine : registry_->List()) region_bytes += engine->Snapshot().region_bytes;
+  // Node totals are the node's; engine lines only for engines the caller administers.
+  for (const auto& engine : Visible(*caller)) {
     v1::EngineStats* stats = response->add_engines();
     ToProto(engine->Snapshot(), stats);
-    region_bytes += stats->region_bytes();
   }
   response->set_region_bytes(region_bytes);
   for (const auto& [device, bytes] : backend_->GpuMemoryBytes()) {
@@ -27,22 +40,31 @@ grpc::Status AdminService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::ListEngines(grpc::ServerContext*, const v1::Empty*,
+grpc::Status AdminService::ListEngines(grpc::ServerContext* context, const v1::Empty*,
                                        v1::ListEnginesResponse* response) {
-  for (const auto& engine : registry_->List()) ToProto(engine->Snapshot(), response->add_engines());
+  auto caller = peers_->CallerOf(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
+  for (const auto& engine : Visible(*caller)) ToProto(engine->Snapshot(), response->add_engines());
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::DropEngine(grpc::ServerContext*, const v1::DropEngineRequest* request,
-                                      v1::Empty*) {
+grpc::Status AdminService::DropEngine(grpc::ServerContext* context,
+                                      const v1::DropEngineRequest* request, v1::Empty*) {
+  auto caller = peers_->CallerOf(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (request->engine_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "engine_id is empty");
   }
-  return ToGrpcStatus(registry_->Drop(request->engine_id(), request->dp_rank(), request->force()));
+  return ToGrpcStatus(registry_->Drop(
+      request->engine_id(), request->dp_rank(), request->force(), [&](const Engine& engine) {
+        return CheckEngineAdmin(*caller, engine.owner_uid(), engine.key(), policy_, "drop");
+      }));
 }
 
-grpc::Status AdminService::Cleanup(grpc::ServerContext*, const v1::CleanupRequest* request,
+grpc::Status AdminService::Cleanup(grpc::ServerContext* context, const v1::CleanupRequest* request,
                                    v1::CleanupResponse* response) {
+  auto caller = peers_->CallerOf(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (!request->drop_idle() && request->reset_engine_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "cleanup needs drop_idle or reset_engine_id");
@@ -50,10 +72,16 @@ grpc::Status AdminService::Cleanup(grpc::ServerContext*, const v1::CleanupReques
   if (!request->reset_engine_id().empty()) {
     auto engine = registry_->Find(request->reset_engine_id(), request->reset_dp_rank());
     if (!engine.ok()) return ToGrpcStatus(engine.status());
+    absl::Status allowed =
+        CheckEngineAdmin(*caller, (*engine)->owner_uid(), (*engine)->key(), policy_, "reset");
+    if (!allowed.ok()) return ToGrpcStatus(allowed);
     response->set_rows_reset((*engine)->index().Reset());
   }
   if (request->drop_idle()) {
-    for (const std::string& key : registry_->DropIdle()) response->add_dropped(key);
+    auto mine = [&](const Engine& engine) {
+      return CheckEngineAdmin(*caller, engine.owner_uid(), engine.key(), policy_, "drop");
+    };
+    for (const std::string& key : registry_->DropIdle(mine)) response->add_dropped(key);
   }
   return grpc::Status::OK;
 }

@@ -1,12 +1,20 @@
 // Admin service (admin socket): Stats, ListEngines, DropEngine, Cleanup. Health checking and
 // reflection are gRPC's standard services, enabled by the server.
+//
+// Access (daemon/engine/access.h): whoever may connect to the admin socket sees node totals; the
+// per-engine lines, DropEngine and Cleanup reset are for engines the kernel-verified caller may
+// administer (owner, root, --admin_group). Another uid's DropEngine or reset is PERMISSION_DENIED
+// and changes nothing; Cleanup drop_idle drops only the caller's own idle engines (all of them for
+// root and the admin group).
 #ifndef KVOFFLOAD_DAEMON_SERVICE_ADMIN_SERVICE_H_
 #define KVOFFLOAD_DAEMON_SERVICE_ADMIN_SERVICE_H_
 
 #include "absl/time/time.h"
 #include "daemon/copy/copy_backend.h"
+#include "daemon/engine/access.h"
 #include "daemon/engine/registry.h"
 #include "daemon/region/memory_budget.h"
+#include "daemon/service/peer_credentials.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
 
 namespace kvoffload::daemon {
@@ -14,22 +22,34 @@ namespace kvoffload::daemon {
 // Thread-safe. Borrows everything it is given.
 class AdminService final : public v1::Admin::Service {
  public:
-  AdminService(EngineRegistry* registry, const CopyBackend* backend, const MemoryBudget* budget)
-      : registry_(registry), backend_(backend), budget_(budget), started_(absl::Now()) {}
+  AdminService(EngineRegistry* registry, const CopyBackend* backend, const MemoryBudget* budget,
+               const PeerTable* peers, const AccessPolicy& policy)
+      : registry_(registry),
+        backend_(backend),
+        budget_(budget),
+        peers_(peers),
+        policy_(policy),
+        started_(absl::Now()) {}
 
-  grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest*,
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                      v1::StatsResponse* response) override;
-  grpc::Status ListEngines(grpc::ServerContext*, const v1::Empty*,
+  grpc::Status ListEngines(grpc::ServerContext* context, const v1::Empty*,
                            v1::ListEnginesResponse* response) override;
-  grpc::Status DropEngine(grpc::ServerContext*, const v1::DropEngineRequest* request,
+  grpc::Status DropEngine(grpc::ServerContext* context, const v1::DropEngineRequest* request,
                           v1::Empty*) override;
-  grpc::Status Cleanup(grpc::ServerContext*, const v1::CleanupRequest* request,
+  grpc::Status Cleanup(grpc::ServerContext* context, const v1::CleanupRequest* request,
                        v1::CleanupResponse* response) override;
 
  private:
+  // Engines `caller` may administer.
+  std::vector<std::shared_ptr<Engine>> Visible(const Caller& caller) const;
+
+
   EngineRegistry* const registry_;
   const CopyBackend* const backend_;
   const MemoryBudget* const budget_;
+  const PeerTable* const peers_;
+  const AccessPolicy policy_;
   const absl::Time started_;
 };
 

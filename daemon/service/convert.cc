@@ -104,6 +104,7 @@ void ToProto(const EngineSnapshot& s, v1::EngineStats* p) {
   p->set_rows_reading(s.index.rows_reading);
   p->set_rows_quarantined(s.index.rows_quarantined);
   p->set_region_bytes(s.region_bytes);
+  p->set_owner_uid(s.owner_uid);
   p->set_store_bytes(s.store_bytes);
   p->set_load_bytes(s.load_bytes);
   p->set_jobs_done(s.jobs_done);

@@ -1,26 +1,37 @@
 #include "daemon/service/engine_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/engine/access.h"
 #include "daemon/service/convert.h"
 
 namespace kvoffload::daemon {
 
-grpc::Status EngineService::OpenEngine(grpc::ServerContext*, const v1::OpenEngineRequest* request,
+grpc::Status EngineService::OpenEngine(grpc::ServerContext* context,
+                                       const v1::OpenEngineRequest* request,
                                        v1::OpenEngineResponse* response) {
+  auto caller = peers_->CallerOf(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   auto spec = SpecFromProto(request->spec());
   if (!spec.ok()) return ToGrpcStatus(spec.status());
-  auto opened = registry_->Open(*spec, request->region_epoch());
+  auto opened = registry_->Open(*spec, request->region_epoch(), &*caller);
   if (!opened.ok()) return ToGrpcStatus(opened.status());
   GeometryToProto(opened->engine->geometry(), response->mutable_geometry());
   response->set_created(opened->created);
   response->set_region_epoch(opened->engine->region_epoch());
+  response->set_owner_uid(opened->engine->owner_uid());
   return grpc::Status::OK;
 }
 
-absl::StatusOr<std::shared_ptr<Engine>> EngineService::IndexedEngine(const std::string& engine_id,
-                                                                     uint32_t dp_rank) {
+absl::StatusOr<std::shared_ptr<Engine>> EngineService::IndexedEngine(
+    grpc::ServerContext* context, const std::string& engine_id, uint32_t dp_rank,
+    const char* action) {
+  auto caller = peers_->CallerOf(context);
+  if (!caller.ok()) return caller.status();
   auto engine = registry_->Find(engine_id, dp_rank);
   if (!engine.ok()) return engine.status();
+  // Before anything else about the engine is looked at or told.
+  absl::Status allowed = CheckEngineUse(*caller, (*engine)->owner_uid(), (*engine)->spec(), action);
+  if (!allowed.ok()) return allowed;
   if ((*engine)->spec().rows_assigned_by_engine) {
     return absl::FailedPreconditionError(
         absl::StrCat("engine ", (*engine)->key(),
@@ -31,18 +42,19 @@ absl::StatusOr<std::shared_ptr<Engine>> EngineService::IndexedEngine(const std::
 }
 
 absl::StatusOr<EngineService::IndexRequest> EngineService::ResolveIndexRequest(
-    const std::string& engine_id, uint32_t dp_rank,
-    const google::protobuf::RepeatedPtrField<std::string>& keys) {
-  auto engine = IndexedEngine(engine_id, dp_rank);
+    grpc::ServerContext* context, const char* action, const std::string& engine_id,
+    uint32_t dp_rank, const google::protobuf::RepeatedPtrField<std::string>& keys) {
+  auto engine = IndexedEngine(context, engine_id, dp_rank, action);
   if (!engine.ok()) return engine.status();
   auto parsed = KeysFromProto(keys);
   if (!parsed.ok()) return parsed.status();
   return IndexRequest{std::move(*engine), std::move(*parsed)};
 }
 
-grpc::Status EngineService::Lookup(grpc::ServerContext*, const v1::KeysRequest* request,
+grpc::Status EngineService::Lookup(grpc::ServerContext* context, const v1::KeysRequest* request,
                                    v1::LookupResponse* response) {
-  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "look up keys in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   for (SlotIndex::KeyState s : req->engine->index().Lookup(req->keys)) {
     switch (s) {
@@ -60,9 +72,11 @@ grpc::Status EngineService::Lookup(grpc::ServerContext*, const v1::KeysRequest* 
   return grpc::Status::OK;
 }
 
-grpc::Status EngineService::PrepareStore(grpc::ServerContext*, const v1::KeysRequest* request,
+grpc::Status EngineService::PrepareStore(grpc::ServerContext* context,
+                                         const v1::KeysRequest* request,
                                          v1::PrepareStoreResponse* response) {
-  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "prepare a store in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   auto result = req->engine->index().PrepareStore(req->keys);
   if (!result.ok()) return ToGrpcStatus(result.status());
@@ -72,16 +86,19 @@ grpc::Status EngineService::PrepareStore(grpc::ServerContext*, const v1::KeysReq
   return grpc::Status::OK;
 }
 
-grpc::Status EngineService::CompleteStore(grpc::ServerContext*,
+grpc::Status EngineService::CompleteStore(grpc::ServerContext* context,
                                           const v1::CompleteStoreRequest* request, v1::Empty*) {
-  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "complete a store in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   return ToGrpcStatus(req->engine->index().CompleteStore(req->keys, request->success()));
 }
 
-grpc::Status EngineService::PrepareLoad(grpc::ServerContext*, const v1::KeysRequest* request,
+grpc::Status EngineService::PrepareLoad(grpc::ServerContext* context,
+                                        const v1::KeysRequest* request,
                                         v1::PrepareLoadResponse* response) {
-  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "prepare a load in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   auto rows = req->engine->index().PrepareLoad(req->keys);
   if (!rows.ok()) return ToGrpcStatus(rows.status());
@@ -89,16 +106,19 @@ grpc::Status EngineService::PrepareLoad(grpc::ServerContext*, const v1::KeysRequ
   return grpc::Status::OK;
 }
 
-grpc::Status EngineService::CompleteLoad(grpc::ServerContext*, const v1::KeysRequest* request,
+grpc::Status EngineService::CompleteLoad(grpc::ServerContext* context,
+                                         const v1::KeysRequest* request,
                                          v1::Empty*) {
-  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "complete a load in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   return ToGrpcStatus(req->engine->index().CompleteLoad(req->keys));
 }
 
-grpc::Status EngineService::Touch(grpc::ServerContext*, const v1::KeysRequest* request,
+grpc::Status EngineService::Touch(grpc::ServerContext* context, const v1::KeysRequest* request,
                                   v1::Empty*) {
-  auto req = ResolveIndexRequest(request->engine_id(), request->dp_rank(), request->keys());
+  auto req = ResolveIndexRequest(context, "touch keys in", request->engine_id(),
+                                 request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   return ToGrpcStatus(req->engine->index().Touch(req->keys));
 }

@@ -2,6 +2,8 @@
 // in-process channel) over a fault-injecting copy backend: sessions that store and load bytes,
 // refusals with exact codes, a worker that disconnects while its copy runs, and a forced drop
 // while copies are held.
+#include <unistd.h>
+
 #include <memory>
 #include <thread>
 #include <string>
@@ -16,6 +18,7 @@
 #include "daemon/engine/testing/engine_test_env.h"
 #include "daemon/service/admin_service.h"
 #include "daemon/service/engine_service.h"
+#include "daemon/service/peer_credentials.h"
 #include "daemon/service/worker_service.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -62,10 +65,13 @@ class ServiceTest : public ::testing::Test {
  protected:
   ServiceTest() {
     registry_ = std::make_unique<EngineRegistry>(env_.deps(), RegistryOptions{});
-    engine_service_ = std::make_unique<EngineService>(registry_.get());
-    worker_service_ = std::make_unique<WorkerService>(registry_.get(), WorkerServiceOptions{});
-    admin_service_ =
-        std::make_unique<AdminService>(registry_.get(), &env_.backend(), &env_.budget());
+    // The in-process channel has no descriptor: its calls are this process's (root in CI).
+    peers_.TrustInProcessCallsAs(Caller{static_cast<int32_t>(getpid()), getuid(), getgid(), {}});
+    engine_service_ = std::make_unique<EngineService>(registry_.get(), &peers_);
+    worker_service_ =
+        std::make_unique<WorkerService>(registry_.get(), &peers_, WorkerServiceOptions{});
+    admin_service_ = std::make_unique<AdminService>(registry_.get(), &env_.backend(),
+                                                    &env_.budget(), &peers_, AccessPolicy{});
     grpc::ServerBuilder builder;
     builder.RegisterService(engine_service_.get());
     builder.RegisterService(worker_service_.get());
@@ -97,6 +103,7 @@ class ServiceTest : public ::testing::Test {
     v1::RegisterWorker* r = m.mutable_register_();
     SpecToProto(spec, r->mutable_spec());
     r->set_mp_rank(mp_rank);
+    r->set_pid(getpid());
     for (const TensorRegistration& t : session->memory->Registration().tensors) {
       v1::TensorSpec* p = r->add_tensors();
       p->set_allocation_handle(t.allocation_handle);
@@ -145,6 +152,7 @@ class ServiceTest : public ::testing::Test {
 
   EngineTestEnv env_;
   std::unique_ptr<EngineRegistry> registry_;
+  PeerTable peers_;
   std::unique_ptr<EngineService> engine_service_;
   std::unique_ptr<WorkerService> worker_service_;
   std::unique_ptr<AdminService> admin_service_;

@@ -121,8 +121,12 @@ class SessionWriter final : public JobListener {
 
 }  // namespace
 
-WorkerService::WorkerService(EngineRegistry* registry, const WorkerServiceOptions& options)
-    : registry_(registry), options_(options), watcher_([this] { WatchFirstMessages(); }) {}
+WorkerService::WorkerService(EngineRegistry* registry, const PeerTable* peers,
+                             const WorkerServiceOptions& options)
+    : registry_(registry),
+      peers_(peers),
+      options_(options),
+      watcher_([this] { WatchFirstMessages(); }) {}
 
 WorkerService::~WorkerService() {
   {
@@ -146,6 +150,9 @@ void WorkerService::WatchFirstMessages() {
 
 grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream) {
   static spdlog::logger* log = common::Logger("worker");
+  // The session's caller, fixed for its lifetime: looked up once, while its connection is live.
+  const absl::StatusOr<Caller> caller = peers_->CallerOf(context);
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   {
     absl::MutexLock lock(&mu_);
     if (sessions_ >= options_.max_sessions) {
@@ -194,12 +201,22 @@ grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream
   if (!spec.ok()) return ToGrpcStatus(spec.status());
   auto registration = FromProto(reg);
   if (!registration.ok()) return ToGrpcStatus(registration.status());
+  // The backend opens memory of the connecting process only; a worker claiming another pid is
+  // either confused or borrowing someone else's memory.
+  if (static_cast<int64_t>(reg.pid()) != caller->pid) {
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrCat(caller->Describe(), " registered as pid ", reg.pid(),
+                     ": a worker must register from the process it declares"));
+  }
+  registration->caller_pid = caller->pid;
+  registration->caller_uid = caller->uid;
 
   SessionWriter writer(context, stream, options_.max_queued_verdicts);
   // Validates the registration and opens the worker's memory before the engine is created or
   // joined: a refused registration leaves nothing behind.
-  auto attached =
-      registry_->AttachWorker(*spec, reg.region_epoch(), reg.mp_rank(), *registration, &writer);
+  auto attached = registry_->AttachWorker(*spec, reg.region_epoch(), reg.mp_rank(), *registration,
+                                         &writer, &*caller);
   if (!attached.ok()) {
     log->warn("engine {}: registration of mp_rank {} (pid {}) refused: {}", spec->Key(),
               reg.mp_rank(), reg.pid(), attached.status().ToString());
@@ -215,6 +232,7 @@ grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream
     r->set_writer(info.writer);
     r->set_session_id(info.session_id);
     r->set_region_epoch(info.region_epoch);
+    r->set_owner_uid(engine->owner_uid());
     writer.SendRegistered(std::move(message));
   }
 

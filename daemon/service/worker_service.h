@@ -2,6 +2,11 @@
 // registration: when it ends (worker exit, crash, SIGKILL) the daemon fails the worker's open
 // jobs and releases its mappings.
 //
+// Identity: a session runs as its connection's kernel-verified caller (PeerTable). Its
+// registration must declare the pid that opened the connection, and may only create or join an
+// engine that caller may use (PERMISSION_DENIED otherwise, before any memory is opened); the copy
+// backend opens only that process's memory.
+//
 // Bounds (a client cannot exhaust the daemon through sessions): at most `max_sessions` sessions
 // at once, each one a daemon thread (one more is RESOURCE_EXHAUSTED at once); a session whose
 // first message does not arrive within `first_message_timeout` is cancelled (DEADLINE_EXCEEDED);
@@ -18,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/engine/registry.h"
+#include "daemon/service/peer_credentials.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
 
 namespace kvoffload::daemon {
@@ -32,7 +38,9 @@ struct WorkerServiceOptions {
 // more thread cancels sessions that stay silent past their first-message deadline.
 class WorkerService final : public v1::Worker::Service {
  public:
-  WorkerService(EngineRegistry* registry, const WorkerServiceOptions& options);
+  // Borrows `registry` and `peers`.
+  WorkerService(EngineRegistry* registry, const PeerTable* peers,
+                const WorkerServiceOptions& options);
   ~WorkerService() override;
   WorkerService(const WorkerService&) = delete;
   WorkerService& operator=(const WorkerService&) = delete;
@@ -46,6 +54,7 @@ class WorkerService final : public v1::Worker::Service {
   bool WatchHasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; }
 
   EngineRegistry* const registry_;
+  const PeerTable* const peers_;
   const WorkerServiceOptions options_;
 
   absl::Mutex mu_;

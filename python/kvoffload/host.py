@@ -1,59 +1,52 @@
-"""Host-backend "GPU memory": POSIX shared memory for workers of a daemon run with
---backend=host (tests, demos, GPU-less nodes). The daemon opens the object by name at
-registration, as the CUDA backend opens IPC handles; once the worker has connected the name may
-be unlinked (the daemon keeps its mapping).
+"""Host-backend "GPU memory": memfds for workers of a daemon run with --backend=host (tests,
+demos, GPU-less nodes). The daemon opens the memfd from the registering process itself
+(handle "memfd:<fd>", taken from the pid the kernel names for the connection), only if this
+uid owns it and it is sealed against shrinking (F_SEAL_SHRINK), as the CUDA backend opens IPC
+handles. Nothing is ever left in /dev/shm.
 
     with HostAllocation(64 << 20) as mem:
         tensors = [mem.tensor(offset=0, num_blocks=64, block_stride_bytes=1 << 20,
                               page_bytes=1 << 20)]
         worker = Worker.connect_host(socket, spec, mp_rank=0, tensors=tensors)
-        mem.unlink()
         mem.buf[0:4] = b"abcd"
 
-Not thread-safe. Linux only (the object lives in /dev/shm).
+Not thread-safe. Linux only.
 """
 
 import collections
-import itertools
+import fcntl
 import mmap
 import os
 
 HostTensor = collections.namedtuple(
     "HostTensor",
     ["shm_name", "allocation_bytes", "offset", "num_blocks", "block_stride_bytes", "page_bytes"])
-HostTensor.__doc__ = "A KV tensor in a POSIX shm object, named as for shm_open ('/name')."
-
-_SHM_DIR = "/dev/shm"
-_counter = itertools.count()
+HostTensor.__doc__ = "A KV tensor in a memfd; `shm_name` is its handle, 'memfd:<fd>'."
 
 
 class HostAllocation:
-    """A POSIX shm object of `nbytes` bytes, created exclusively and mapped read-write.
+    """A memfd of `nbytes` bytes, sealed against shrinking and mapped read-write.
 
-    `shm_name` is the name the daemon opens ("/kvo-py-<pid>-<n>"); `buf` is the mmap.
+    `shm_name` is the handle the daemon opens ("memfd:<fd>"); `buf` is the mmap. The descriptor
+    stays open until close().
     """
 
     def __init__(self, nbytes, name=None):
+        """`name` only labels the memfd (/proc/PID/maps); it names nothing the daemon opens."""
         if nbytes <= 0:
             raise ValueError("nbytes must be > 0")
-        if name is None:
-            name = "kvo-py-%d-%d" % (os.getpid(), next(_counter))
-        name = name.lstrip("/")
-        if not name or "/" in name:
-            raise ValueError("a shm name is one path component, got %r" % name)
-        self.shm_name = "/" + name
         self.nbytes = nbytes
-        self._path = os.path.join(_SHM_DIR, name)
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self._fd = os.memfd_create(name or "kvo-py", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            os.ftruncate(fd, nbytes)
-            self.buf = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            os.ftruncate(self._fd, nbytes)
+            # The daemon refuses memory that could be truncated under its copies.
+            fcntl.fcntl(self._fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+            self.buf = mmap.mmap(self._fd, nbytes, mmap.MAP_SHARED,
+                                 mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
-            os.unlink(self._path)
+            os.close(self._fd)
             raise
-        finally:
-            os.close(fd)
-        self._linked = True
+        self.shm_name = "memfd:%d" % self._fd
 
     def tensor(self, offset, num_blocks, block_stride_bytes, page_bytes):
         """A HostTensor in this allocation."""
@@ -61,20 +54,16 @@ class HostAllocation:
                           page_bytes)
 
     def unlink(self):
-        """Removes the name (the mapping and the daemon's stay valid). Idempotent."""
-        if self._linked:
-            self._linked = False
-            try:
-                os.unlink(self._path)
-            except FileNotFoundError:
-                pass
+        """Kept for callers of the named-shm version: a memfd has no name to remove."""
 
     def close(self):
-        """Unlinks the name and unmaps the memory."""
-        self.unlink()
-        if self.buf is not None:
+        """Unmaps the memory and closes the descriptor. Idempotent."""
+        if getattr(self, "buf", None) is not None:
             self.buf.close()
             self.buf = None
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self):
         return self

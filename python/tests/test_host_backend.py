@@ -2,7 +2,7 @@
 
 Each test class starts the daemon binary ($KVOFFLOAD_DAEMON, else the repository's
 bazel-bin/daemon/kvoffloadd) with --backend=host on a fresh /tmp runtime dir, and drives it
-through the package: "GPU" tensors are POSIX shm objects made here (kvoffload.HostAllocation).
+through the package: "GPU" tensors are sealed memfds made here (kvoffload.HostAllocation).
 """
 
 import os
@@ -96,7 +96,7 @@ def spec(engine_id, budget_bytes=16 << 20, **kw):
 
 
 class HostKv:
-    """A worker's KV cache in shm, laid out as separate K and V tensors per layer (two
+    """A worker's KV cache in memfds, laid out as separate K and V tensors per layer (two
     allocations, padded strides, non-zero offsets, as PyTorch's caching allocator hands out),
     filled with random bytes."""
 
@@ -410,7 +410,7 @@ class HostBackendTest(unittest.TestCase):
         with self.assertRaises(KvoffloadError) as cm:
             self.connect(spec("py-refuse", budget_bytes=8 << 20))
         self.assertEqual(cm.exception.name, "FAILED_PRECONDITION")
-        # A tensor that names no shm object.
+        # A named POSIX shm object: the host backend opens only sealed memfds of the caller.
         with self.assertRaises(KvoffloadError) as cm:
             Worker.connect_host(self.daemon.data_socket, spec("py-refuse"), 0,
                                 [("/kvo-py-does-not-exist", WORKER_BYTES_PER_BLOCK, 0, 1,

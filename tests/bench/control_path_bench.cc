@@ -1,6 +1,6 @@
 // control_path_bench: the daemon's control path on the host backend, end to end over gRPC.
 // Starts kvoffloadd (--backend=host) on a temporary runtime dir, connects one worker (this
-// process; KV in POSIX shm) and measures:
+// process; KV in sealed memfds) and measures:
 //   - submit → finished latency of a 1-block job (store and load), p50 / p99 / max;
 //   - a full scheduler store cycle: PrepareStore → store job → CompleteStore, per key.
 // Prints a markdown table, or JSON with --json.
@@ -93,7 +93,6 @@ int main(int argc, char** argv) {
     options.spec = spec;
     options.tensors = kv.Handles();
     auto worker = kvoffload::client::WorkerClient::Connect(options);
-    kv.UnlinkNames();
     if (!worker.ok()) return Die(worker.status().ToString());
     uint64_t job_id = 1;
     if (!indexed) {

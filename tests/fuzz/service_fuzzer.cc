@@ -11,6 +11,8 @@
 //   - every worker session ends within its deadline once its worker hangs up (no hang);
 //   - after the input's engines are dropped and their copies end, the node budget is back to 0
 //     (no region or reservation leaks) and Stats still answers.
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +28,7 @@
 #include "daemon/engine/testing/engine_test_env.h"
 #include "daemon/service/admin_service.h"
 #include "daemon/service/engine_service.h"
+#include "daemon/service/peer_credentials.h"
 #include "daemon/service/worker_service.h"
 #include "grpcpp/grpcpp.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
@@ -73,10 +76,14 @@ struct Node {
     daemon::RegistryOptions options;
     options.idle_engine_ttl = absl::ZeroDuration();  // dropped explicitly after each input
     registry = std::make_unique<daemon::EngineRegistry>(env->deps(), options);
-    engine_service = std::make_unique<daemon::EngineService>(registry.get());
-    worker_service = std::make_unique<daemon::WorkerService>(registry.get(), daemon::WorkerServiceOptions{});
-    admin_service = std::make_unique<daemon::AdminService>(registry.get(), &env->backend(),
-                                                           &env->budget());
+    // The in-process channel has no descriptor: its calls are this process's.
+    peers.TrustInProcessCallsAs(
+        daemon::Caller{static_cast<int32_t>(getpid()), getuid(), getgid(), {}});
+    engine_service = std::make_unique<daemon::EngineService>(registry.get(), &peers);
+    worker_service = std::make_unique<daemon::WorkerService>(registry.get(), &peers,
+                                                             daemon::WorkerServiceOptions{});
+    admin_service = std::make_unique<daemon::AdminService>(
+        registry.get(), &env->backend(), &env->budget(), &peers, daemon::AccessPolicy{});
     grpc::ServerBuilder builder;
     builder.RegisterService(engine_service.get());
     builder.RegisterService(worker_service.get());
@@ -97,6 +104,7 @@ struct Node {
   // Node outlives every input; it is never destroyed (libFuzzer exits the process).
   std::unique_ptr<daemon::testing::EngineTestEnv> env;
   std::unique_ptr<daemon::EngineRegistry> registry;
+  daemon::PeerTable peers;
   std::unique_ptr<daemon::EngineService> engine_service;
   std::unique_ptr<daemon::WorkerService> worker_service;
   std::unique_ptr<daemon::AdminService> admin_service;
@@ -234,6 +242,8 @@ class Script {
       FillSpec(r->mutable_spec());
       r->set_mp_rank(in_.Int(0, 7) == 0 ? in_.Int(0, UINT32_MAX) : in_.Int(0, 2));
       r->set_device(in_.Int(0, 3));
+      // Mostly this process's pid (the in-process caller's), sometimes another.
+      r->set_pid(in_.Int(0, 7) == 0 ? in_.Int(0, UINT32_MAX) : getpid());
       const daemon::ShmWorkerMemory& memory = *node_.memories[in_.Int(0, 1)];
       const daemon::WorkerRegistration reg = memory.Registration();
       const bool mangle = in_.Int(0, 3) == 0;

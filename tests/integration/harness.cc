@@ -169,11 +169,12 @@ absl::StatusOr<v1::EngineStats> DaemonProcess::EngineStats(const std::string& en
   return absl::NotFoundError(absl::StrCat("no engine ", engine_id, "/", dp_rank, " in stats"));
 }
 
-absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(const std::string& socket,
-                                                                    std::vector<std::string> args,
-                                                                    const std::string& binary) {
+absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(
+    const std::string& socket, std::vector<std::string> args, const std::string& binary,
+    std::vector<std::string> wrapper) {
   std::vector<std::string> argv = {RunfilePath(binary), absl::StrCat("--socket=", socket)};
   argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.begin(), wrapper.begin(), wrapper.end());
   auto process = ChildProcess::Spawn(argv);
   if (!process.ok()) return process.status();
   auto worker = std::unique_ptr<WorkerProcess>(new WorkerProcess());

@@ -63,9 +63,11 @@ class WorkerProcess {
  public:
   // Starts kvoffload_host_worker --socket=<socket> plus `args`; returns it after its first line,
   // which is available as `hello()` ("registered slot=..." or "refused CODE message").
+  // `wrapper` (e.g. {"setpriv", "--reuid=65534", ...}) execs the worker, keeping its pid.
   static absl::StatusOr<std::unique_ptr<WorkerProcess>> Start(
       const std::string& socket, std::vector<std::string> args,
-      const std::string& binary = "client/host/kvoffload_host_worker");
+      const std::string& binary = "client/host/kvoffload_host_worker",
+      std::vector<std::string> wrapper = {});
   const std::string& hello() const { return hello_; }
   std::string Command(const std::string& line, int timeout_s = 60) {
     return process_->Command(line, timeout_s);

@@ -1,5 +1,7 @@
 // The gRPC surface, spoken directly (no client library): requests a well-behaved client never
 // sends, each answered with an exact status code.
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 
@@ -110,6 +112,7 @@ TEST_F(ProtocolTest, RegistrationWithoutTensorsOrWithTensorsPastTheirAllocationI
     auto stream = worker_->Session(&context);
     v1::WorkerMessage message;
     *message.mutable_register_()->mutable_spec() = Spec("e");
+    message.mutable_register_()->set_pid(getpid());  // the connecting process, as required
     ASSERT_TRUE(stream->Write(message));
     v1::DaemonMessage reply;
     EXPECT_FALSE(stream->Read(&reply));
@@ -121,6 +124,8 @@ TEST_F(ProtocolTest, RegistrationWithoutTensorsOrWithTensorsPastTheirAllocationI
     v1::WorkerMessage message;
     v1::RegisterWorker* reg = message.mutable_register_();
     *reg->mutable_spec() = Spec("e");
+  reg->set_pid(getpid());
+    reg->set_pid(getpid());
     v1::TensorSpec* t = reg->add_tensors();
     t->set_allocation_handle("/kvo-test-does-not-exist");
     t->set_allocation_bytes(1 << 20);
@@ -144,6 +149,7 @@ TEST_F(ProtocolTest, DeviceUuidIsRawBytes) {
   v1::WorkerMessage message;
   v1::RegisterWorker* reg = message.mutable_register_();
   *reg->mutable_spec() = Spec("e");
+  reg->set_pid(getpid());
   reg->set_device_uuid(std::string("\xff\xfe\x80\x00\x81\xc3\x28\xa0\xa1\xe2\x28\xa1\xf0\x90\x28\xbc", 16));
   v1::TensorSpec* t = reg->add_tensors();
   t->set_allocation_handle("/kvo-test-does-not-exist");

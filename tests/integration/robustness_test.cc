@@ -204,8 +204,9 @@ TEST_F(RobustnessTest, RefusedRegistrationCreatesAndReservesNothing) {
     v1::RegisterWorker reg;
     *reg.mutable_spec() = Spec("reg", 4 * kMiB, /*world_size=*/2);
     reg.set_mp_rank(0);
+    reg.set_pid(getpid());  // the connecting process, as required
     v1::TensorSpec* t = reg.add_tensors();
-    t->set_allocation_handle("/kvo-robustness-no-such-shm");
+    t->set_allocation_handle("memfd:1000000");  // no such descriptor
     t->set_allocation_bytes(64 * 4096);
     t->set_num_blocks(64);
     t->set_block_stride_bytes(4096);
@@ -215,7 +216,7 @@ TEST_F(RobustnessTest, RefusedRegistrationCreatesAndReservesNothing) {
   v1::RegisterWorker rank = base();
   rank.set_mp_rank(2);  // >= world_size
   EXPECT_EQ(refused(rank), grpc::StatusCode::INVALID_ARGUMENT);
-  // Missing memory (the shm object does not exist).
+  // Missing memory (the descriptor does not exist).
   EXPECT_EQ(refused(base()), grpc::StatusCode::INVALID_ARGUMENT);
   v1::RegisterWorker size = base();
   size.mutable_tensors(0)->set_page_bytes(2048);  // Σ page_bytes != worker_bytes_per_block
@@ -223,16 +224,15 @@ TEST_F(RobustnessTest, RefusedRegistrationCreatesAndReservesNothing) {
   ExpectEmpty();
 
   // Real memory whose tensor breaks a rule of the backend: stride < page.
-  const std::string shm = absl::StrCat("/kvo-robustness-", getpid());
-  const int fd = shm_open(shm.c_str(), O_CREAT | O_RDWR, 0600);
+  const int fd = memfd_create("kvo-robustness", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, 64 * 4096), 0);
-  close(fd);
+  ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
   v1::RegisterWorker stride = base();
-  stride.mutable_tensors(0)->set_allocation_handle(shm);
+  stride.mutable_tensors(0)->set_allocation_handle(absl::StrCat("memfd:", fd));
   stride.mutable_tensors(0)->set_block_stride_bytes(2048);
   EXPECT_EQ(refused(stride), grpc::StatusCode::INVALID_ARGUMENT);
-  shm_unlink(shm.c_str());
+  close(fd);
   ExpectEmpty();
   EXPECT_TRUE(daemon_->Serving());
 }

@@ -14,6 +14,8 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "daemon/copy/copy_plan.h"
@@ -31,33 +33,72 @@ spdlog::logger* Log() {
 
 std::string Printable(const std::string& handle) { return absl::CHexEscape(handle); }
 
-// One shared memory object of a worker, mapped read-write. Move-only; unmaps on destruction.
+constexpr char kMemfdPrefix[] = "memfd:";
+
+// One memfd of a worker, mapped read-write. Move-only; unmaps on destruction.
 class ShmMapping {
  public:
-  // shm_open + fstat + mmap. Every failure is INVALID_ARGUMENT (the name and size come from the
-  // worker), except an exhausted address space or fd table (RESOURCE_EXHAUSTED).
-  static absl::StatusOr<ShmMapping> Open(const std::string& handle, uint64_t bytes) {
+  // Opens "memfd:<fd>": descriptor <fd> of process `pid` (0: this process), reopened through
+  // /proc/<pid>/fd (the daemon learnt `pid` from the kernel, so a caller can only name its own
+  // descriptors). The object must be a regular file owned by `uid` (the caller's, so a reopen
+  // with the daemon's credentials never reaches what the caller could not open itself), sealed
+  // with F_SEAL_SHRINK (so it can never be truncated under a copy: no SIGBUS in the daemon), and
+  // at least `bytes` long. Named shm objects are refused: the daemon would open them with its
+  // own credentials. Codes: INVALID_ARGUMENT (bad handle, no such descriptor, too small),
+  // PERMISSION_DENIED (another owner; the daemon may not read that process's descriptors),
+  // FAILED_PRECONDITION (not sealed), RESOURCE_EXHAUSTED (descriptors or address space).
+  static absl::StatusOr<ShmMapping> Open(const std::string& handle, uint64_t bytes, int32_t pid,
+                                         uint32_t uid) {
     const std::string what = absl::StrCat("allocation '", Printable(handle), "'");
-    if (handle.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": the name contains a NUL byte"));
+    int number = -1;
+    if (!absl::StartsWith(handle, kMemfdPrefix) ||
+        !absl::SimpleAtoi(absl::string_view(handle).substr(sizeof(kMemfdPrefix) - 1), &number) ||
+        number < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the host backend opens only \"memfd:<fd>\" handles (a sealed memfd of the "
+          "registering process); named shm objects are not opened"));
     }
-    const int fd = shm_open(handle.c_str(), O_RDWR | O_CLOEXEC, 0);
+    const std::string path = pid == 0 ? absl::StrCat("/proc/self/fd/", number)
+                                      : absl::StrCat("/proc/", pid, "/fd/", number);
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) {
       const int err = errno;
-      const std::string message = absl::StrCat(what, ": shm_open: ", strerror(err));
+      const std::string message =
+          absl::StrCat(what, ": cannot open descriptor ", number, " of pid ", pid, ": ",
+                       strerror(err));
       if (err == EMFILE || err == ENFILE) return absl::ResourceExhaustedError(message);
+      if (err == EACCES || err == EPERM) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            message, " (the daemon needs the worker's uid, root or CAP_SYS_PTRACE for it)"));
+      }
       return absl::InvalidArgumentError(message);
     }
+    auto refuse = [&](absl::Status status) {
+      close(fd);
+      return status;
+    };
     struct stat st;
     if (fstat(fd, &st) != 0) {
-      const int err = errno;
-      close(fd);
-      return absl::InvalidArgumentError(absl::StrCat(what, ": fstat: ", strerror(err)));
+      return refuse(absl::InvalidArgumentError(absl::StrCat(what, ": fstat: ", strerror(errno))));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return refuse(absl::InvalidArgumentError(absl::StrCat(what, " is not a memfd")));
+    }
+    if (st.st_uid != uid) {
+      return refuse(absl::PermissionDeniedError(
+          absl::StrCat(what, " is owned by uid ", st.st_uid, ", not by the registering uid ",
+                       uid)));
+    }
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+      return refuse(absl::FailedPreconditionError(absl::StrCat(
+          what, " is not sealed against shrinking: create it with memfd_create(MFD_ALLOW_SEALING) "
+                "and add F_SEAL_SHRINK (fcntl F_ADD_SEALS), so that it cannot be truncated under "
+                "a copy")));
     }
     if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < bytes) {
-      close(fd);
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " holds ", st.st_size, " bytes, less than the registered ", bytes));
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat(what, " holds ", st.st_size, " bytes, less than the registered ", bytes)));
     }
     void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int err = errno;
@@ -261,7 +302,8 @@ absl::StatusOr<std::unique_ptr<WorkerMemory>> HostCopyBackend::OpenWorker(
   std::map<std::string, uint8_t*> bases;
   mappings.reserve(allocation_bytes.size());
   for (const auto& [handle, bytes] : allocation_bytes) {
-    absl::StatusOr<ShmMapping> mapping = ShmMapping::Open(handle, bytes);
+    absl::StatusOr<ShmMapping> mapping =
+        ShmMapping::Open(handle, bytes, registration.caller_pid, registration.caller_uid);
     if (!mapping.ok()) return mapping.status();  // earlier mappings unmap themselves
     bases[handle] = mapping->data();
     mappings.push_back(std::move(mapping).value());

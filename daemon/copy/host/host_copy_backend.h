@@ -1,6 +1,7 @@
 // HostCopyBackend: the CopyBackend without a GPU, used by tests and CI (DESIGN.md §3). A test
-// worker's "device memory" is a POSIX shared memory object it created; its name is the tensor's
-// `allocation_handle` and its size at least `allocation_bytes`. Copies are memcpy on a pool of
+// worker's "device memory" is a memfd it created and sealed against shrinking; the tensor's
+// `allocation_handle` is "memfd:<fd>", that descriptor's number in the worker, and its size is at
+// least `allocation_bytes`. Copies are memcpy on a pool of
 // threads owned by the backend, driven by the same descriptor tables as the CUDA backend, so
 // everything except the CUDA calls is exercised.
 //
@@ -10,9 +11,14 @@
 //   CopyJob job;  // direction, memory.get(), region->data(), geometry, slot, blocks, rows
 //   backend->Submit(std::move(job), [](absl::Status s, uint64_t bytes) { ... });
 //
-// OpenWorker opens each distinct allocation handle once (shm_open O_RDWR, fstat, mmap MAP_SHARED;
-// the fd is closed once mapped) and checks every tensor against its allocation; every failure is
-// INVALID_ARGUMENT naming the tensor and the numbers. Event handles are accepted and ignored:
+// OpenWorker opens each distinct allocation handle once and checks every tensor against its
+// allocation; a bad number is INVALID_ARGUMENT naming the tensor. Memory that could hurt the
+// daemon or belong to someone else is refused (README "Security model"): the descriptor is taken
+// only from the registering process (registration.caller_pid, from the kernel, through
+// /proc/<pid>/fd), must be owned by registration.caller_uid (PERMISSION_DENIED) and sealed with
+// F_SEAL_SHRINK (FAILED_PRECONDITION), so that it can never be truncated under a copy (a SIGBUS
+// would end the daemon); it is then mapped (MAP_SHARED) and the descriptor closed. Event
+// handles are accepted and ignored:
 // the host backend has no streams to order, a memcpy is finished when it returns.
 //
 // Submit builds the job's descriptor table at once (O(pairs) on the caller's thread; nothing per

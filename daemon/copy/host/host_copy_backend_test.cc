@@ -38,47 +38,56 @@ void FillRandom(uint8_t* data, uint64_t bytes, std::mt19937_64& rng) {
   for (; i < bytes; ++i) data[i] = static_cast<uint8_t>(rng() | 1);
 }
 
-// A test worker's "device memory": a POSIX shm object with a unique name, filled with random
-// bytes, mapped here too so the test can inspect it. Unlinked and unmapped on destruction.
+// A test worker's "device memory": a memfd sealed against shrinking (what the backend requires),
+// filled with random bytes, mapped here too so the test can inspect it. Its handle is
+// "memfd:<fd>" of this process (the backend opens it through /proc/self/fd with caller_pid 0).
+// Unmapped and closed on destruction.
 class ShmObject {
  public:
-  static std::unique_ptr<ShmObject> Create(uint64_t bytes, std::mt19937_64& rng) {
+  static std::unique_ptr<ShmObject> Create(uint64_t bytes, std::mt19937_64& rng,
+                                           unsigned int seals = F_SEAL_SHRINK) {
     static std::atomic<int> counter{0};
-    std::string name = absl::StrCat("/kvoffload_test_", getpid(), "_", counter++);
-    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    std::string label = absl::StrCat("kvoffload_test_", getpid(), "_", counter++);
+    const int fd = memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) return nullptr;
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+        (seals != 0 && fcntl(fd, F_ADD_SEALS, seals) != 0)) {
       close(fd);
-      shm_unlink(name.c_str());
       return nullptr;
     }
     void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (data == MAP_FAILED) {
-      shm_unlink(name.c_str());
+      close(fd);
       return nullptr;
     }
     auto object = std::unique_ptr<ShmObject>(
-        new ShmObject(std::move(name), static_cast<uint8_t*>(data), bytes));
+        new ShmObject(std::move(label), fd, static_cast<uint8_t*>(data), bytes));
     FillRandom(object->data(), bytes, rng);
     return object;
   }
   ~ShmObject() {
     munmap(data_, bytes_);
-    shm_unlink(name_.c_str());
+    close(fd_);
   }
   ShmObject(const ShmObject&) = delete;
   ShmObject& operator=(const ShmObject&) = delete;
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return name_; }    // the handle: "memfd:<fd>"
+  const std::string& label() const { return label_; }  // in /proc/self/maps
   uint8_t* data() const { return data_; }
   uint64_t bytes() const { return bytes_; }
   std::vector<uint8_t> Snapshot() const { return std::vector<uint8_t>(data_, data_ + bytes_); }
 
  private:
-  ShmObject(std::string name, uint8_t* data, uint64_t bytes)
-      : name_(std::move(name)), data_(data), bytes_(bytes) {}
+  ShmObject(std::string label, int fd, uint8_t* data, uint64_t bytes)
+      : label_(std::move(label)),
+        name_(absl::StrCat("memfd:", fd)),
+        fd_(fd),
+        data_(data),
+        bytes_(bytes) {}
+  std::string label_;
   std::string name_;
+  int fd_;
   uint8_t* data_;
   uint64_t bytes_;
 };
@@ -102,12 +111,12 @@ Result RunJob(CopyBackend& backend, CopyJob job) {
   return result;
 }
 
-int CountMappingsOf(const std::string& shm_name) {
+int CountMappingsOf(const std::string& label) {
   std::ifstream maps("/proc/self/maps");
   std::string line;
   int count = 0;
   while (std::getline(maps, line)) {
-    if (line.find(shm_name.substr(1)) != std::string::npos) ++count;
+    if (line.find(label) != std::string::npos) ++count;
   }
   return count;
 }
@@ -138,6 +147,8 @@ struct Worker {
     }
     registration.device = 0;
     registration.event_handles.assign(num_events, std::string(64, 'e'));
+    registration.caller_pid = 0;  // this process
+    registration.caller_uid = geteuid();
   }
 
   uint64_t BytesPerBlock() const { return layers * (kKPage + kVPage); }
@@ -333,7 +344,7 @@ TEST_F(HostCopyBackendTest, TwoWorkersShareRowsWithoutInterfering) {
 
 TEST_F(HostCopyBackendTest, OpensEachAllocationOnceAndUnmapsOnDestruction) {
   Worker worker(8, rng_);
-  const std::string& k = worker.k_alloc->name();
+  const std::string& k = worker.k_alloc->label();
   EXPECT_EQ(CountMappingsOf(k), 1);  // the test's own mapping
   {
     auto memory = backend_->OpenWorker(worker.registration);  // 3 tensors name this handle
@@ -357,8 +368,13 @@ TEST_F(HostCopyBackendTest, BadRegistrationsAreInvalidArguments) {
   }
   {
     WorkerRegistration r = worker.registration;
-    r.tensors[3].allocation_handle = "/kvoffload_test_does_not_exist";
-    expect_invalid(r, "missing shm object");
+    r.tensors[3].allocation_handle = "memfd:1000000";
+    expect_invalid(r, "no such descriptor");
+  }
+  {
+    WorkerRegistration r = worker.registration;
+    r.tensors[3].allocation_handle = "/kvoffload_test_named_shm";
+    expect_invalid(r, "a named shm object");
   }
   {
     WorkerRegistration r = worker.registration;
@@ -400,6 +416,45 @@ TEST_F(HostCopyBackendTest, BadRegistrationsAreInvalidArguments) {
     WorkerRegistration r = worker.registration;
     r.tensors[0].offset = UINT64_MAX - 10;  // overflow
     expect_invalid(r, "offset overflow");
+  }
+}
+
+// README "Security model": only sealed memfds the registering uid owns are opened.
+TEST_F(HostCopyBackendTest, RefusesMemoryThatCouldHurtTheDaemonOrIsNotTheCallers) {
+  Worker worker(8, rng_);
+  {
+    WorkerRegistration r = worker.registration;
+    r.caller_uid = geteuid() + 1;  // not the owner of the memfds
+    auto memory = backend_->OpenWorker(r);
+    EXPECT_EQ(memory.status().code(), absl::StatusCode::kPermissionDenied) << memory.status();
+  }
+  {
+    auto unsealed = ShmObject::Create(worker.k_alloc->bytes(), rng_, /*seals=*/0);
+    ASSERT_NE(unsealed, nullptr);
+    WorkerRegistration r = worker.registration;
+    for (TensorRegistration& t : r.tensors) {
+      if (t.allocation_handle == worker.k_alloc->name()) t.allocation_handle = unsealed->name();
+    }
+    auto memory = backend_->OpenWorker(r);
+    EXPECT_EQ(memory.status().code(), absl::StatusCode::kFailedPrecondition) << memory.status();
+    EXPECT_EQ(CountMappingsOf(unsealed->label()), 1);  // only the test's own
+  }
+  {
+    // A regular file the caller holds open is not a memfd: no seals.
+    char path[] = "/tmp/kvo-host-test-XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    unlink(path);
+    ASSERT_EQ(ftruncate(fd, static_cast<off_t>(worker.k_alloc->bytes())), 0);
+    WorkerRegistration r = worker.registration;
+    for (TensorRegistration& t : r.tensors) {
+      if (t.allocation_handle == worker.k_alloc->name()) {
+        t.allocation_handle = absl::StrCat("memfd:", fd);
+      }
+    }
+    auto memory = backend_->OpenWorker(r);
+    EXPECT_EQ(memory.status().code(), absl::StatusCode::kFailedPrecondition) << memory.status();
+    close(fd);
   }
 }
 

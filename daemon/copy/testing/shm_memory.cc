@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -25,33 +24,33 @@ absl::StatusOr<std::unique_ptr<ShmWorkerMemory>> ShmWorkerMemory::Create(uint32_
                                                                           uint64_t num_blocks,
                                                                           uint64_t page_bytes,
                                                                           uint64_t seed) {
-  static std::atomic<int> counter{0};
-  std::string name = absl::StrCat("/kvoffload_test_", getpid(), "_", counter++);
   const uint64_t bytes = uint64_t{num_tensors} * num_blocks * page_bytes;
   if (bytes == 0) return absl::InvalidArgumentError("empty worker memory");
-  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("shm_open ", name, ": ", strerror(errno)));
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  // A sealed memfd, as the host backend requires (it cannot be shrunk under the daemon).
+  const int fd = memfd_create("kvoffload_test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return absl::InternalError(absl::StrCat("memfd_create: ", strerror(errno)));
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
     const int err = errno;
     close(fd);
-    shm_unlink(name.c_str());
-    return absl::InternalError(absl::StrCat("ftruncate ", name, ": ", strerror(err)));
+    return absl::InternalError(absl::StrCat("sizing or sealing the memfd: ", strerror(err)));
   }
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
   if (data == MAP_FAILED) {
-    shm_unlink(name.c_str());
-    return absl::InternalError(absl::StrCat("mmap ", name, ": ", strerror(errno)));
+    const int err = errno;
+    close(fd);
+    return absl::InternalError(absl::StrCat("mmap: ", strerror(err)));
   }
   std::mt19937_64 rng(seed);
   FillRandom(static_cast<uint8_t*>(data), bytes, rng);
   return std::unique_ptr<ShmWorkerMemory>(new ShmWorkerMemory(
-      std::move(name), static_cast<uint8_t*>(data), num_tensors, num_blocks, page_bytes));
+      fd, static_cast<uint8_t*>(data), num_tensors, num_blocks, page_bytes));
 }
 
-ShmWorkerMemory::ShmWorkerMemory(std::string name, uint8_t* data, uint32_t num_tensors,
+ShmWorkerMemory::ShmWorkerMemory(int fd, uint8_t* data, uint32_t num_tensors,
                                  uint64_t num_blocks, uint64_t page_bytes)
-    : name_(std::move(name)),
+    : fd_(fd),
+      name_(absl::StrCat("memfd:", fd)),
       data_(data),
       num_tensors_(num_tensors),
       num_blocks_(num_blocks),
@@ -59,12 +58,14 @@ ShmWorkerMemory::ShmWorkerMemory(std::string name, uint8_t* data, uint32_t num_t
 
 ShmWorkerMemory::~ShmWorkerMemory() {
   munmap(data_, num_tensors_ * num_blocks_ * page_bytes_);
-  shm_unlink(name_.c_str());
+  close(fd_);
 }
 
 WorkerRegistration ShmWorkerMemory::Registration() const {
   WorkerRegistration r;
   r.device = 0;
+  r.caller_pid = getpid();
+  r.caller_uid = getuid();
   const uint64_t bytes = num_tensors_ * num_blocks_ * page_bytes_;
   for (uint32_t t = 0; t < num_tensors_; ++t) {
     r.tensors.push_back(TensorRegistration{name_, bytes, t * num_blocks_ * page_bytes_,

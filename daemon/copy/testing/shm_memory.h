@@ -1,5 +1,5 @@
-// ShmWorkerMemory: a test worker's "device memory" for the host copy backend: one POSIX shared
-// memory object holding `num_tensors` KV tensors of `num_blocks` blocks, each block one page of
+// ShmWorkerMemory: a test worker's "device memory" for the host copy backend: one sealed memfd
+// (F_SEAL_SHRINK, as the host backend requires) of this process, holding `num_tensors` KV tensors of `num_blocks` blocks, each block one page of
 // `page_bytes` (tensor-major, stride = page_bytes), filled with random bytes that contain no zero
 // byte, so a copy that moved nothing or the wrong block never compares equal by accident.
 //
@@ -8,8 +8,8 @@
 //   EXPECT_EQ(memory->Block(3), expected);   // the worker's bytes of GPU block 3
 //
 // Not thread-safe for writes; reading the bytes while a copy writes them is the test's business.
-// Owns the object: the destructor unmaps it and unlinks its name (a backend that opened it keeps
-// its own mapping).
+// Owns the memfd: the destructor unmaps and closes it (a backend that opened it keeps its own
+// mapping). Registration() names it "memfd:<fd>" of this process (caller_pid = getpid()).
 #ifndef KVOFFLOAD_DAEMON_COPY_TESTING_SHM_MEMORY_H_
 #define KVOFFLOAD_DAEMON_COPY_TESTING_SHM_MEMORY_H_
 
@@ -44,12 +44,13 @@ class ShmWorkerMemory {
   uint64_t num_blocks() const { return num_blocks_; }
 
  private:
-  ShmWorkerMemory(std::string name, uint8_t* data, uint32_t num_tensors, uint64_t num_blocks,
+  ShmWorkerMemory(int fd, uint8_t* data, uint32_t num_tensors, uint64_t num_blocks,
                   uint64_t page_bytes);
   uint8_t* Page(uint32_t tensor, uint64_t block) const {
     return data_ + (tensor * num_blocks_ + block) * page_bytes_;
   }
 
+  const int fd_;
   const std::string name_;
   uint8_t* const data_;
   const uint32_t num_tensors_;
