@@ -1038,6 +1038,49 @@ TEST_F(CudaBackendIpcTest, StagingIsBoundedPerDevice) {
   for (void* p : gpu) cudaFree(p);
 }
 
+// Registering a region creates no CUDA context (issue 12 item 2: a GPU no worker uses holds
+// none of the daemon's memory): the region is pinned when the first worker opens, in that
+// worker's context; a region registered after that is pinned at once. Both move bytes.
+TEST_F(CudaBackendIpcTest, RegionsArePinnedInTheContextOfAWorkersDevice) {
+  absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create({});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const uint64_t page = 4096, n = 64;
+  HostRegion early(n * page), late(n * page);
+  ASSERT_OK((*backend)->RegisterRegion(early.base(), early.bytes(), page));
+  EXPECT_TRUE((*backend)->GpuMemoryBytes().empty()) << "a region created a CUDA context";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  void* gpu = nullptr;
+  ASSERT_EQ(cudaMalloc(&gpu, n * page), cudaSuccess);
+  ASSERT_EQ(cudaMemset(gpu, 0x6b, n * page), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu), n, page, page};
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->OpenLocalWorker(0, {t}, {});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  EXPECT_EQ((*backend)->GpuMemoryBytes().size(), 1u);
+  ASSERT_OK((*backend)->RegisterRegion(late.base(), late.bytes(), page));
+  for (HostRegion* region : {&early, &late}) {
+    CopyJob job;
+    job.direction = CopyDirection::kStore;
+    job.memory = memory->get();
+    job.region_base = region->base();
+    job.row_bytes = page;
+    job.slot_bytes = page;
+    for (uint64_t i = 0; i < n; ++i) {
+      job.gpu_blocks.push_back(i);
+      job.rows.push_back(i);
+    }
+    ASSERT_OK(RunJob(backend->get(), std::move(job)).status);
+    for (uint64_t i = 0; i < n * page; ++i) {
+      ASSERT_EQ(region->base()[i], 0x6b) << "byte " << i;
+    }
+  }
+  memory->reset();
+  (*backend)->UnregisterRegion(early.base());
+  (*backend)->UnregisterRegion(late.base());
+  backend->reset();
+  cudaFree(gpu);
+}
+
 // Last on purpose: garbage event handles go straight to the driver.
 TEST(CudaBackendHostileInputTest, GarbageEventHandleIsInvalidArgument) {
   int count = 0;

@@ -119,7 +119,6 @@ absl::Status ValidateOptions(const CudaBackendOptions& o) {
   if (o.poll_interval < absl::ZeroDuration() || o.max_event_wait < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("poll_interval and max_event_wait must not be negative");
   }
-  if (o.region_device < 0) return absl::InvalidArgumentError("region_device must be >= 0");
   if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes % 4096 != 0) {
     return absl::InvalidArgumentError("staging_chunk_bytes must be a positive multiple of 4096");
   }
@@ -225,6 +224,9 @@ class CudaCopyBackend::Impl {
   }
 
   // ----- regions -----
+  // Records the region and pins it in the context of a device already in use; with no context
+  // yet, pinning waits for the first worker (PinPendingRegions), so registering a region never
+  // creates a context on a GPU that no worker uses.
   absl::Status RegisterRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes) {
     if (base == nullptr || bytes == 0 || row_bytes == 0) {
       return absl::InvalidArgumentError("RegisterRegion needs a base, a size and a row size");
@@ -234,50 +236,31 @@ class CudaCopyBackend::Impl {
                                                      " exceeds the registration chunk of ",
                                                      options_.max_register_chunk_bytes, " bytes"));
     }
+    const uint64_t chunk_bytes = options_.max_register_chunk_bytes / row_bytes * row_bytes;
+    auto region = std::make_shared<PinnedRegion>(base, bytes, row_bytes, chunk_bytes);
+    absl::MutexLock pin(&pin_mu_);
     {
       absl::MutexLock lock(&regions_mu_);
       if (regions_.count(base) != 0) {
         return absl::FailedPreconditionError("region already registered with the CUDA backend");
       }
     }
-    if (options_.region_device >= static_cast<int>(uuids_.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("region_device ", options_.region_device,
-                                                     " does not exist (", uuids_.size(),
-                                                     " GPUs)"));
+    const int ordinal = DeviceInUse();
+    if (ordinal >= 0) RETURN_IF_ERROR(Pin(*region, ordinal));
+    if (ordinal >= 0) {
+      Log()->info("registered a region of {} bytes in {} chunks (pinned in device {}'s context)",
+                  bytes, region->num_chunks(), ordinal);
+    } else {
+      Log()->info("registered a region of {} bytes in {} chunks (pinned when the first worker "
+                  "opens)", bytes, region->num_chunks());
     }
-    ASSIGN_OR_RETURN(DeviceState * state, GetDevice(options_.region_device));
-    Device* device = state->device.get();
-    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device->ordinal()), "cudaSetDevice"));
-    const uint64_t chunk_bytes = options_.max_register_chunk_bytes / row_bytes * row_bytes;
-    auto region = std::make_shared<PinnedRegion>(base, bytes, row_bytes, chunk_bytes);
-    for (size_t c = 0; c < region->num_chunks(); ++c) {
-      const uint64_t offset = c * chunk_bytes;
-      const uint64_t length = std::min(chunk_bytes, bytes - offset);
-      const cudaError_t err =
-          cudaHostRegister(base + offset, length, cudaHostRegisterPortable | cudaHostRegisterMapped);
-      if (err != cudaSuccess) {
-        for (size_t u = 0; u < c; ++u) cudaHostUnregister(base + u * chunk_bytes);
-        return CudaStatus(err, absl::StrCat("cudaHostRegister of ", length, " bytes at offset ",
-                                            offset, " of a ", bytes, "-byte region",
-                                            err == cudaErrorMemoryAllocation
-                                                ? " (is the locked-memory limit, LimitMEMLOCK, "
-                                                  "high enough?)"
-                                                : ""));
-      }
-    }
-    Log()->info("registered a region of {} bytes in {} chunks", bytes, region->num_chunks());
     absl::MutexLock lock(&regions_mu_);
-    if (!regions_.emplace(base, std::move(region)).second) {
-      // Lost a race with another registration of the same base: undo ours.
-      for (uint64_t offset = 0; offset < bytes; offset += chunk_bytes) {
-        cudaHostUnregister(base + offset);
-      }
-      return absl::FailedPreconditionError("region already registered with the CUDA backend");
-    }
+    regions_.emplace(base, std::move(region));
     return absl::OkStatus();
   }
 
   void UnregisterRegion(uint8_t* base) {
+    absl::MutexLock pin(&pin_mu_);
     std::shared_ptr<PinnedRegion> region;
     {
       absl::MutexLock lock(&regions_mu_);
@@ -286,12 +269,32 @@ class CudaCopyBackend::Impl {
       region = std::move(it->second);
       regions_.erase(it);
     }
-    cudaSetDevice(options_.region_device);
+    const int ordinal = region->pinned_device();
+    if (ordinal < 0) return;  // never pinned
+    cudaSetDevice(ordinal);
     for (size_t c = 0; c < region->num_chunks(); ++c) {
       absl::Status s = CudaStatus(cudaHostUnregister(base + c * region->chunk_bytes()),
                                   "cudaHostUnregister");
       if (!s.ok()) Log()->warn("unregistering a region: {}", s.ToString());
     }
+  }
+
+  // Pins every region still waiting for a context, in `ordinal`'s (a worker of that device is
+  // opening). An error (e.g. the locked-memory limit) refuses that worker.
+  absl::Status PinPendingRegions(int ordinal) {
+    absl::MutexLock pin(&pin_mu_);
+    std::vector<std::shared_ptr<PinnedRegion>> pending;
+    {
+      absl::MutexLock lock(&regions_mu_);
+      for (const auto& [base, region] : regions_) {
+        if (region->pinned_device() < 0) pending.push_back(region);
+      }
+    }
+    for (const std::shared_ptr<PinnedRegion>& region : pending) {
+      RETURN_IF_ERROR(Pin(*region, ordinal));
+      Log()->info("pinned a region of {} bytes in device {}'s context", region->bytes(), ordinal);
+    }
+    return absl::OkStatus();
   }
 
   std::shared_ptr<PinnedRegion> FindRegion(uint8_t* base) {
@@ -343,6 +346,7 @@ class CudaCopyBackend::Impl {
     ASSIGN_OR_RETURN(DeviceState * state, GetDevice(ordinal));
     Device* device = state->device.get();
     RETURN_IF_ERROR(device->health());
+    RETURN_IF_ERROR(PinPendingRegions(ordinal));
     RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
     auto memory = std::make_unique<CudaWorkerMemory>(this, device);
     // Each distinct allocation is opened once; the destructor closes what was opened so far.
@@ -418,6 +422,7 @@ class CudaCopyBackend::Impl {
       num_blocks = std::min(num_blocks, t.num_blocks);
     }
     ASSIGN_OR_RETURN(DeviceState * state, GetDevice(ordinal));
+    RETURN_IF_ERROR(PinPendingRegions(ordinal));
     RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
     auto memory = std::make_unique<CudaWorkerMemory>(this, state->device.get());
     memory->events_ = events;
@@ -482,6 +487,9 @@ class CudaCopyBackend::Impl {
     out->region = FindRegion(job.region_base);
     if (out->region == nullptr) {
       return absl::InvalidArgumentError("CopyJob.region_base is not a registered region");
+    }
+    if (out->region->pinned_device() < 0) {  // a worker's open pins every region
+      return absl::FailedPreconditionError("the region is not pinned yet");
     }
     if (job.row_bytes != out->region->row_bytes()) {
       return absl::InvalidArgumentError(absl::StrCat("job row_bytes ", job.row_bytes,
@@ -758,12 +766,44 @@ class CudaCopyBackend::Impl {
     return status;
   }
 
+  // The lowest device with a context, or -1.
+  int DeviceInUse() const {
+    absl::MutexLock lock(&devices_mu_);
+    return devices_.empty() ? -1 : devices_.begin()->first;
+  }
+
+  // cudaHostRegister of every chunk in `ordinal`'s context; all or nothing.
+  absl::Status Pin(PinnedRegion& region, int ordinal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pin_mu_) {
+    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
+    uint8_t* const base = region.base();
+    for (size_t c = 0; c < region.num_chunks(); ++c) {
+      const uint64_t offset = c * region.chunk_bytes();
+      const uint64_t length = std::min(region.chunk_bytes(), region.bytes() - offset);
+      const cudaError_t err =
+          cudaHostRegister(base + offset, length, cudaHostRegisterPortable | cudaHostRegisterMapped);
+      if (err != cudaSuccess) {
+        for (size_t u = 0; u < c; ++u) cudaHostUnregister(base + u * region.chunk_bytes());
+        return CudaStatus(err, absl::StrCat("cudaHostRegister of ", length, " bytes at offset ",
+                                            offset, " of a ", region.bytes(), "-byte region",
+                                            err == cudaErrorMemoryAllocation
+                                                ? " (is the locked-memory limit, LimitMEMLOCK, "
+                                                  "high enough?)"
+                                                : ""));
+      }
+    }
+    region.set_pinned_device(ordinal);
+    return absl::OkStatus();
+  }
+
  private:
   const CudaBackendOptions options_;
   const std::vector<std::string> uuids_;  // raw 16-byte uuid per ordinal
   CopyPathPolicy policy_;
   mutable absl::Mutex devices_mu_;
   std::map<int, DeviceState> devices_ ABSL_GUARDED_BY(devices_mu_);
+  // Serialises pinning and unpinning (pinning a large region takes seconds): a region is pinned
+  // exactly once and never unpinned while being pinned. Acquired before regions_mu_.
+  absl::Mutex pin_mu_ ABSL_ACQUIRED_BEFORE(regions_mu_);
   absl::Mutex regions_mu_;
   std::map<uint8_t*, std::shared_ptr<PinnedRegion>> regions_ ABSL_GUARDED_BY(regions_mu_);
   std::atomic<bool> batch_unsupported_{false};

@@ -76,14 +76,14 @@ struct CudaBackendOptions {
   absl::Duration poll_interval = absl::Microseconds(10);
   // RegisterRegion pins in chunks of at most this many bytes, each ending on a row boundary.
   uint64_t max_register_chunk_bytes = uint64_t{64} << 30;
-  // Device whose context registers regions (Portable: every context sees them pinned).
-  int region_device = 0;
 };
 
 // Validates options (INVALID_ARGUMENT) and finds the GPUs. UNAVAILABLE when there is no usable
 // driver or no GPU (cudaGetDeviceCount fails or returns 0); the message names the CUDA error.
-// No CUDA context is created here: a device's context is created when a worker of that device
-// opens (or a region is registered, on `region_device`).
+// No CUDA context is created here, nor for a region: a device's context is created when the
+// first worker of that device opens, so a GPU no worker uses holds none of the daemon's memory.
+// A region is pinned (Portable) in the context of a device already in use, or, while there is
+// none, when the first worker opens, in that worker's context.
 absl::StatusOr<std::unique_ptr<CopyBackend>> CreateCudaCopyBackend(const CudaBackendOptions& options);
 
 // The backend, for callers that need more than the CopyBackend seam (tests, benchmarks).

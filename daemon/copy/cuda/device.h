@@ -154,6 +154,11 @@ class PinnedRegion {
   // The calling thread's current device must be `device`.
   absl::StatusOr<const std::vector<uint64_t>*> DevicePointers(int device);
 
+  // The device in whose context the region was pinned (Portable: pinned for every context), or
+  // -1 while it waits for the first device context (see CudaCopyBackend::RegisterRegion).
+  int pinned_device() const { return pinned_device_.load(std::memory_order_acquire); }
+  void set_pinned_device(int device) { pinned_device_.store(device, std::memory_order_release); }
+
  private:
   uint8_t* const base_;
   const uint64_t bytes_;
@@ -161,6 +166,7 @@ class PinnedRegion {
   const uint64_t chunk_bytes_;
   absl::Mutex mu_;
   std::map<int, std::vector<uint64_t>> device_pointers_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> pinned_device_{-1};
 };
 
 }  // namespace kvoffload::daemon::cuda
