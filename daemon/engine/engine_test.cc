@@ -92,7 +92,9 @@ class EngineTest : public ::testing::Test {
     EXPECT_TRUE(w.listener.WaitForResults(before + 1));
     auto result = w.listener.ResultsFor(job_id);
     EXPECT_EQ(result.size(), 1u);
-    if (!result.empty()) EXPECT_TRUE(result[0].status.ok()) << result[0].status;
+    if (!result.empty()) {
+      EXPECT_TRUE(result[0].status.ok()) << result[0].status;
+    }
     std::vector<std::string> bytes;
     for (uint64_t b : into) bytes.push_back(w.memory->Block(b));
     return bytes;
@@ -448,7 +450,9 @@ TEST_F(EngineCloseTest, CloseUnderLoadGivesEveryAcceptedJobExactlyOneVerdict) {
       default:
         EXPECT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kAborted)
             << "job " << job << ": " << verdicts[0].status;
-        if (code == absl::StatusCode::kOk) EXPECT_EQ(verdicts[0].bytes, kBytesPerBlock);
+        if (code == absl::StatusCode::kOk) {
+          EXPECT_EQ(verdicts[0].bytes, kBytesPerBlock);
+        }
     }
   }
   EngineSnapshot s = engine_->Snapshot();
