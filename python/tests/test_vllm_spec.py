@@ -553,6 +553,35 @@ class SpecTest(unittest.TestCase):
             self.assertEqual(kv.block(16), kv.golden[6])
             self.assertEqual(kv.block(17), kv.golden[8])
 
+    def test_mla_tp2_one_copy_written_by_rank0_loaded_by_both(self):
+        # Replicated MLA: one copy per row; both ranks submit the store (as vLLM's workers do),
+        # only mp_rank 0's bytes are written, and both ranks load those same bytes.
+        spec_sched = self.create(self.extra("vllm-mla"), tp=2, use_mla=True)
+        manager = spec_sched.get_manager()
+        self.assertEqual(spec_sched._scheduler.geometry.num_copies, 1)
+        w0, kv0 = self.worker(self.create(self.extra("vllm-mla"), tp=2, use_mla=True),
+                              tp_rank=0, tp=2)
+        w1, kv1 = self.worker(self.create(self.extra("vllm-mla"), tp=2, use_mla=True),
+                              tp_rank=1, tp=2)
+        self.assertNotEqual(kv0.golden[6], kv1.golden[6])
+        hashes = keys("m", 2)
+        out = manager.prepare_store(hashes)
+        for w in (w0, w1):
+            self.assertTrue(w.transfer_async(3, (self.gpu([6, 8]), out.store_spec)))
+        self.assertTrue(self.finished(w0, 1)[3].success)
+        self.assertTrue(self.finished(w1, 1)[3].success)
+        manager.complete_store(hashes)
+        self.assertEqual(manager.lookup(hashes), 2)
+        load = manager.prepare_load(hashes)
+        for w in (w0, w1):
+            self.assertTrue(w.transfer_async(4, (load, self.gpu([16, 17]))))
+        self.assertTrue(self.finished(w0, 1)[4].success)
+        self.assertTrue(self.finished(w1, 1)[4].success)
+        for kv in (kv0, kv1):
+            self.assertEqual(kv.block(16), kv0.golden[6])
+            self.assertEqual(kv.block(17), kv0.golden[8])
+        manager.complete_load(hashes)
+
     def test_partial_row_load_is_refused_not_wrong(self):
         spec = self.create(self.extra("vllm-bpr", block_size=2 * TOKENS_PER_BLOCK))
         self.assertEqual(spec.engine_spec.blocks_per_row, 2)
