@@ -291,21 +291,30 @@ absl::Status WorkerClient::Submit(const JobRequest& job) {
   s->set_event_index(job.event_index);
   s->set_region_epoch(job.region_epoch != 0 ? job.region_epoch
                                             : impl_->registration.region_epoch);
-  absl::MutexLock lock(&impl_->write_mu);
-  if (impl_->stream_finished) {
-    absl::MutexLock state(&impl_->mu);
-    return impl_->session_status;
+  bool written = false;
+  {
+    absl::MutexLock lock(&impl_->write_mu);
+    if (impl_->stream_finished) {
+      absl::MutexLock state(&impl_->mu);
+      return impl_->session_status;
+    }
+    impl_->watchdog->Arm(absl::Now() + impl_->call_timeout);
+    written = impl_->stream->Write(message);
+    if (impl_->watchdog->Disarm()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "job ", job.job_id, ": kvoffloadd at ", impl_->socket_path, " took no message for ",
+          absl::FormatDuration(impl_->call_timeout),
+          " (WorkerOptions.call_timeout); the session was ended"));
+    }
   }
-  impl_->watchdog->Arm(absl::Now() + impl_->call_timeout);
-  const bool written = impl_->stream->Write(message);
-  if (impl_->watchdog->Disarm()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "job ", job.job_id, ": kvoffloadd at ", impl_->socket_path, " took no message for ",
-        absl::FormatDuration(impl_->call_timeout),
-        " (WorkerOptions.call_timeout); the session was ended"));
-  }
-  if (!written) return absl::UnavailableError("the session with kvoffloadd has ended");
-  return absl::OkStatus();
+  if (written) return absl::OkStatus();
+  // The stream broke: the reader is draining it and will have the daemon's reason (its
+  // SessionClosed) in a moment; report that, not just that the session ended. The reader needs
+  // write_mu to finish the stream, so it is not held here.
+  absl::MutexLock state(&impl_->mu);
+  impl_->mu.AwaitWithTimeout(absl::Condition(&impl_->ended), absl::Seconds(5));
+  if (impl_->ended) return impl_->session_status;
+  return absl::UnavailableError("the session with kvoffloadd has ended");
 }
 
 std::vector<FinishedJob> WorkerClient::PollFinished() {
