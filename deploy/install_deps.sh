@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   prometheus-cpp-dev libsystemd-dev systemd python3-grpcio
-  python3-venv python3-setuptools python3-wheel
+  python3-venv python3-setuptools python3-wheel python3-numpy
   clang-14 libclang-rt-14-dev
 )
 missing=()

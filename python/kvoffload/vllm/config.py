@@ -1,5 +1,7 @@
 """kvoffload's EngineSpec and connector settings from a vLLM config (no vLLM import: the
-config objects are read by attribute, so this module is tested without vLLM).
+config objects are read by attribute, so this module is tested without vLLM): engine_spec()
+from vLLM 0.20's (vllm_config, kv_cache_config), engine_spec_from_offloading_config() from the
+2026-08 generation's OffloadingConfig.
 
 Every process of one engine (the scheduler and each worker) derives the same EngineSpec from
 the same vllm_config; the daemon refuses a process whose spec differs, with both in the message.
@@ -18,7 +20,7 @@ kv_connector_extra_config keys (all optional but the budget):
                                     on one node (the daemon's index serves one node).
   executor                          override of parallel_config.distributed_executor_backend
   open_timeout_s, call_timeout_s    client deadlines (kvoffload.DEFAULT_*_TIMEOUT_S)
-  wait_timeout_s                    bound of OffloadingHandler.wait (default 120)
+  wait_timeout_s                    bound of a worker's wait(job_ids) (default 120)
   num_events                        CUDA interprocess events per worker (default 64)
 """
 
@@ -220,3 +222,84 @@ def explain(error, spec, socket_path):
     else:
         return error
     return KvoffloadError(code, "%s (kvoffloadd at %s). Fix: %s" % (message, socket_path, fix))
+
+
+def model_parallel_rank(vllm_config):
+    """vLLM 0.20: this worker's rank in [0, world_size) of its engine replica:
+    pp_rank × tp + tp_rank (vllm.distributed.parallel_state), else parallel_config.rank."""
+    try:
+        from vllm.distributed import parallel_state
+        tp = parallel_state.get_tensor_model_parallel_world_size()
+        tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        pp_rank = parallel_state.get_pp_group().rank_in_group
+        return pp_rank * tp + tp_rank
+    except (ImportError, AssertionError, AttributeError):
+        return int(getattr(vllm_config.parallel_config, "rank", 0) or 0)
+
+
+def engine_spec_from_offloading_config(offloading_config, replicated=False):
+    """The EngineSpec of this engine replica on this node from the 2026-08 generation's
+    OffloadingConfig (the spec sees no vllm_config there). Its parallel config has no executor
+    and no node count: the executor is "uni" for one worker, else "mp", unless extra_config
+    "executor" says otherwise, and local_world_size is the world size unless extra_config
+    "local_world_size" says otherwise (a replica must run on one node).
+
+    replicated: vLLM's replicated_layout (pure MLA, TP only, one node): attention "mla" and
+    page_bytes = worker bytes / layers, so the daemon keeps one copy per row exactly when vLLM
+    lets only rank 0 store; otherwise "mha" (one copy per rank, every rank stores)."""
+    c = offloading_config
+    extra = dict(c.extra_config or {})
+    groups = list(c.groups or ())
+    if len(groups) != 1:
+        raise KvoffloadError(
+            StatusCode.FAILED_PRECONDITION,
+            "kvoffload.vllm: the model has %d KV cache groups (hybrid or sliding-window "
+            "attention); kvoffload offloads models with exactly one KV cache group" % len(groups))
+    budget_key = "budget_bytes" if "budget_bytes" in extra else "cpu_bytes_to_use"
+    if budget_key not in extra:
+        raise config_error(
+            "set the host memory for this engine on this node: kv_connector_extra_config "
+            "\"cpu_bytes_to_use\" (or \"budget_bytes\"), e.g. 68719476736 or \"64GiB\"; "
+            "`kvoffloadctl plan` shows the rows it buys")
+    wbpb = int(c.worker_kv_bytes_per_block or 0)
+    if wbpb <= 0:
+        raise KvoffloadError(StatusCode.FAILED_PRECONDITION,
+                             "kvoffload.vllm: the KV cache config has no GPU blocks")
+    p = c.parallel
+    world_size = int(p.world_size)
+    if "executor" in extra:
+        executor = _EXECUTORS.get(str(extra["executor"]), "?")
+        if executor == "?":
+            raise config_error("executor %r is not one of uni, mp, ray, external_launcher" %
+                               extra["executor"])
+    else:
+        executor = "uni" if world_size == 1 else "mp"
+    if "local_world_size" in extra:
+        local_world_size = _positive(extra, "local_world_size", 1, int)
+    else:
+        local_world_size = 1 if executor == "uni" else (
+            world_size if executor == "mp" else 0)
+    if 0 < local_world_size < world_size:
+        raise KvoffloadError(
+            StatusCode.FAILED_PRECONDITION,
+            "kvoffload.vllm: this engine replica spans nodes (%d of its %d ranks on this node); "
+            "the connector uses the daemon's index, which serves one node, so a replica must "
+            "run on one node (run one replica per node with data parallelism instead)" %
+            (local_world_size, world_size))
+    layers = len(groups[0].layer_names) or 1
+    if wbpb % layers:
+        layers = 1
+    return EngineSpec(
+        engine_id=str(extra.get("engine_id") or c.engine_id or "vllm"),
+        dp_rank=int(getattr(p, "data_parallel_index", 0) or 0),
+        world_size=world_size,
+        local_world_size=local_world_size,
+        tp=int(p.tp_size), pp=int(p.pp_size), pcp=int(p.pcp_size), dcp=int(p.dcp_size),
+        executor=executor,
+        attention="mla" if replicated else "mha",
+        num_kv_groups=1,
+        num_layers=layers,
+        page_bytes=wbpb // layers,
+        worker_bytes_per_block=wbpb,
+        blocks_per_row=int(c.cache.blocks_per_chunk or 1),
+        budget_bytes=parse_bytes(extra[budget_key], budget_key))

@@ -1,0 +1,747 @@
+"""The one manager core and the one worker core behind every supported vLLM generation.
+
+Nothing here imports vLLM: the generation adapters (gen_v0_20.py, gen_2026_08.py) translate
+vLLM's calls and dataclasses to these cores, which speak kvoffload (kvoffload.Scheduler on the
+scheduler side, kvoffload.Worker on the worker side).
+
+The rules vLLM imposes (found by running both generations' real code) and how the cores meet
+them:
+
+* vLLM asserts that every submitted transfer and every finished transfer succeeded, and it never
+  calls complete_store(success=False) nor reports a failed load. So the worker core reports
+  EVERY job to vLLM as finished-success and keeps its failures to itself:
+    - a failed store's keys are never made readable: the worker completes them with
+      success=False on the engine's index (CompleteStore(false)), and the daemon itself never
+      makes rows of a failed store job READY, whatever vLLM's complete_store says;
+    - a failed load's GPU blocks are reported through vLLM's load-error path
+      (get_block_ids_with_load_errors -> kv_load_failure_policy "recompute" or "fail"), which the
+      OffloadingConnector does not wire up itself; gen_common.install_load_error_path adds it.
+      Without that path a failed load is reported with success=False (vLLM then stops on its
+      assert) — never as a success, which would serve the GPU blocks' stale bytes.
+* Rows being written look up as pending (KeyState.HIT_PENDING), never as a miss or a hit.
+* A lost session or a daemon restart: the worker registers again (at most every
+  REDIAL_INTERVAL_S) and resubmits the jobs in flight until RETRY_WINDOW_S after their first
+  submit; the daemon's region epoch check refuses a job planned in a region that is gone.
+* wait(job_ids) returns only once the daemon finished those jobs (or, past wait_timeout_s, after
+  the store's keys were made unreadable), because vLLM reuses the GPU blocks afterwards.
+
+Not thread-safe unless stated (vLLM calls the manager from the scheduler thread only; the worker
+core takes a lock of its own).
+"""
+
+import array
+import collections
+import dataclasses
+import logging
+import os
+import threading
+import time
+
+from ..client import KeyState, KvoffloadError, StatusCode, Worker
+from ..host import HostTensor
+from ..tensors import TensorView, merge_adjacent
+
+logger = logging.getLogger("kvoffload.vllm")
+
+REOPEN_INTERVAL_S = 5.0   # manager: at most one attempt this often to re-open a lost engine
+REDIAL_INTERVAL_S = 1.0   # worker: at most one attempt this often to register again
+RETRY_WINDOW_S = 30.0     # worker: a job is resubmitted on a new session until this long after
+                          # its first submit; then it has failed (bounded retry)
+
+STORE = "store"
+LOAD = "load"
+
+
+def as_key(key):
+    return key if type(key) is bytes else bytes(key)
+
+
+def unique(keys):
+    """bytes keys in first-seen order, duplicates dropped."""
+    seen = set()
+    out = []
+    for k in keys:
+        k = as_key(k)
+        if k not in seen:
+            seen.add(k)
+            out.append(k)
+    return out
+
+
+class _RateLimitedLog:
+    def __init__(self, period_s=60.0):
+        self._period = period_s
+        self._last = {}
+
+    def warn(self, what, error):
+        now = time.monotonic()
+        if now - self._last.get(what, -1e18) >= self._period:
+            self._last[what] = now
+            logger.warning("kvoffload %s failed (vLLM goes on without it): %s", what, error)
+
+
+# ------------------------------------------------------------------------------------------
+# Scheduler side
+# ------------------------------------------------------------------------------------------
+
+class ManagerCore:
+    """The engine's index on kvoffloadd, with vLLM's manager semantics.
+
+    open_scheduler() -> kvoffload.Scheduler (raises KvoffloadError); make_event(keys, removed)
+    builds the generation's OffloadingEvent. Keys are the generation's OffloadKey bytes; the core
+    prefixes them with a cache salt that reset() changes (vLLM's reset_cache: keys stored before
+    are never found again and age out of the LRU).
+    """
+
+    def __init__(self, scheduler, open_scheduler, job_nonce, make_event=None):
+        self._index = scheduler
+        self._open = open_scheduler
+        self.job_nonce = job_nonce
+        self.region_epoch = scheduler.region_epoch
+        self._make_event = make_event
+        self._events = [] if make_event is not None else None
+        self._log = _RateLimitedLog()
+        self._next_reopen = 0.0
+        self._salt = b""
+        self._closed = False
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def _k(self, keys):
+        salt = self._salt
+        if not salt:
+            return unique(keys)
+        return [salt + k for k in unique(keys)]
+
+    def _unsalt(self, keys):
+        salt = self._salt
+        if not salt:
+            return list(keys)
+        n = len(salt)
+        return [k[n:] for k in keys if k.startswith(salt)]
+
+    # -- engine (re)opening ----------------------------------------------------------------
+
+    def _call(self, call):
+        """call(index); when the daemon no longer has the engine (restarted, dropped, not
+        running) the engine is opened again (at most every REOPEN_INTERVAL_S) and the call made
+        once more."""
+        if self._closed:
+            raise KvoffloadError(StatusCode.FAILED_PRECONDITION, "the manager was shut down")
+        try:
+            return call(self._index)
+        except KvoffloadError as e:
+            if e.code not in (StatusCode.NOT_FOUND, StatusCode.UNAVAILABLE,
+                              StatusCode.ABORTED) or not self._reopen(e):
+                raise
+        return call(self._index)
+
+    def _reopen(self, why):
+        now = time.monotonic()
+        if now < self._next_reopen:
+            return False
+        self._next_reopen = now + REOPEN_INTERVAL_S
+        try:
+            index = self._open()
+        except KvoffloadError as e:
+            self._log.warn("re-opening the engine", e)
+            return False
+        old, self._index = self._index, index
+        self.region_epoch = index.region_epoch
+        try:
+            old.close()
+        except Exception:  # noqa: BLE001 — the old handle is gone either way
+            pass
+        logger.warning("kvoffload: the engine was gone from kvoffloadd (%s); opened it again "
+                       "(%d rows, region epoch %x)", why, index.geometry.num_rows,
+                       self.region_epoch)
+        return True
+
+    @property
+    def scheduler(self):
+        return self._index
+
+    # -- index calls -------------------------------------------------------------------------
+
+    def lookup(self, key):
+        """KeyState of one key: HIT (readable), HIT_PENDING (being written) or MISS. Errors
+        are a MISS (logged)."""
+        k = self._k((key,))
+        try:
+            return self._call(lambda index: index.lookup(k))[0]
+        except KvoffloadError as e:
+            self._log.warn("lookup", e)
+            return KeyState.MISS
+
+    def lookup_many(self, keys):
+        k = self._k(keys)
+        try:
+            return self._call(lambda index: index.lookup(k))
+        except KvoffloadError as e:
+            self._log.warn("lookup", e)
+            return [KeyState.MISS] * len(k)
+
+    def prepare_load(self, keys):
+        """Rows of the keys (pinned until complete_load), or None when they cannot be loaded
+        (the worker then fails the load through vLLM's load-error path)."""
+        k = self._k(keys)
+        if not k:
+            return []
+        try:
+            return self._call(lambda index: index.prepare_load(k))
+        except KvoffloadError as e:
+            self._log.warn("prepare_load", e)
+            return None
+
+    def touch(self, keys):
+        """keys[0] becomes the most recent (vLLM's LRU order)."""
+        k = self._k(keys)
+        if not k:
+            return
+        try:
+            self._index.touch(k)
+        except KvoffloadError as e:
+            if e.code != StatusCode.NOT_FOUND:
+                self._log.warn("touch", e)
+
+    def complete_load(self, keys):
+        k = self._k(keys)
+        if not k:
+            return
+        try:
+            self._index.complete_load(k)
+        except KvoffloadError as e:
+            self._log.warn("complete_load", e)
+
+    def prepare_store(self, keys):
+        """PreparedStore with unsalted keys (request order), or None when the region cannot
+        make room or the daemon is unreachable (nothing stored; vLLM goes on)."""
+        k = self._k(keys)
+        try:
+            prepared = self._call(lambda index: index.prepare_store(k))
+        except KvoffloadError as e:
+            if e.code != StatusCode.RESOURCE_EXHAUSTED:
+                self._log.warn("prepare_store", e)
+            return None
+        evicted = self._unsalt(prepared.evicted_keys)
+        self._event(evicted, removed=True)
+        return dataclasses.replace(prepared, keys=self._unsalt(prepared.keys),
+                                   evicted_keys=evicted)
+
+    def store_keys(self, keys):
+        """The keys a worker completes with success=False when the store fails (salted)."""
+        return self._k(keys)
+
+    def complete_store(self, keys, success=True):
+        k = self._k(keys)
+        if not k:
+            return
+        try:
+            self._index.complete_store(k, success=success)
+            if success:
+                self._event(self._unsalt(k), removed=False)
+            return
+        except KvoffloadError as e:
+            if not success or e.code not in (StatusCode.FAILED_PRECONDITION,
+                                             StatusCode.NOT_FOUND):
+                self._log.warn("complete_store", e)
+                return
+        self._event(self._unsalt(self._complete_one_by_one(k)), removed=False)
+
+    def _complete_one_by_one(self, keys):
+        """success=True for a batch the daemon refused (some store failed, or a worker already
+        released its keys): each key on its own. Returns the keys the daemon accepted."""
+        stored = []
+        for key in keys:
+            try:
+                self._index.complete_store([key], success=True)
+                stored.append(key)
+                continue
+            except KvoffloadError as e:
+                if e.code != StatusCode.FAILED_PRECONDITION:
+                    continue  # NOT_FOUND: released by a worker, or dropped by the daemon
+                logger.info("kvoffload: block %s not stored: %s", key.hex()[:16], e.message)
+            try:
+                self._index.complete_store([key], success=False)
+            except KvoffloadError:
+                pass
+        return stored
+
+    def _event(self, keys, removed):
+        if self._events is not None and keys:
+            self._events.append(self._make_event(list(keys), removed))
+
+    def take_events(self):
+        if not self._events:
+            return []
+        events, self._events = self._events, []
+        return events
+
+    def reset(self):
+        """vLLM's reset_cache: nothing stored so far is found again (a new key salt)."""
+        self._salt = os.urandom(4)
+        if self._events is not None:
+            self._events = []
+        logger.info("kvoffload: offloaded cache reset (new key salt)")
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._index.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# ------------------------------------------------------------------------------------------
+# Worker side
+# ------------------------------------------------------------------------------------------
+
+def _ids(block_ids):
+    """A block id sequence (numpy int64 array or list) as array('Q')."""
+    if hasattr(block_ids, "astype"):  # numpy: one copy, no Python ints
+        out = array.array("Q")
+        out.frombytes(block_ids.astype("<u8").tobytes())
+        return out
+    return array.array("Q", (int(b) for b in block_ids))
+
+
+def _memfd_of(address):
+    """(fd, allocation_bytes, offset) of the memfd mapping that holds `address` in this process
+    (a torch CPU tensor over a kvoffload.HostAllocation, on the daemon's host backend)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if not lo <= address < hi:
+                continue
+            path = parts[5].strip() if len(parts) > 5 else ""
+            if not path.startswith("/memfd:"):
+                raise KvoffloadError(StatusCode.FAILED_PRECONDITION,
+                                     "kvoffload.vllm: a CPU KV tensor at %#x is not in a memfd "
+                                     "(%r); the host backend needs kvoffload.HostAllocation "
+                                     "memory" % (address, path or "anonymous"))
+            inode = int(parts[4])
+            map_offset = int(parts[2], 16)
+            for name in os.listdir("/proc/self/fd"):
+                try:
+                    st = os.stat("/proc/self/fd/" + name)
+                except OSError:
+                    continue
+                if st.st_ino == inode and os.readlink("/proc/self/fd/" + name).startswith(
+                        "/memfd:"):
+                    return int(name), st.st_size, map_offset + address - lo
+            raise KvoffloadError(StatusCode.FAILED_PRECONDITION,
+                                 "kvoffload.vllm: the memfd of the CPU KV tensor at %#x has no "
+                                 "open descriptor in this process" % address)
+    raise KvoffloadError(StatusCode.FAILED_PRECONDITION,
+                         "kvoffload.vllm: no mapping holds the CPU KV tensor at %#x" % address)
+
+
+def _is_cpu_tensor(t):
+    device = getattr(t, "device", None)
+    return device is not None and getattr(device, "type", str(device)) == "cpu"
+
+
+def register(settings, spec, mp_rank, canonical_tensors):
+    """(kvoffload.Worker, _CudaEvents or None) for vLLM's canonical KV tensors: HostTensors
+    (tests), torch CPU tensors over a memfd (host backend) or CUDA tensors."""
+    tensors = list(canonical_tensors)
+    kw = dict(open_timeout_s=settings.open_timeout_s, call_timeout_s=settings.call_timeout_s)
+    if tensors and all(isinstance(t.tensor, HostTensor) for t in tensors):
+        return Worker.connect_host(settings.socket_path, spec, mp_rank,
+                                   [t.tensor for t in tensors], **kw), None
+    if tensors and all(_is_cpu_tensor(t.tensor) for t in tensors):
+        host = []
+        for t in tensors:
+            x = t.tensor
+            fd, size, offset = _memfd_of(x.data_ptr())
+            host.append(HostTensor("memfd:%d" % fd, size, offset, int(x.shape[0]),
+                                   int(x.stride(0)) * int(x.element_size()),
+                                   int(t.page_size_bytes)))
+        return Worker.connect_host(settings.socket_path, spec, mp_rank, host, **kw), None
+    views = merge_adjacent([
+        TensorView(t.tensor.data_ptr(), int(t.tensor.shape[0]),
+                   int(t.tensor.stride(0)) * int(t.tensor.element_size()),
+                   int(t.page_size_bytes)) for t in tensors])
+    worker = Worker.connect_cuda(settings.socket_path, spec, mp_rank, views,
+                                 num_events=settings.num_events, **kw)
+    return worker, _CudaEvents(worker)
+
+
+class _CudaEvents:
+    """The worker's interprocess CUDA events: one per job in flight, recorded on torch's current
+    stream when the job is submitted (the daemon copies only after it fired), reused once its
+    job has finished."""
+
+    def __init__(self, worker):
+        self._worker = worker
+        self._free = collections.deque(range(worker.info.num_events))
+
+    def available(self):
+        return bool(self._free)
+
+    def record(self):
+        slot = self._free.popleft()
+        try:
+            self._worker.record_event(slot, None)  # None: torch.cuda.current_stream()
+        except BaseException:
+            self._free.append(slot)
+            raise
+        return slot
+
+    def release(self, slot):
+        if slot >= 0:
+            self._free.append(slot)
+
+
+class Job:
+    """One vLLM transfer on this worker."""
+    __slots__ = ("vllm_id", "direction", "daemon_id", "gpu", "rows", "ranges", "epoch", "keys",
+                 "event", "first_submit", "submitted", "gpu_blocks")
+
+    def __init__(self, vllm_id, direction, daemon_id, gpu, rows, ranges, epoch, keys):
+        self.vllm_id = vllm_id
+        self.direction = direction
+        self.daemon_id = daemon_id
+        self.gpu = gpu          # array('Q') of GPU blocks (whole-row submits)
+        self.rows = rows        # array('Q') of rows
+        self.ranges = ranges    # [(gpu_block, row, first_block, num_blocks)] or None
+        self.epoch = epoch
+        self.keys = keys        # a store's salted keys (released when it fails)
+        self.event = -1
+        self.first_submit = time.monotonic()
+        self.submitted = False  # a part is with the daemon on the current session
+        self.gpu_blocks = ()
+
+
+Finished = collections.namedtuple("Finished", ["vllm_id", "direction", "ok", "nbytes",
+                                               "seconds"])
+
+
+def plan_ranges(gpu_blocks, rows, blocks_per_row, first_index):
+    """A load of len(gpu_blocks) GPU blocks from `rows`, starting at block
+    first_index % blocks_per_row of rows[0] (vLLM's GPULoadStoreSpec.block_indices[0] is the
+    request's block index of gpu_blocks[0]). Returns None for whole rows (a plain submit),
+    else sub-row ranges (gpu_block, row, first_block, num_blocks) of consecutive GPU block ids
+    inside one row. Raises ValueError when the blocks do not fit the rows."""
+    bpr = blocks_per_row
+    n = len(gpu_blocks)
+    skip = first_index % bpr if bpr > 1 else 0
+    if skip == 0 and n == len(rows) * bpr:
+        return None
+    if not rows or n == 0 or skip + n > len(rows) * bpr or skip + n <= (len(rows) - 1) * bpr:
+        raise ValueError("%d GPU blocks starting at block %d of a row do not fit %d rows of %d "
+                         "blocks" % (n, skip, len(rows), bpr))
+    ranges = []
+    for j, gpu in enumerate(gpu_blocks):
+        logical = skip + j
+        row, first = rows[logical // bpr], logical % bpr
+        if ranges:
+            g, r, f, c = ranges[-1]
+            if r == row and f + c == first and g + c == gpu:
+                ranges[-1] = (g, r, f, c + 1)
+                continue
+        ranges.append((gpu, row, first, 1))
+    return ranges
+
+
+class WorkerCore:
+    """A worker's session with kvoffloadd (thread-safe), shared by the store and load sides.
+
+    dial() -> (kvoffload.Worker, _CudaEvents or None) registers the worker (again);
+    open_index() -> kvoffload.Scheduler (to release a failed store's keys). load_errors_wired():
+    whether vLLM will read take_load_error_blocks() (then failed loads are reported as finished
+    and their GPU blocks as load errors; else they are reported with ok=False).
+    """
+
+    def __init__(self, dial, open_index, wait_timeout_s, retry_window_s=RETRY_WINDOW_S):
+        self._dial = dial
+        self._open_index = open_index
+        self._wait_timeout_s = wait_timeout_s
+        self._retry_window_s = retry_window_s
+        self._lock = threading.RLock()
+        self.worker, self._events = dial()
+        self._lost = False
+        self._next_redial = 0.0
+        self._index = None
+        self._jobs = collections.OrderedDict()  # daemon id -> Job, submission order
+        self._finished = {STORE: [], LOAD: []}
+        self._load_error_blocks = set()
+        self.load_errors_wired = False
+        self._closed = False
+
+    @property
+    def blocks_per_row(self):
+        return self.worker.info.blocks_per_row
+
+    # -- submit ------------------------------------------------------------------------------
+
+    def submit(self, direction, vllm_id, gpu_block_ids, first_index, rows_spec):
+        """Submits one vLLM transfer; never raises. rows_spec: the kvoffload side
+        (block_ids = rows, region_epoch, job_nonce, keys, failed)."""
+        with self._lock:
+            keys = list(getattr(rows_spec, "keys", ()) or ()) if direction == STORE else []
+            nonce = int(getattr(rows_spec, "job_nonce", 0) or 0)
+            daemon_id = ((nonce & 0xffffffff) << 32) | (int(vllm_id) & 0xffffffff)
+            gpu = _ids(gpu_block_ids)
+            rows = _ids(rows_spec.block_ids)
+            job = Job(vllm_id, direction, daemon_id, gpu, rows, None,
+                      int(getattr(rows_spec, "region_epoch", 0) or 0), keys)
+            job.gpu_blocks = gpu
+            if getattr(rows_spec, "failed", False):
+                return self._fail(job, "the scheduler could not pin the rows (prepare_load "
+                                  "failed)")
+            if not rows and not gpu:
+                self._finished[direction].append(Finished(vllm_id, direction, True, 0, 0.0))
+                return
+            bpr = self.blocks_per_row
+            if direction == STORE:
+                if len(gpu) != len(rows) * bpr:
+                    return self._fail(job, "%d GPU blocks for %d rows of %d blocks (a store "
+                                      "covers whole offloaded blocks)" % (len(gpu), len(rows),
+                                                                          bpr))
+            else:
+                try:
+                    job.ranges = plan_ranges(gpu, rows, bpr, int(first_index or 0))
+                except ValueError as e:
+                    return self._fail(job, str(e))
+                if job.ranges is not None and not hasattr(self.worker, "submit_ranges"):
+                    return self._fail(job, "a load starting inside an offloaded block needs "
+                                      "Worker.submit_ranges (a newer kvoffload client)")
+            self._jobs[daemon_id] = job
+            self._submit(job)
+
+    def _submit(self, job):
+        """Sends the job's part on the current session. A session that ended leaves it
+        waiting for a resubmit; a refusal fails it."""
+        if not self._session_ok():
+            return
+        event = -1
+        try:
+            if self._events is not None:
+                self._make_event_room()
+                event = self._events.record()
+            if job.ranges is not None:
+                self.worker.submit_ranges(job.daemon_id, job.direction, job.ranges,
+                                          event_index=event, region_epoch=job.epoch)
+            elif job.direction == STORE:
+                self.worker.submit_store(job.daemon_id, job.gpu, job.rows, event_index=event,
+                                         region_epoch=job.epoch)
+            else:
+                self.worker.submit_load(job.daemon_id, job.gpu, job.rows, event_index=event,
+                                        region_epoch=job.epoch)
+        except KvoffloadError as e:
+            if self._events is not None:
+                self._events.release(event)
+            if e.code in (StatusCode.UNAVAILABLE, StatusCode.ABORTED, StatusCode.CANCELLED) \
+                    or not self.worker.alive:
+                self._session_ended(e)
+                return
+            self._jobs.pop(job.daemon_id, None)
+            self._fail(job, "%s: %s" % (e.name if hasattr(e, "name") else e.code, e.message))
+            return
+        job.event = event
+        job.submitted = True
+
+    def _make_event_room(self):
+        """Every event is held by a job in flight: wait for the oldest to end."""
+        while not self._events.available():
+            self._collect()
+            if self._events.available():
+                return
+            pending = [j for j in self._jobs.values() if j.submitted]
+            if not pending:
+                raise KvoffloadError(StatusCode.INTERNAL, "kvoffload: no CUDA event is free and "
+                                     "no job is in flight")
+            self._wait_job(pending[0], time.monotonic() + self._wait_timeout_s)
+
+    # -- verdicts ----------------------------------------------------------------------------
+
+    def _fail(self, job, why):
+        """The job failed for good: a store's keys are made unreadable, a load's GPU blocks
+        become load errors; vLLM hears of it as finished (see the module docstring)."""
+        logger.warning("kvoffload: %s job %d failed: %s", job.direction, job.vllm_id, why)
+        ok = True
+        if job.direction == STORE:
+            self._release_keys(job.keys)
+        elif self.load_errors_wired:
+            self._load_error_blocks.update(int(b) for b in job.gpu_blocks)
+        else:
+            ok = False
+        self._finished[job.direction].append(Finished(job.vllm_id, job.direction, ok, 0,
+                                       time.monotonic() - job.first_submit))
+
+    def _record(self, daemon_id, ok, message, nbytes):
+        job = self._jobs.pop(daemon_id, None)
+        if job is None:
+            return  # not a job of this worker (or already reported)
+        if self._events is not None:
+            self._events.release(job.event)
+            job.event = -1
+        if not ok:
+            self._fail(job, message)
+            return
+        self._finished[job.direction].append(Finished(job.vllm_id, job.direction, True, nbytes,
+                                       time.monotonic() - job.first_submit))
+
+    def _release_keys(self, keys):
+        """CompleteStore(false) for a failed store's keys, so that vLLM's complete_store(True)
+        can never make them readable (the daemon also drops rows of a failed store job)."""
+        if not keys:
+            return
+        try:
+            if self._index is None:
+                self._index = self._open_index()
+            self._index.complete_store(keys, success=False)
+        except KvoffloadError as e:
+            if self._index is not None and e.code in (StatusCode.UNAVAILABLE,
+                                                      StatusCode.ABORTED):
+                try:
+                    self._index.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._index = None
+            logger.info("kvoffload: releasing the keys of a failed store: %s", e)
+
+    # -- the session -------------------------------------------------------------------------
+
+    def _session_ended(self, error):
+        if not self._lost:
+            logger.error("kvoffload: the worker's session with kvoffloadd ended (%s); it "
+                         "registers again and resubmits its jobs for up to %.0f s", error,
+                         self._retry_window_s)
+        self._lost = True
+        for job in self._jobs.values():
+            if job.submitted and self._events is not None:
+                self._events.release(job.event)
+            job.event = -1
+            job.submitted = False
+
+    def _session_ok(self):
+        """True when the session is live, or could be registered again now."""
+        if not self._lost:
+            return True
+        now = time.monotonic()
+        if now < self._next_redial:
+            return False
+        self._next_redial = now + REDIAL_INTERVAL_S
+        try:
+            worker, events = self._dial()
+        except KvoffloadError as e:
+            logger.warning("kvoffload: registering the worker again failed: %s", e)
+            return False
+        old, self.worker, self._events = self.worker, worker, events
+        self._lost = False
+        try:
+            old.close()
+        except Exception:  # noqa: BLE001
+            pass
+        logger.warning("kvoffload: the worker registered again (session %d); resubmitting %d "
+                       "jobs", worker.info.session_id, len(self._jobs))
+        return True
+
+    def _retry_lost(self):
+        """Resubmits jobs the ended session lost (once registered again); fails those past
+        their retry window."""
+        if not any(not j.submitted for j in self._jobs.values()):
+            return
+        now = time.monotonic()
+        for job in list(self._jobs.values()):
+            if job.submitted:
+                continue
+            if now - job.first_submit > self._retry_window_s:
+                self._jobs.pop(job.daemon_id, None)
+                self._fail(job, "the session with kvoffloadd ended and no new session took the "
+                           "job within %.0f s" % self._retry_window_s)
+                continue
+            if self._lost and not self._session_ok():
+                continue
+            self._submit(job)
+
+    def _collect(self):
+        if not self._lost:
+            try:
+                finished = self.worker.poll()
+            except KvoffloadError as e:
+                self._session_ended(e)
+                finished = []
+            for f in finished:
+                self._record(f.job_id, f.ok, "%s: %s" % (f.code_name, f.message), f.bytes)
+            if not self._lost and self._jobs and not self.worker.alive:
+                try:
+                    self.worker.check_session()
+                except KvoffloadError as e:
+                    self._session_ended(e)
+        self._retry_lost()
+
+    def _wait_job(self, job, deadline):
+        """Waits for one submitted job until `deadline`."""
+        try:
+            f = self.worker.wait(job.daemon_id,
+                                 timeout_s=max(0.0, deadline - time.monotonic()))
+        except KvoffloadError as e:
+            if e.code == StatusCode.DEADLINE_EXCEEDED:
+                return False
+            self._session_ended(e)
+            return False
+        self._record(f.job_id, f.ok, "%s: %s" % (f.code_name, f.message), f.bytes)
+        return True
+
+    # -- vLLM-facing ------------------------------------------------------------------------
+
+    def get_finished(self, direction=None):
+        """Jobs (of one direction, or both) finished since the last call: [Finished]."""
+        with self._lock:
+            self._collect()
+            out = []
+            for d in (STORE, LOAD):
+                if direction is None or d == direction:
+                    out.extend(self._finished[d])
+                    self._finished[d] = []
+            return out
+
+    def take_load_error_blocks(self):
+        with self._lock:
+            out, self._load_error_blocks = self._load_error_blocks, set()
+            return out
+
+    def wait(self, vllm_ids, direction=None):
+        """Blocks until the jobs ended (finished, or failed for good), at most wait_timeout_s
+        (plus the retry of a lost session); never raises. A store still running at the bound is
+        failed here: its keys are made unreadable before vLLM reuses its GPU blocks."""
+        deadline = time.monotonic() + self._wait_timeout_s
+        with self._lock:
+            self._collect()
+            while True:
+                todo = [j for j in self._jobs.values() if j.vllm_id in vllm_ids and
+                        (direction is None or j.direction == direction)]
+                if not todo:
+                    return
+                if time.monotonic() >= deadline:
+                    for job in todo:
+                        self._jobs.pop(job.daemon_id, None)
+                        if self._events is not None:
+                            self._events.release(job.event)
+                        self._fail(job, "not finished after %.0f s (kv_connector_extra_config "
+                                   "wait_timeout_s)" % self._wait_timeout_s)
+                    return
+                job = todo[0]
+                if job.submitted and not self._lost:
+                    self._wait_job(job, deadline)
+                else:
+                    time.sleep(0.05)
+                self._collect()
+
+    def close(self):
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for handle in (self.worker, self._index):
+                if handle is not None:
+                    try:
+                        handle.close()
+                    except Exception:  # noqa: BLE001
+                        pass

@@ -1,0 +1,202 @@
+"""The vLLM 2026-08 generation (vLLM main of 2026-08-17, commit 017e9f4): a thin adapter over
+core.ManagerCore and core.WorkerCore.
+
+That generation's interface (vllm.v1.kv_offload.{base, config, factory}):
+OffloadingSpec(config: OffloadingConfig) with tokens_per_block, blocks_per_chunk,
+replicated_layout (the spec's own choice), kv_events_config; get_manager(); get_worker(kv_caches)
+-> OffloadingWorker(submit_store(job_id, src: GPULoadStoreSpec, dst), submit_load(job_id, src,
+dst: GPULoadStoreSpec), get_finished() -> [TransferResult(job_id, success, transfer_size,
+transfer_time)], wait(job_ids), shutdown()); OffloadingManager with req_context on every call:
+lookup(key, ctx) -> LookupResult, prepare_load/prepare_store(keys, ctx), touch/complete_load(keys,
+ctx), complete_store(keys, ctx, success=True), on_new_request(ctx) -> RequestOffloadingContext,
+on_request_finished, on_schedule_end, has_pending_work, reset_cache, get_stats, shutdown;
+OffloadingEvent(keys, medium: Medium, removed, locality).
+
+Under vLLM's replicated layout (pure MLA, TP only, mp, one node) only rank 0's worker is ever
+called for stores; the engine is opened with stores_by_writer_only so the daemon finishes a
+store on rank 0's part alone.
+"""
+
+import logging
+
+from vllm.v1.kv_offload.base import (BlockIDsLoadStoreSpec, Locality,  # noqa: F401
+                                     LookupResult, Medium, OffloadingEvent, OffloadingManager,
+                                     OffloadingSpec, OffloadingWorker, OffloadPolicy,
+                                     PrepareStoreOutput, RequestOffloadingContext,
+                                     TransferResult)
+
+from ..client import KeyState
+from . import config, core, gen_common
+
+logger = logging.getLogger("kvoffload.vllm")
+
+GENERATION = "2026-08"
+EVENT_MEDIUM = Medium.CPU  # kvoffload rows are host memory on this node
+EVENT_LOCALITY = Locality.LOCAL
+
+
+class KvoffloadLoadStoreSpec(BlockIDsLoadStoreSpec):
+    """Rows of the engine's kvoffload region (block_ids are row numbers), with the region epoch
+    they were planned in, the scheduler's job nonce, a store's keys (a worker whose store fails
+    completes them with success=False) and `failed` (prepare_load could not pin them)."""
+
+    def __init__(self, rows, region_epoch=0, job_nonce=0, keys=(), failed=False):
+        super().__init__(list(rows))
+        self.region_epoch = region_epoch
+        self.job_nonce = job_nonce
+        self.keys = list(keys)
+        self.failed = failed
+
+
+_LOOKUP = {KeyState.HIT: LookupResult.HIT, KeyState.HIT_PENDING: LookupResult.HIT_PENDING}
+
+
+def _allows_cpu(req_context):
+    tier_filter = getattr(req_context, "load_tier_filter", None)
+    if tier_filter is None:
+        return True
+    try:
+        return bool(tier_filter.allows(EVENT_MEDIUM, EVENT_LOCALITY))
+    except Exception:  # noqa: BLE001 — a filter we cannot read does not hide the cache
+        return True
+
+
+class KvoffloadManager(OffloadingManager):
+    """The 2026-08 generation's OffloadingManager over core.ManagerCore."""
+
+    def __init__(self, core_):
+        self.core = core_
+
+    def lookup(self, key, req_context):
+        if not _allows_cpu(req_context):
+            return LookupResult.MISS
+        return _LOOKUP.get(self.core.lookup(core.as_key(key)), LookupResult.MISS)
+
+    def prepare_load(self, keys, req_context):
+        rows = self.core.prepare_load(core.unique(keys))
+        if rows is None:
+            return KvoffloadLoadStoreSpec([], self.core.region_epoch, self.core.job_nonce,
+                                          failed=True)
+        return KvoffloadLoadStoreSpec(rows, self.core.region_epoch, self.core.job_nonce)
+
+    def touch(self, keys, req_context=None):
+        self.core.touch(keys)
+
+    def complete_load(self, keys, req_context=None):
+        self.core.complete_load(keys)
+
+    def prepare_store(self, keys, req_context):
+        prepared = self.core.prepare_store(keys)
+        if prepared is None:
+            return None
+        spec = KvoffloadLoadStoreSpec(prepared.rows, self.core.region_epoch,
+                                      self.core.job_nonce,
+                                      keys=self.core.store_keys(prepared.keys))
+        return PrepareStoreOutput(keys_to_store=list(prepared.keys), store_spec=spec,
+                                  evicted_keys=list(prepared.evicted_keys))
+
+    def complete_store(self, keys, req_context=None, success=True):
+        self.core.complete_store(keys, success=success)
+
+    def on_new_request(self, req_context):
+        return RequestOffloadingContext(policy=OffloadPolicy.BLOCK_LEVEL)
+
+    def on_request_finished(self, req_context):
+        return None
+
+    def take_events(self):
+        return self.core.take_events()
+
+    def on_schedule_end(self, context):
+        return None
+
+    def has_pending_work(self):
+        return False
+
+    def reset_cache(self):
+        self.core.reset()
+
+    def get_stats(self):
+        return None
+
+    def shutdown(self):
+        self.core.close()
+
+
+def _event(keys, removed):
+    return OffloadingEvent(keys=keys, medium=EVENT_MEDIUM, removed=removed,
+                           locality=EVENT_LOCALITY)
+
+
+class KvoffloadWorker(OffloadingWorker):
+    """The 2026-08 generation's OffloadingWorker over core.WorkerCore."""
+
+    def __init__(self, worker_core):
+        self.core = worker_core
+
+    def _submit(self, direction, job_id, gpu, rows):
+        try:
+            indices = getattr(gpu, "block_indices", None)
+            first = int(indices[0]) if indices is not None and len(indices) else 0
+            self.core.submit(direction, job_id, gpu.block_ids, first, rows)
+        except Exception:  # noqa: BLE001 — never into vLLM; the job is then reported failed
+            logger.exception("kvoffload: %s job %d could not be planned", direction, job_id)
+            self.core.submit(direction, job_id, [], 0, KvoffloadLoadStoreSpec([], failed=True))
+        return True
+
+    def submit_store(self, job_id, src_spec, dst_spec):
+        return self._submit(core.STORE, job_id, src_spec, dst_spec)
+
+    def submit_load(self, job_id, src_spec, dst_spec):
+        return self._submit(core.LOAD, job_id, dst_spec, src_spec)
+
+    def get_finished(self):
+        return [TransferResult(job_id=f.vllm_id, success=f.ok, transfer_size=f.nbytes,
+                               transfer_time=f.seconds)
+                for f in self.core.get_finished()]
+
+    def wait(self, job_ids):
+        self.core.wait(set(job_ids))
+
+    def shutdown(self):
+        self.core.close()
+
+
+class KvoffloadSpec(OffloadingSpec):
+    """OffloadingSpec of the vLLM 2026-08 generation over kvoffloadd (docs/vllm.md)."""
+
+    def __init__(self, config_):
+        super().__init__(config_)
+        # vLLM's choice, kept: only rank 0 stores under it (its OffloadingConnectorWorker reads
+        # spec.replicated_layout); the daemon is told so and must agree (checked at start-up).
+        self.replicated_layout = bool(getattr(config_, "replicated_layout", False))
+        self.settings = config.settings(self.extra_config)
+        self.engine_spec = gen_common.with_writer_only(
+            config.engine_spec_from_offloading_config(config_, self.replicated_layout),
+            self.replicated_layout)
+        self._manager = None
+        self._worker = None
+
+    def get_manager(self):
+        if self._manager is None:
+            scheduler = gen_common.open_scheduler(self.settings, self.engine_spec)
+            try:
+                gen_common.check_replicated(scheduler.geometry.replicated,
+                                            self.replicated_layout, self.engine_spec,
+                                            "the scheduler")
+            except Exception:
+                scheduler.close()
+                raise
+            gen_common.log_region(self.engine_spec, self.settings, scheduler.geometry)
+            enabled = bool(self.kv_events_config.enable_kv_cache_events)
+            self._manager = KvoffloadManager(core.ManagerCore(
+                scheduler, lambda: gen_common.open_scheduler(self.settings, self.engine_spec),
+                gen_common.job_nonce(), make_event=_event if enabled else None))
+        return self._manager
+
+    def get_worker(self, kv_caches):
+        if self._worker is None:
+            self._worker = KvoffloadWorker(gen_common.worker_core(
+                self.settings, self.engine_spec, int(self.config.parallel.rank),
+                kv_caches.tensors, vllm_replicated=self.replicated_layout))
+        return self._worker

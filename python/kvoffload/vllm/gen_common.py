@@ -1,0 +1,146 @@
+"""What both generation adapters share: opening the engine, the start-up checks, the worker
+core's construction and vLLM's load-error path. No vLLM import at module level."""
+
+import dataclasses
+import logging
+import os
+import sys
+import weakref
+
+from ..client import EngineSpec, KvoffloadError, Scheduler, StatusCode
+from . import config, core
+
+logger = logging.getLogger("kvoffload.vllm")
+
+CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector"
+
+
+def job_nonce():
+    """A random non-zero 32-bit nonce of this scheduler process: the daemon's job id of a vLLM
+    job is nonce << 32 | job id, unique across restarts of the engine on one region."""
+    return int.from_bytes(os.urandom(4), "little") or 1
+
+
+def with_writer_only(spec, writer_only):
+    """The EngineSpec with stores_by_writer_only (DAEMON_API item 4) when asked for."""
+    if not writer_only:
+        return spec
+    if "stores_by_writer_only" not in {f.name for f in dataclasses.fields(EngineSpec)}:
+        raise KvoffloadError(
+            StatusCode.FAILED_PRECONDITION,
+            "kvoffload.vllm: vLLM chose the replicated (MLA) layout, where only rank 0 stores; "
+            "this kvoffload client has no EngineSpec.stores_by_writer_only (install a newer "
+            "kvoffload)")
+    return dataclasses.replace(spec, stores_by_writer_only=True)
+
+
+def open_scheduler(settings, engine_spec):
+    try:
+        return Scheduler.open(settings.socket_path, engine_spec,
+                              open_timeout_s=settings.open_timeout_s,
+                              call_timeout_s=settings.call_timeout_s)
+    except KvoffloadError as e:
+        raise config.explain(e, engine_spec, settings.socket_path) from None
+
+
+def check_replicated(daemon_replicated, vllm_replicated, engine_spec, who):
+    """vLLM's layout choice and the daemon's must agree where it matters: when vLLM lets only
+    rank 0 store (replicated), the daemon must keep one copy per row."""
+    if vllm_replicated and not daemon_replicated:
+        raise KvoffloadError(
+            StatusCode.FAILED_PRECONDITION,
+            "kvoffload.vllm: vLLM chose the replicated (MLA) layout — only rank 0 stores — but "
+            "kvoffloadd keeps one copy per rank for engine %r (%s): the other ranks' copies would "
+            "never be written. Check that every rank of the replica is on this node "
+            "(kv_connector_extra_config \"local_world_size\") and that all processes run the "
+            "same kvoffload" % (engine_spec.engine_id, who))
+    if daemon_replicated and not vllm_replicated:
+        logger.info("kvoffload: kvoffloadd keeps one copy per row (MLA) for engine %r; every rank "
+                    "submits its stores and rank 0's bytes are written", engine_spec.engine_id)
+
+
+def log_region(engine_spec, settings, geometry):
+    logger.info("kvoffload: engine %s/%d %s region on %s: %d rows of %d bytes (%s)",
+                engine_spec.engine_id, engine_spec.dp_rank,
+                "created" if geometry.created else "joined", settings.socket_path,
+                geometry.num_rows, geometry.row_bytes,
+                "replicated" if geometry.replicated else "per rank")
+
+
+def worker_core(settings, engine_spec, mp_rank, canonical_tensors, vllm_replicated):
+    """The WorkerCore of this worker process (registered with the daemon)."""
+    tensors = list(canonical_tensors)
+
+    def dial():
+        worker, events = core.register(settings, engine_spec, mp_rank, tensors)
+        info = worker.info
+        logger.info("kvoffload: worker mp_rank %d registered (slot %d of %d, %d rows)", mp_rank,
+                    info.slot, info.num_copies, info.num_rows)
+        return worker, events
+
+    def open_index():
+        return Scheduler.open(settings.socket_path, engine_spec,
+                              open_timeout_s=settings.open_timeout_s,
+                              call_timeout_s=settings.call_timeout_s)
+
+    try:
+        wc = core.WorkerCore(dial, open_index, settings.wait_timeout_s)
+    except KvoffloadError as e:
+        raise config.explain(e, engine_spec, settings.socket_path) from None
+    try:
+        check_replicated(wc.worker.info.replicated, vllm_replicated, engine_spec,
+                         "worker mp_rank %d" % mp_rank)
+    except KvoffloadError:
+        wc.close()
+        raise
+    install_load_error_path(wc)
+    return wc
+
+
+# -- vLLM's load-error path ---------------------------------------------------------------------
+#
+# vLLM's scheduler recomputes (kv_load_failure_policy "recompute") or fails (the default, "fail")
+# the requests whose GPU blocks a connector reports in get_block_ids_with_load_errors(), read by
+# the model runner right after get_finished(). The OffloadingConnector of both supported
+# generations inherits the base class's empty answer, so kvoffload adds one to the class: the GPU
+# blocks of this process's failed loads, unioned with whatever the base returns.
+
+_CORES = weakref.WeakSet()
+
+
+def _load_error_blocks(connector):
+    out = set()
+    for wc in list(_CORES):
+        out |= wc.take_load_error_blocks()
+    return out
+
+
+def install_load_error_path(wc):
+    """Wires wc's failed loads to vLLM's load-error path; sets wc.load_errors_wired."""
+    module = sys.modules.get(CONNECTOR_MODULE)
+    cls = getattr(module, "OffloadingConnector", None) if module is not None else None
+    if cls is None:
+        logger.warning("kvoffload: %s is not loaded, so a failed load cannot be reported to "
+                       "vLLM's load-error path; such a load is reported failed (vLLM stops)",
+                       CONNECTOR_MODULE)
+        return False
+    current = getattr(cls, "get_block_ids_with_load_errors", None)
+    if not getattr(current, "_kvoffload", False):
+        if "get_block_ids_with_load_errors" in cls.__dict__:
+            inherited = current
+        else:
+            inherited = None
+            for base in cls.__mro__[1:]:
+                if "get_block_ids_with_load_errors" in base.__dict__:
+                    inherited = base.__dict__["get_block_ids_with_load_errors"]
+                    break
+
+        def get_block_ids_with_load_errors(self):
+            out = set(inherited(self) or ()) if inherited is not None else set()
+            return out | _load_error_blocks(self)
+
+        get_block_ids_with_load_errors._kvoffload = True
+        cls.get_block_ids_with_load_errors = get_block_ids_with_load_errors
+    _CORES.add(wc)
+    wc.load_errors_wired = True
+    return True

@@ -1,0 +1,176 @@
+"""kvoffload.vllm.core's worker core with stand-in workers (no daemon, no vLLM, no GPU): the
+paths a host daemon cannot provoke on demand — a session lost with jobs in flight and the
+bounded retry after registering again, wait() past its bound, the CUDA event pool — and the
+sub-row range planning of loads that start inside an offloaded block."""
+
+import types
+import unittest
+
+import kvoffload
+from kvoffload import KvoffloadError, StatusCode
+from kvoffload.vllm import core
+
+
+class FakeWorker:
+    """A kvoffload.Worker stand-in: records submits, finishes jobs when told, can lose its
+    session."""
+
+    def __init__(self, num_events=0, blocks_per_row=1):
+        self.info = types.SimpleNamespace(num_events=num_events, blocks_per_row=blocks_per_row,
+                                          session_id=1, replicated=False)
+        self.calls = []
+        self.done = {}      # daemon id -> FinishedJob handed out by poll
+        self.held = set()   # daemon ids that never finish by themselves
+        self.alive = True
+        self.refuse = None  # a KvoffloadError for the next submit
+
+    def record_event(self, index, stream):
+        self.calls.append(("record", index))
+
+    def check_session(self):
+        if not self.alive:
+            raise KvoffloadError(StatusCode.UNAVAILABLE, "the session with kvoffloadd ended")
+
+    def _submit(self, kind, job_id, event_index, n):
+        if not self.alive:
+            raise KvoffloadError(StatusCode.UNAVAILABLE, "the session with kvoffloadd ended")
+        if self.refuse is not None:
+            e, self.refuse = self.refuse, None
+            raise e
+        self.calls.append((kind, job_id, event_index))
+        if job_id not in self.held:
+            self.done[job_id] = kvoffload.FinishedJob(job_id, True, 0, "", 4096 * n)
+
+    def submit_store(self, job_id, blocks, rows, event_index=-1, region_epoch=0):
+        self._submit("store", job_id, event_index, len(rows))
+
+    def submit_load(self, job_id, blocks, rows, event_index=-1, region_epoch=0):
+        self._submit("load", job_id, event_index, len(rows))
+
+    def submit_ranges(self, job_id, direction, ranges, event_index=-1, region_epoch=0):
+        self.calls.append(("ranges", job_id, list(ranges)))
+        self.done[job_id] = kvoffload.FinishedJob(job_id, True, 0, "", 1)
+
+    def poll(self):
+        if not self.alive:
+            raise KvoffloadError(StatusCode.UNAVAILABLE, "the session with kvoffloadd ended")
+        out, self.done = list(self.done.values()), {}
+        return out
+
+    def wait(self, job_id, timeout_s=None):
+        if job_id in self.done:
+            return self.done.pop(job_id)
+        raise KvoffloadError(StatusCode.DEADLINE_EXCEEDED, "not finished")
+
+    def close(self):
+        self.alive = False
+
+
+def rows(r, nonce=7, keys=(), epoch=0):
+    return types.SimpleNamespace(block_ids=list(r), job_nonce=nonce, keys=list(keys),
+                                 region_epoch=epoch, failed=False)
+
+
+class WorkerCoreTest(unittest.TestCase):
+
+    def make(self, workers, wait_timeout_s=5.0, retry_window_s=30.0, events=False):
+        self.workers = list(workers)
+        self.released = []
+        index = types.SimpleNamespace(
+            complete_store=lambda k, success: self.released.append((list(k), success)),
+            close=lambda: None)
+
+        def dial():
+            if not self.workers:
+                raise KvoffloadError(StatusCode.UNAVAILABLE, "kvoffloadd is not running")
+            w = self.workers.pop(0)
+            return w, (core._CudaEvents(w) if events else None)
+
+        wc = core.WorkerCore(dial, lambda: index, wait_timeout_s, retry_window_s)
+        return wc
+
+    def test_a_lost_session_is_registered_again_and_its_jobs_resubmitted(self):
+        first, second = FakeWorker(), FakeWorker()
+        first.held.add(7 << 32 | 1)
+        wc = self.make([first, second])
+        wc.submit(core.STORE, 1, [3], 0, rows([0], keys=[b"k"]))
+        self.assertEqual(wc.get_finished(), [])  # in flight
+        first.alive = False  # the daemon restarted
+        core.REDIAL_INTERVAL_S, saved = 0.0, core.REDIAL_INTERVAL_S
+        self.addCleanup(setattr, core, "REDIAL_INTERVAL_S", saved)
+        done = wc.get_finished() + wc.get_finished()  # resubmitted, then finished
+        self.assertEqual([(f.vllm_id, f.ok) for f in done], [(1, True)])
+        self.assertEqual(second.calls, [("store", 7 << 32 | 1, -1)])
+        self.assertIs(wc.worker, second)
+        self.assertEqual(self.released, [])
+
+    def test_a_job_no_session_takes_within_the_window_fails_and_its_keys_are_released(self):
+        first = FakeWorker()
+        first.alive = False
+        wc = self.make([first], retry_window_s=0.0)
+        wc.submit(core.STORE, 2, [3], 0, rows([0], keys=[b"k2"]))
+        done = wc.get_finished()
+        self.assertEqual([(f.vllm_id, f.ok) for f in done], [(2, True)])  # vLLM asserts success
+        self.assertEqual(self.released, [([b"k2"], False)])  # ... but never readable
+
+    def test_wait_past_its_bound_makes_the_store_unreadable_and_returns(self):
+        w = FakeWorker()
+        w.held.add(7 << 32 | 3)
+        wc = self.make([w], wait_timeout_s=0.2)
+        wc.submit(core.STORE, 3, [3], 0, rows([0], keys=[b"k3"]))
+        wc.wait({3})  # no exception into vLLM
+        self.assertEqual(self.released, [([b"k3"], False)])
+        self.assertEqual([(f.vllm_id, f.ok) for f in wc.get_finished()], [(3, True)])
+
+    def test_a_failed_load_is_a_load_error_when_vllms_path_is_wired(self):
+        w = FakeWorker()
+        wc = self.make([w])
+        w.refuse = KvoffloadError(StatusCode.FAILED_PRECONDITION, "rows not READY")
+        wc.submit(core.LOAD, 4, [5, 6], 0, rows([1, 2]))
+        self.assertEqual([(f.vllm_id, f.ok) for f in wc.get_finished()], [(4, False)])
+        wc.load_errors_wired = True
+        w.refuse = KvoffloadError(StatusCode.FAILED_PRECONDITION, "rows not READY")
+        wc.submit(core.LOAD, 5, [5, 6], 0, rows([1, 2]))
+        self.assertEqual([(f.vllm_id, f.ok) for f in wc.get_finished()], [(5, True)])
+        self.assertEqual(wc.take_load_error_blocks(), {5, 6})
+        self.assertEqual(wc.take_load_error_blocks(), set())
+
+    def test_events_are_reused_only_after_their_job_ended(self):
+        w = FakeWorker(num_events=2)
+        w.held.update({7 << 32 | 0, 7 << 32 | 1})
+        wc = self.make([w], events=True, wait_timeout_s=0.2)
+        for job in range(2):
+            wc.submit(core.STORE, job, [job], 0, rows([job], keys=[b"k%d" % job]))
+        self.assertEqual(w.calls, [("record", 0), ("store", 7 << 32 | 0, 0),
+                                   ("record", 1), ("store", 7 << 32 | 1, 1)])
+        w.done[7 << 32 | 0] = kvoffload.FinishedJob(7 << 32 | 0, True, 0, "", 1)
+        wc.submit(core.STORE, 2, [2], 0, rows([2], keys=[b"k2"]))
+        self.assertEqual(w.calls[-2:], [("record", 0), ("store", 7 << 32 | 2, 0)])
+
+    def test_a_load_inside_an_offloaded_block_is_submitted_as_ranges(self):
+        w = FakeWorker(blocks_per_row=4)
+        wc = self.make([w])
+        wc.submit(core.LOAD, 6, [10, 11, 12, 20, 21], 1, rows([5, 9]))
+        self.assertEqual(w.calls, [("ranges", 7 << 32 | 6, [(10, 5, 1, 3), (20, 9, 0, 2)])])
+
+
+class PlanRangesTest(unittest.TestCase):
+
+    def test_whole_rows_are_a_plain_submit(self):
+        self.assertIsNone(core.plan_ranges([1, 2, 3, 4], [0, 1], 2, 0))
+        self.assertIsNone(core.plan_ranges([1, 2, 3, 4], [0, 1], 2, 6))
+
+    def test_a_start_inside_a_row(self):
+        self.assertEqual(core.plan_ranges([8, 9, 4], [3, 7], 2, 1),
+                         [(8, 3, 1, 1), (9, 7, 0, 1), (4, 7, 1, 1)])
+        self.assertEqual(core.plan_ranges([8, 9, 10], [3, 7], 2, 3),
+                         [(8, 3, 1, 1), (9, 7, 0, 2)])
+
+    def test_blocks_that_do_not_fit_the_rows(self):
+        for gpu, r, first in (([1, 2, 3], [0], 0), ([1], [0, 1], 0), ([], [0], 1)):
+            with self.assertRaises(ValueError):
+                core.plan_ranges(gpu, r, 2, first)
+
+
+if __name__ == "__main__":
+    unittest.main()
