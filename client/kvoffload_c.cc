@@ -461,6 +461,22 @@ int kvo_worker_submit_runs(kvo_worker* worker, uint64_t job_id, int32_t directio
   });
 }
 
+int kvo_worker_submit_ranges(kvo_worker* worker, uint64_t job_id, int32_t direction,
+                             const kvo_block_range* ranges, size_t num_ranges, int32_t event_index,
+                             uint64_t region_epoch, char* err, size_t err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    absl::StatusOr<kvo::JobRequest> job =
+        JobRequestFor(worker, job_id, direction, event_index, region_epoch);
+    if (!job.ok()) return job.status();
+    if (absl::Status s = ArrayArg(ranges, num_ranges, "ranges"); !s.ok()) return s;
+    for (size_t i = 0; i < num_ranges; ++i) {
+      job->ranges.push_back(
+          {ranges[i].gpu_block, ranges[i].row, ranges[i].first_block, ranges[i].num_blocks});
+    }
+    return worker->client->Submit(*job);
+  });
+}
+
 int kvo_worker_record_event(kvo_worker* worker, int32_t index, uint64_t cuda_stream, char* err,
                             size_t err_len) {
   return Guarded(err, err_len, [&] {

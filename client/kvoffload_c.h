@@ -55,7 +55,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or signature below changes; see kvo_abi_version(). */
-#define KVO_ABI_VERSION 1
+#define KVO_ABI_VERSION 2
 
 /* ---- Status codes (absl::StatusCode values) ------------------------------------------------ */
 #define KVO_OK 0
@@ -104,6 +104,12 @@ typedef struct kvo_engine_spec {
   uint64_t budget_bytes;          /* per node, per DP replica */
   const char* secondary_tiers;    /* comma-separated tier names; NULL or "" = none */
   int32_t rows_assigned_by_engine; /* 0 or 1 */
+  /* ABI 2: */
+  int32_t stores_by_writer_only;  /* 0 or 1; replicated (MLA) layout: stores vote by the writer */
+  const uint32_t* member_uids;    /* further uids allowed to use the engine; may be NULL */
+  size_t num_member_uids;
+  const uint32_t* member_gids;    /* further groups allowed to use the engine; may be NULL */
+  size_t num_member_gids;
 } kvo_engine_spec;
 
 /* Fills the defaults of common::EngineSpec (engine_id "engine", world_size = tp = pp = pcp =
@@ -249,6 +255,23 @@ typedef struct kvo_block_run {
 int kvo_worker_submit_runs(kvo_worker* worker, uint64_t job_id, int32_t direction,
                            const kvo_block_run* runs, size_t num_runs, int32_t event_index,
                            uint64_t region_epoch, char* err, size_t err_len);
+
+/* Loads only: num_blocks consecutive region blocks from block first_block of row (region block
+ * row x blocks_per_row + first_block; first_block < blocks_per_row) take GPU blocks
+ * [gpu_block, gpu_block + num_blocks). A range may start and end inside a row (ABI 2). */
+typedef struct kvo_block_range {
+  uint64_t gpu_block;
+  uint64_t row;
+  uint32_t first_block;
+  uint64_t num_blocks;
+} kvo_block_range;
+
+/* kvo_worker_submit_epoch with the part given as block ranges (a load that starts inside an
+ * offloaded row, e.g. its head is still in the engine's GPU cache). A store is INVALID_ARGUMENT:
+ * stores write whole rows. ABI 2. */
+int kvo_worker_submit_ranges(kvo_worker* worker, uint64_t job_id, int32_t direction,
+                             const kvo_block_range* ranges, size_t num_ranges, int32_t event_index,
+                             uint64_t region_epoch, char* err, size_t err_len);
 
 /* Identity of the engine's region on this node as the daemon reported it at registration. */
 int kvo_worker_region_epoch(const kvo_worker* worker, uint64_t* epoch_out, char* err,

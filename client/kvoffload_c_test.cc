@@ -264,6 +264,15 @@ TEST_F(KvoffloadCTest, PrepareStoreReportsEvictedKeys) {
                                         nullptr, 0, nullptr, &num_evicted, err, sizeof(err)),
             KVO_OK)
       << err;
+  // A commit makes rows READY only once a store job wrote them.
+  HostWorker w;
+  std::string error;
+  ASSERT_EQ(w.Connect(daemon_->data_socket(), spec, 3, &error), KVO_OK) << error;
+  const uint64_t blocks[2] = {0, 1};
+  ASSERT_EQ(kvo_worker_submit(w.worker, 1, KVO_STORE, blocks, 2, rows, 2, -1, err, sizeof(err)),
+            KVO_OK)
+      << err;
+  ASSERT_EQ(Wait(w.worker, 1).code, KVO_OK);
   ASSERT_EQ(kvo_scheduler_complete_store(scheduler, first.ptrs(), first.lens(), 2, 1, err,
                                          sizeof(err)),
             KVO_OK)

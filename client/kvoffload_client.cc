@@ -3,15 +3,19 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <map>
 #include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/daemon_socket.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
 #include "proto/spec_convert.h"
@@ -288,6 +292,13 @@ absl::Status WorkerClient::Submit(const JobRequest& job) {
     run->set_row(r.row);
     run->set_num_rows(r.num_rows);
   }
+  for (const BlockRange& r : job.ranges) {
+    v1::BlockRun* run = s->add_runs();
+    run->set_gpu_block(r.gpu_block);
+    run->set_row(r.row);
+    run->set_first_block(r.first_block);
+    run->set_num_blocks(r.num_blocks);
+  }
   s->set_event_index(job.event_index);
   s->set_region_epoch(job.region_epoch != 0 ? job.region_epoch
                                             : impl_->registration.region_epoch);
@@ -359,7 +370,7 @@ struct SchedulerClient::Impl {
   bool created = false;
   uint64_t region_epoch = 0;
 
-  v1::KeysRequest Keys(const std::vector<std::string>& keys) const {
+  v1::KeysRequest KeysRequest(const std::vector<std::string>& keys) const {
     v1::KeysRequest request;
     request.set_engine_id(spec.engine_id);
     request.set_dp_rank(spec.dp_rank);
@@ -377,6 +388,14 @@ struct SchedulerClient::Impl {
   absl::Status Status(const grpc::Status& status, absl::string_view call) const {
     return CallStatus(status, call, socket_path, options.call_timeout);
   }
+
+  // One request each (at most max_keys_per_request keys).
+  absl::StatusOr<std::vector<KeyState>> LookupOnce(const std::vector<std::string>& keys) const;
+  absl::StatusOr<PreparedStore> PrepareStoreOnce(const std::vector<std::string>& keys) const;
+  absl::Status CompleteStoreOnce(const std::vector<std::string>& keys, bool success) const;
+  absl::StatusOr<std::vector<uint64_t>> PrepareLoadOnce(const std::vector<std::string>& keys) const;
+  absl::Status CompleteLoadOnce(const std::vector<std::string>& keys) const;
+  absl::Status TouchOnce(const std::vector<std::string>& keys) const;
 };
 
 absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
@@ -387,6 +406,12 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
   }
   if (absl::Status s = CheckTimeout(options.call_timeout, "ClientOptions.call_timeout"); !s.ok()) {
     return s;
+  }
+  if (options.max_keys_per_request == 0 ||
+      options.max_keys_per_request > common::kMaxKeysPerRequest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions.max_keys_per_request is ", options.max_keys_per_request, ", want 1..",
+        common::kMaxKeysPerRequest));
   }
   if (absl::Status s = CheckDaemonSocket(socket_path); !s.ok()) return s;
   auto impl = std::make_unique<Impl>();
@@ -419,11 +444,44 @@ const RegionGeometry& SchedulerClient::geometry() const { return impl_->geometry
 bool SchedulerClient::created() const { return impl_->created; }
 uint64_t SchedulerClient::region_epoch() const { return impl_->region_epoch; }
 
-absl::StatusOr<std::vector<KeyState>> SchedulerClient::Lookup(
-    const std::vector<std::string>& keys) {
+// ---- One request each; the public calls split larger calls into these. -----------------------
+
+namespace {
+
+using Keys = std::vector<std::string>;
+
+// [begin, end) of the keys, copied: protobuf wants its own strings anyway.
+Keys Slice(const Keys& keys, size_t begin, size_t end) {
+  return Keys(keys.begin() + begin, keys.begin() + end);
+}
+
+// INVALID_ARGUMENT naming the first key that appears twice (its position), else OK.
+absl::Status CheckNoDuplicates(const Keys& keys, absl::string_view call) {
+  absl::flat_hash_set<absl::string_view> seen;
+  seen.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!seen.insert(keys[i]).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(call, ": key #", i, " appears more than once in the request"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Annotated(const absl::Status& status, absl::string_view call, size_t done,
+                       size_t total) {
+  if (status.ok() || done == 0) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), " (", call, " of ", total, " keys sent in ",
+                                   "parts: the first ", done, " keys were completed)"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<KeyState>> SchedulerClient::Impl::LookupOnce(const Keys& keys) const {
   v1::LookupResponse response;
-  grpc::Status status = impl_->stub->Lookup(impl_->Context().get(), impl_->Keys(keys), &response);
-  if (!status.ok()) return impl_->Status(status, "Lookup");
+  grpc::Status status = stub->Lookup(Context().get(), KeysRequest(keys), &response);
+  if (!status.ok()) return Status(status, "Lookup");
   std::vector<KeyState> out;
   for (int s : response.states()) {
     out.push_back(s == v1::KEY_STATE_HIT           ? KeyState::kHit
@@ -433,11 +491,10 @@ absl::StatusOr<std::vector<KeyState>> SchedulerClient::Lookup(
   return out;
 }
 
-absl::StatusOr<PreparedStore> SchedulerClient::PrepareStore(const std::vector<std::string>& keys) {
+absl::StatusOr<PreparedStore> SchedulerClient::Impl::PrepareStoreOnce(const Keys& keys) const {
   v1::PrepareStoreResponse response;
-  grpc::Status status =
-      impl_->stub->PrepareStore(impl_->Context().get(), impl_->Keys(keys), &response);
-  if (!status.ok()) return impl_->Status(status, "PrepareStore");
+  grpc::Status status = stub->PrepareStore(Context().get(), KeysRequest(keys), &response);
+  if (!status.ok()) return Status(status, "PrepareStore");
   PreparedStore out;
   out.keys.assign(response.keys().begin(), response.keys().end());
   out.rows.assign(response.rows().begin(), response.rows().end());
@@ -445,37 +502,141 @@ absl::StatusOr<PreparedStore> SchedulerClient::PrepareStore(const std::vector<st
   return out;
 }
 
-absl::Status SchedulerClient::CompleteStore(const std::vector<std::string>& keys, bool success) {
+absl::Status SchedulerClient::Impl::CompleteStoreOnce(const Keys& keys, bool success) const {
   v1::CompleteStoreRequest request;
-  request.set_engine_id(impl_->spec.engine_id);
-  request.set_dp_rank(impl_->spec.dp_rank);
+  request.set_engine_id(spec.engine_id);
+  request.set_dp_rank(spec.dp_rank);
   for (const std::string& k : keys) request.add_keys(k);
   request.set_success(success);
   v1::Empty response;
-  return impl_->Status(impl_->stub->CompleteStore(impl_->Context().get(), request, &response),
-                       "CompleteStore");
+  return Status(stub->CompleteStore(Context().get(), request, &response), "CompleteStore");
 }
 
-absl::StatusOr<std::vector<uint64_t>> SchedulerClient::PrepareLoad(
-    const std::vector<std::string>& keys) {
+absl::StatusOr<std::vector<uint64_t>> SchedulerClient::Impl::PrepareLoadOnce(
+    const Keys& keys) const {
   v1::PrepareLoadResponse response;
-  grpc::Status status =
-      impl_->stub->PrepareLoad(impl_->Context().get(), impl_->Keys(keys), &response);
-  if (!status.ok()) return impl_->Status(status, "PrepareLoad");
+  grpc::Status status = stub->PrepareLoad(Context().get(), KeysRequest(keys), &response);
+  if (!status.ok()) return Status(status, "PrepareLoad");
   return std::vector<uint64_t>(response.rows().begin(), response.rows().end());
 }
 
-absl::Status SchedulerClient::CompleteLoad(const std::vector<std::string>& keys) {
+absl::Status SchedulerClient::Impl::CompleteLoadOnce(const Keys& keys) const {
   v1::Empty response;
-  return impl_->Status(
-      impl_->stub->CompleteLoad(impl_->Context().get(), impl_->Keys(keys), &response),
-      "CompleteLoad");
+  return Status(stub->CompleteLoad(Context().get(), KeysRequest(keys), &response),
+                "CompleteLoad");
 }
 
-absl::Status SchedulerClient::Touch(const std::vector<std::string>& keys) {
+absl::Status SchedulerClient::Impl::TouchOnce(const Keys& keys) const {
   v1::Empty response;
-  return impl_->Status(impl_->stub->Touch(impl_->Context().get(), impl_->Keys(keys), &response),
-                       "Touch");
+  return Status(stub->Touch(Context().get(), KeysRequest(keys), &response), "Touch");
+}
+
+// ---- The public calls. -----------------------------------------------------------------------
+
+absl::StatusOr<std::vector<KeyState>> SchedulerClient::Lookup(const Keys& keys) {
+  const size_t chunk = impl_->options.max_keys_per_request;
+  if (keys.size() <= chunk) return impl_->LookupOnce(keys);
+  std::vector<KeyState> out;
+  out.reserve(keys.size());
+  for (size_t begin = 0; begin < keys.size(); begin += chunk) {
+    ASSIGN_OR_RETURN(std::vector<KeyState> part,
+                     impl_->LookupOnce(Slice(keys, begin, std::min(keys.size(), begin + chunk))));
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
+absl::StatusOr<PreparedStore> SchedulerClient::PrepareStore(const Keys& keys) {
+  const size_t chunk = impl_->options.max_keys_per_request;
+  if (keys.size() <= chunk) return impl_->PrepareStoreOnce(keys);
+  RETURN_IF_ERROR(CheckNoDuplicates(keys, "PrepareStore"));
+  PreparedStore out;
+  for (size_t begin = 0; begin < keys.size(); begin += chunk) {
+    absl::StatusOr<PreparedStore> part =
+        impl_->PrepareStoreOnce(Slice(keys, begin, std::min(keys.size(), begin + chunk)));
+    if (!part.ok()) {
+      // All or nothing: give back the rows the earlier requests took.
+      for (size_t done = 0; done < out.keys.size(); done += chunk) {
+        absl::Status undone = impl_->CompleteStoreOnce(
+            Slice(out.keys, done, std::min(out.keys.size(), done + chunk)), false);
+        if (!undone.ok()) {
+          return absl::Status(part.status().code(),
+                              absl::StrCat(part.status().message(), "; and undoing the ",
+                                           out.keys.size(), " keys prepared before failed: ",
+                                           undone.ToString()));
+        }
+      }
+      return part.status();
+    }
+    std::move(part->keys.begin(), part->keys.end(), std::back_inserter(out.keys));
+    out.rows.insert(out.rows.end(), part->rows.begin(), part->rows.end());
+    std::move(part->evicted_keys.begin(), part->evicted_keys.end(),
+              std::back_inserter(out.evicted_keys));
+  }
+  return out;
+}
+
+absl::Status SchedulerClient::CompleteStore(const Keys& keys, bool success) {
+  const size_t chunk = impl_->options.max_keys_per_request;
+  if (keys.size() <= chunk) return impl_->CompleteStoreOnce(keys, success);
+  RETURN_IF_ERROR(CheckNoDuplicates(keys, "CompleteStore"));
+  for (size_t begin = 0; begin < keys.size(); begin += chunk) {
+    absl::Status s =
+        impl_->CompleteStoreOnce(Slice(keys, begin, std::min(keys.size(), begin + chunk)), success);
+    if (!s.ok()) return Annotated(s, "CompleteStore", begin, keys.size());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint64_t>> SchedulerClient::PrepareLoad(const Keys& keys) {
+  const size_t chunk = impl_->options.max_keys_per_request;
+  if (keys.size() <= chunk) return impl_->PrepareLoadOnce(keys);
+  RETURN_IF_ERROR(CheckNoDuplicates(keys, "PrepareLoad"));
+  std::vector<uint64_t> rows;
+  rows.reserve(keys.size());
+  for (size_t begin = 0; begin < keys.size(); begin += chunk) {
+    absl::StatusOr<std::vector<uint64_t>> part =
+        impl_->PrepareLoadOnce(Slice(keys, begin, std::min(keys.size(), begin + chunk)));
+    if (!part.ok()) {
+      // All or nothing: unpin what the earlier requests pinned.
+      for (size_t done = 0; done < begin; done += chunk) {
+        absl::Status undone =
+            impl_->CompleteLoadOnce(Slice(keys, done, std::min(begin, done + chunk)));
+        if (!undone.ok()) {
+          return absl::Status(part.status().code(),
+                              absl::StrCat(part.status().message(), "; and unpinning the ", begin,
+                                           " keys pinned before failed: ", undone.ToString()));
+        }
+      }
+      return part.status();
+    }
+    rows.insert(rows.end(), part->begin(), part->end());
+  }
+  return rows;
+}
+
+absl::Status SchedulerClient::CompleteLoad(const Keys& keys) {
+  const size_t chunk = impl_->options.max_keys_per_request;
+  if (keys.size() <= chunk) return impl_->CompleteLoadOnce(keys);
+  RETURN_IF_ERROR(CheckNoDuplicates(keys, "CompleteLoad"));
+  for (size_t begin = 0; begin < keys.size(); begin += chunk) {
+    absl::Status s =
+        impl_->CompleteLoadOnce(Slice(keys, begin, std::min(keys.size(), begin + chunk)));
+    if (!s.ok()) return Annotated(s, "CompleteLoad", begin, keys.size());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SchedulerClient::Touch(const Keys& keys) {
+  const size_t chunk = impl_->options.max_keys_per_request;
+  if (keys.size() <= chunk) return impl_->TouchOnce(keys);
+  // Last keys first: each request makes its keys the most recent, so keys[0] ends up on top.
+  const size_t parts = (keys.size() + chunk - 1) / chunk;
+  for (size_t p = parts; p-- > 0;) {
+    RETURN_IF_ERROR(
+        impl_->TouchOnce(Slice(keys, p * chunk, std::min(keys.size(), (p + 1) * chunk))));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvoffload::client

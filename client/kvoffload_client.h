@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/engine_spec.h"
+#include "common/limits.h"
 #include "common/geometry.h"
 
 namespace kvoffload::client {
@@ -46,6 +47,9 @@ struct ClientOptions {
   absl::Duration open_timeout = kDefaultOpenTimeout;
   // Every index call (Lookup, PrepareStore, CompleteStore, PrepareLoad, CompleteLoad, Touch).
   absl::Duration call_timeout = kDefaultCallTimeout;
+  // Keys per index request, 1..common::kMaxKeysPerRequest (the daemon's limit): larger calls are
+  // split into several requests (see SchedulerClient). Lower it only to test the splitting.
+  size_t max_keys_per_request = common::kMaxKeysPerRequest;
 };
 
 // The geometry the daemon reports for an engine, with the daemon's layout fingerprint.
@@ -100,6 +104,16 @@ struct BlockRun {
   uint64_t num_rows = 0;
 };
 
+// Loads only: `num_blocks` consecutive region blocks from block `first_block` of `row` (region
+// block row × blocks_per_row + first_block; first_block < blocks_per_row) take GPU blocks
+// [gpu_block, gpu_block + num_blocks). A range may start and end inside a row.
+struct BlockRange {
+  uint64_t gpu_block = 0;
+  uint64_t row = 0;
+  uint32_t first_block = 0;
+  uint64_t num_blocks = 0;
+};
+
 struct JobRequest {
   uint64_t job_id = 0;
   Direction direction = Direction::kStore;
@@ -112,6 +126,8 @@ struct JobRequest {
   uint64_t region_epoch = 0;
   // After the explicit lists: consecutive rows and blocks, sent as 24 bytes a run.
   std::vector<BlockRun> runs;
+  // After the runs (loads only): ranges of single blocks.
+  std::vector<BlockRange> ranges;
 };
 
 struct FinishedJob {
@@ -179,6 +195,18 @@ class SchedulerClient {
   // Identity of the engine's region; workers pass it with their parts (JobRequest::region_epoch).
   uint64_t region_epoch() const;
 
+  // Index calls. A call with more keys than ClientOptions::max_keys_per_request is sent as
+  // several requests of consecutive keys, with the same result as one request where that
+  // matters:
+  //   - Lookup: the states of every key, in order.
+  //   - PrepareStore, PrepareLoad: all or nothing. A key twice anywhere in the call is
+  //     INVALID_ARGUMENT before anything is sent; when a later request fails, the earlier ones
+  //     are undone (CompleteStore(false) of their new keys, CompleteLoad of their keys) and its
+  //     error is returned. Keys the earlier requests evicted stay evicted (as after any
+  //     PrepareStore) and are not reported.
+  //   - Touch: keys[0] ends up the most recent (the requests go from the last keys to the first).
+  //   - CompleteStore, CompleteLoad: in order; on an error the keys of the requests before the
+  //     failing one are completed, and the message says how many.
   absl::StatusOr<std::vector<KeyState>> Lookup(const std::vector<std::string>& keys);
   absl::StatusOr<PreparedStore> PrepareStore(const std::vector<std::string>& keys);
   absl::Status CompleteStore(const std::vector<std::string>& keys, bool success);

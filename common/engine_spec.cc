@@ -85,7 +85,8 @@ std::string EngineSpec::DebugString() const {
       " num_kv_groups=", num_kv_groups, " num_layers=", num_layers, " page_bytes=", page_bytes,
       " worker_bytes_per_block=", worker_bytes_per_block, " blocks_per_row=", blocks_per_row,
       " budget_bytes=", budget_bytes, " secondary_tiers=[", absl::CHexEscape(absl::StrJoin(secondary_tiers, ",")),
-      "] rows_assigned_by_engine=", rows_assigned_by_engine ? 1 : 0);
+      "] rows_assigned_by_engine=", rows_assigned_by_engine ? 1 : 0,
+      " stores_by_writer_only=", stores_by_writer_only ? 1 : 0);
 }
 
 bool EngineSpec::operator==(const EngineSpec& other) const {
@@ -93,7 +94,7 @@ bool EngineSpec::operator==(const EngineSpec& other) const {
     return std::tie(s.engine_id, s.dp_rank, s.world_size, s.local_world_size, s.tp, s.pp, s.pcp,
                     s.dcp, s.executor, s.attention, s.num_kv_groups, s.num_layers, s.page_bytes,
                     s.worker_bytes_per_block, s.blocks_per_row, s.budget_bytes, s.secondary_tiers,
-                    s.rows_assigned_by_engine);
+                    s.rows_assigned_by_engine, s.stores_by_writer_only);
   };
   return fields(*this) == fields(other);
 }

@@ -45,6 +45,10 @@ struct EngineSpec {
   uint64_t budget_bytes = 0;            // per node, per DP replica
   std::vector<std::string> secondary_tiers;
   bool rows_assigned_by_engine = false;
+  // Replicated (MLA) layout only: a store job finishes on the writer's (mp_rank 0) vote alone and
+  // the other local workers never submit store parts (vLLM's 2026-08 connector lets only rank 0
+  // store). Loads still need every local worker. No effect on a per-rank layout.
+  bool stores_by_writer_only = false;
   // Further uids and groups allowed to use the engine besides its owner (daemon/engine/access.h).
   // Only the creator's lists count; not compared by operator== (access, not layout).
   std::vector<uint32_t> member_uids;

@@ -1,6 +1,7 @@
 #include "proto/spec_convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 
 namespace kvoffload {
 
@@ -50,6 +51,13 @@ absl::StatusOr<common::EngineSpec> SpecFromProto(const v1::EngineSpec& p) {
   s.budget_bytes = p.budget_bytes();
   s.secondary_tiers.assign(p.secondary_tiers().begin(), p.secondary_tiers().end());
   s.rows_assigned_by_engine = p.rows_assigned_by_engine();
+  s.stores_by_writer_only = p.stores_by_writer_only();
+  if (static_cast<size_t>(p.member_uids_size()) > common::kMaxMembersPerEngine ||
+      static_cast<size_t>(p.member_gids_size()) > common::kMaxMembersPerEngine) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: more than ",
+                                                   common::kMaxMembersPerEngine,
+                                                   " member_uids or member_gids"));
+  }
   s.member_uids.assign(p.member_uids().begin(), p.member_uids().end());
   s.member_gids.assign(p.member_gids().begin(), p.member_gids().end());
   return s;
@@ -114,6 +122,7 @@ void SpecToProto(const common::EngineSpec& s, v1::EngineSpec* p) {
   p->set_budget_bytes(s.budget_bytes);
   for (const std::string& tier : s.secondary_tiers) p->add_secondary_tiers(tier);
   p->set_rows_assigned_by_engine(s.rows_assigned_by_engine);
+  p->set_stores_by_writer_only(s.stores_by_writer_only);
   for (uint32_t uid : s.member_uids) p->add_member_uids(uid);
   for (uint32_t gid : s.member_gids) p->add_member_gids(gid);
 }

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 
 namespace kvoffload::client {
 
@@ -49,6 +50,27 @@ absl::StatusOr<common::EngineSpec> SpecFromC(const kvo_engine_spec* c) {
                                                    c->rows_assigned_by_engine, ", want 0 or 1"));
   }
   spec.rows_assigned_by_engine = c->rows_assigned_by_engine == 1;
+  if (c->stores_by_writer_only != 0 && c->stores_by_writer_only != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("engine spec: stores_by_writer_only is ",
+                                                   c->stores_by_writer_only, ", want 0 or 1"));
+  }
+  spec.stores_by_writer_only = c->stores_by_writer_only == 1;
+  if ((c->member_uids == nullptr && c->num_member_uids != 0) ||
+      (c->member_gids == nullptr && c->num_member_gids != 0)) {
+    return absl::InvalidArgumentError(
+        "engine spec: member_uids / member_gids is NULL with a non-zero count");
+  }
+  if (c->num_member_uids > common::kMaxMembersPerEngine ||
+      c->num_member_gids > common::kMaxMembersPerEngine) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine spec: more than ", common::kMaxMembersPerEngine, " member uids or gids"));
+  }
+  if (c->num_member_uids > 0) {
+    spec.member_uids.assign(c->member_uids, c->member_uids + c->num_member_uids);
+  }
+  if (c->num_member_gids > 0) {
+    spec.member_gids.assign(c->member_gids, c->member_gids + c->num_member_gids);
+  }
   return spec;
 }
 

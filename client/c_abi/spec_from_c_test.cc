@@ -43,8 +43,18 @@ TEST(SpecFromCTest, EveryFieldSurvivesTheWire) {
   c.budget_bytes = uint64_t{80} << 30;
   c.secondary_tiers = " fs ,obj,, ";
   c.rows_assigned_by_engine = 1;
+  c.stores_by_writer_only = 1;
+  const uint32_t uids[] = {1001, 1002};
+  const uint32_t gids[] = {2001};
+  c.member_uids = uids;
+  c.num_member_uids = 2;
+  c.member_gids = gids;
+  c.num_member_gids = 1;
   auto spec = SpecFromC(&c);
   ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->stores_by_writer_only);
+  EXPECT_EQ(spec->member_uids, (std::vector<uint32_t>{1001, 1002}));
+  EXPECT_EQ(spec->member_gids, (std::vector<uint32_t>{2001}));
   EXPECT_EQ(spec->executor, common::Executor::kRay);
   EXPECT_EQ(spec->attention, common::Attention::kMla);
   EXPECT_EQ(spec->secondary_tiers, (std::vector<std::string>{"fs", "obj"}));
@@ -54,11 +64,13 @@ TEST(SpecFromCTest, EveryFieldSurvivesTheWire) {
   auto back = SpecFromProto(wire);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, *spec) << back->DebugString() << " vs " << spec->DebugString();
+  EXPECT_EQ(back->member_uids, spec->member_uids);  // access lists: not part of operator==
+  EXPECT_EQ(back->member_gids, spec->member_gids);
   EXPECT_EQ(back->DebugString(),
             "engine_id=llama-70b dp_rank=3 world_size=16 local_world_size=8 tp=16 pp=1 pcp=1 dcp=2 "
             "executor=ray attention=mla num_kv_groups=2 num_layers=61 page_bytes=36864 "
             "worker_bytes_per_block=2252800 blocks_per_row=4 budget_bytes=85899345920 "
-            "secondary_tiers=[fs,obj] rows_assigned_by_engine=1");
+            "secondary_tiers=[fs,obj] rows_assigned_by_engine=1 stores_by_writer_only=1");
 }
 
 TEST(SpecFromCTest, RefusesWhatHasNoCommonMeaning) {
@@ -72,6 +84,17 @@ TEST(SpecFromCTest, RefusesWhatHasNoCommonMeaning) {
   EXPECT_EQ(SpecFromC(&c).status().code(), absl::StatusCode::kInvalidArgument);
   kvo_engine_spec_init(&c);
   c.rows_assigned_by_engine = 2;
+  EXPECT_EQ(SpecFromC(&c).status().code(), absl::StatusCode::kInvalidArgument);
+  kvo_engine_spec_init(&c);
+  c.stores_by_writer_only = -1;
+  EXPECT_EQ(SpecFromC(&c).status().code(), absl::StatusCode::kInvalidArgument);
+  kvo_engine_spec_init(&c);
+  c.num_member_uids = 1;  // NULL array
+  EXPECT_EQ(SpecFromC(&c).status().code(), absl::StatusCode::kInvalidArgument);
+  kvo_engine_spec_init(&c);
+  std::vector<uint32_t> many(1025, 7);
+  c.member_gids = many.data();
+  c.num_member_gids = many.size();
   EXPECT_EQ(SpecFromC(&c).status().code(), absl::StatusCode::kInvalidArgument);
   kvo_engine_spec_init(&c);
   c.engine_id = nullptr;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/ctl/args.h"
 #include "client/ctl/exit_codes.h"
+#include "client/host/store_rows.h"
 #include "client/ctl/kvoffloadctl.h"
 #include "common/engine_spec.h"
 #include "daemon/backend_factory.h"
@@ -85,6 +86,9 @@ class KvoffloadctlDaemonTest : public ::testing::Test {
     grpc::ClientContext c2;
     grpc::Status s = stub->PrepareStore(&c2, keys, &prepared);
     ASSERT_TRUE(s.ok()) << s.error_message();
+    const std::vector<uint64_t> rows(prepared.rows().begin(), prepared.rows().end());
+    absl::Status stored = client::StoreRows(daemon_->data_socket(), spec, rows);
+    ASSERT_TRUE(stored.ok()) << stored;  // a commit alone makes no row READY
     v1::CompleteStoreRequest complete;
     complete.set_engine_id("llama");
     *complete.mutable_keys() = keys.keys();

@@ -85,6 +85,9 @@ struct CopyJob {
   uint32_t blocks_per_row = 1;
   std::vector<uint64_t> gpu_blocks;
   std::vector<uint64_t> rows;
+  // When not empty (loads that start or end inside a row): gpu_blocks[i] ↔ region block
+  // region_blocks[i] = row × blocks_per_row + block; `rows` then only lists the rows touched.
+  std::vector<uint64_t> region_blocks;
   int32_t event_index = -1;  // into memory's event pool; -1 = none
   absl::Duration timeout = absl::Seconds(30);  // a wait on the worker's event fails after this
 };

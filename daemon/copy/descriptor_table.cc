@@ -25,9 +25,16 @@ absl::StatusOr<DescriptorTable> BuildDescriptorTable(const CopyJob& job, uint64_
   if (bytes_per_block == 0) {
     return absl::InvalidArgumentError("copy job: the worker has 0 bytes per block");
   }
+  const bool by_block = !job.region_blocks.empty();
   uint64_t expected_blocks = 0;
-  if (MulOverflows(job.rows.size(), job.blocks_per_row, &expected_blocks) ||
-      job.gpu_blocks.size() != expected_blocks) {
+  if (by_block) {
+    if (job.region_blocks.size() != job.gpu_blocks.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("copy job: ", job.gpu_blocks.size(),
+                                                     " gpu blocks but ", job.region_blocks.size(),
+                                                     " region blocks"));
+    }
+  } else if (MulOverflows(job.rows.size(), job.blocks_per_row, &expected_blocks) ||
+             job.gpu_blocks.size() != expected_blocks) {
     return absl::InvalidArgumentError(absl::StrCat("copy job: ", job.gpu_blocks.size(),
                                                    " gpu blocks but ", job.rows.size(), " rows x ",
                                                    job.blocks_per_row, " blocks per row"));
@@ -51,9 +58,12 @@ absl::StatusOr<DescriptorTable> BuildDescriptorTable(const CopyJob& job, uint64_
 
   DescriptorTable table;
   table.bytes_per_block = bytes_per_block;
-  if (job.rows.empty()) return table;
+  if (job.gpu_blocks.empty()) return table;
 
-  const uint64_t max_row = *std::max_element(job.rows.begin(), job.rows.end());
+  const uint64_t max_row =
+      by_block ? *std::max_element(job.region_blocks.begin(), job.region_blocks.end()) /
+                     job.blocks_per_row
+               : *std::max_element(job.rows.begin(), job.rows.end());
   uint64_t max_row_offset = 0;
   if (MulOverflows(max_row, job.row_bytes, &max_row_offset) ||
       AddOverflows(max_row_offset, slot_end, &table.host_extent)) {
@@ -62,6 +72,21 @@ absl::StatusOr<DescriptorTable> BuildDescriptorTable(const CopyJob& job, uint64_
   }
 
   table.blocks.resize(job.gpu_blocks.size());
+  if (by_block) {
+    for (size_t i = 0; i < job.gpu_blocks.size(); ++i) {
+      const uint64_t gpu_block = job.gpu_blocks[i];
+      if (gpu_block >= num_blocks) {
+        return absl::InvalidArgumentError(absl::StrCat("copy job: gpu block ", gpu_block,
+                                                       " (entry ", i, ") is not below the ",
+                                                       num_blocks, " registered blocks"));
+      }
+      const uint64_t row = job.region_blocks[i] / job.blocks_per_row;  // ≤ max_row
+      const uint64_t block = job.region_blocks[i] % job.blocks_per_row;
+      table.blocks[i] =
+          BlockDescriptor{gpu_block, row * job.row_bytes + slot_offset + block * bytes_per_block};
+    }
+    return table;
+  }
   size_t i = 0;
   for (uint64_t row : job.rows) {
     const uint64_t row_offset = row * job.row_bytes + slot_offset;  // ≤ host_extent: no overflow

@@ -1,6 +1,7 @@
 #include "daemon/engine/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <utility>
 
@@ -29,7 +30,26 @@ spdlog::logger* Log() {
   return log;
 }
 
+// An invariant of ours broke: the state can no longer be trusted (rows could be served that no
+// copy wrote), so the process stops with the state logged (STYLE.md: invariants abort).
+[[noreturn]] void InvariantFailed(const std::string& engine, const std::string& what) {
+  Log()->critical("engine {}: invariant violated: {}", engine, what);
+  Log()->flush();
+  std::abort();
+}
+
 }  // namespace
+
+std::vector<uint64_t> RowsCovered(const std::vector<uint64_t>& region_blocks,
+                                  uint32_t blocks_per_row) {
+  std::vector<uint64_t> rows;
+  const uint64_t bpr = blocks_per_row == 0 ? 1 : blocks_per_row;
+  for (uint64_t block : region_blocks) {
+    const uint64_t row = block / bpr;
+    if (rows.empty() || rows.back() != row) rows.push_back(row);
+  }
+  return rows;
+}
 
 absl::StatusOr<EngineCost> Engine::CostOf(const common::Geometry& geometry) {
   if (geometry.num_rows > SlotIndex::kMaxRows) {
@@ -227,7 +247,10 @@ void Engine::Detach(uint64_t session_id) {
         absl::StrCat("worker mp_rank ", mp_rank, " of engine ", key(), " disconnected"));
     std::vector<uint64_t> ids;
     for (auto& [id, job] : jobs_) {
-      if (!job.voted.count(mp_rank)) ids.push_back(id);
+      // A writer-only store never waits for a non-writer, so it does not fail when one leaves.
+      const bool needs_rank =
+          !(job.direction == CopyDirection::kStore && StoresByWriterOnly() && mp_rank != 0);
+      if (needs_rank && !job.voted.count(mp_rank)) ids.push_back(id);
     }
     for (uint64_t id : ids) {
       auto j = jobs_.find(id);
@@ -249,8 +272,32 @@ absl::Status Engine::ValidatePart(const Session& session, const JobPart& part) c
         job, part.region_epoch, key(), region_epoch_));
   }
   if (part.rows.empty()) return absl::InvalidArgumentError(absl::StrCat(job, ": no rows"));
-  const uint64_t expected_blocks = part.rows.size() * geometry_.blocks_per_row;
-  if (part.gpu_blocks.size() != expected_blocks) {
+  const bool by_block = !part.region_blocks.empty();
+  const uint64_t expected_blocks =
+      by_block ? part.region_blocks.size() : part.rows.size() * geometry_.blocks_per_row;
+  if (by_block) {
+    if (part.direction != CopyDirection::kLoad) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(job, ": a store must write whole rows (block runs are for loads only)"));
+    }
+    if (part.gpu_blocks.size() != part.region_blocks.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(job, ": ", part.gpu_blocks.size(),
+                                                     " gpu blocks for ", part.region_blocks.size(),
+                                                     " region blocks"));
+    }
+    const uint64_t region_blocks = geometry_.num_rows * geometry_.blocks_per_row;
+    for (uint64_t b : part.region_blocks) {
+      if (b >= region_blocks) {
+        return absl::OutOfRangeError(absl::StrCat(job, ": region block ", b, " (row ",
+                                                  b / geometry_.blocks_per_row, ") >= num_rows ",
+                                                  geometry_.num_rows));
+      }
+    }
+    if (part.rows != RowsCovered(part.region_blocks, geometry_.blocks_per_row)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(job, ": rows differ from the rows its region blocks lie in"));
+    }
+  } else if (part.gpu_blocks.size() != expected_blocks) {
     return absl::InvalidArgumentError(absl::StrCat(
         job, ": ", part.gpu_blocks.size(), " gpu blocks for ", part.rows.size(), " rows of ",
         geometry_.blocks_per_row, " blocks (want ", expected_blocks, ")"));
@@ -301,6 +348,11 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
       Session& session = sit->second;
       mp_rank = session.mp_rank;
       RETURN_IF_ERROR(ValidatePart(session, part));
+      if (part.direction == CopyDirection::kStore && !session.writer && StoresByWriterOnly()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job ", part.job_id, ": mp_rank ", mp_rank, " is not the writer of engine ", key(),
+            ", whose spec says stores_by_writer_only: only mp_rank 0 submits stores"));
+      }
       if (session.jobs_in_flight >= deps_.max_jobs_per_session) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "job ", part.job_id, ": mp_rank ", mp_rank, " already has ", session.jobs_in_flight,
@@ -384,6 +436,7 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
         copy.blocks_per_row = geometry_.blocks_per_row;
         copy.gpu_blocks = part.gpu_blocks;
         copy.rows = part.rows;
+        copy.region_blocks = part.region_blocks;
         copy.event_index = part.event_index;
         copy.timeout = deps_.job_timeout;
       }
@@ -416,7 +469,10 @@ void Engine::OnCopyDone(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return;  // cannot happen: a job with copies in flight is not retired
+    if (it == jobs_.end()) {
+      InvariantFailed(key(), absl::StrCat("a copy of job ", job_id, " of mp_rank ", mp_rank,
+                                          " ended, but the job was retired while it ran"));
+    }
     Job& job = it->second;
     --job.copies_in_flight;
     if (status.ok()) {
@@ -448,9 +504,15 @@ void Engine::FailJob(Job& job, const absl::Status& why, Notices* notices) {
 }
 
 void Engine::MaybeFinish(Job& job, Notices* notices) {
-  // Replicated: every local rank (all share slot 0). Per-rank: every slot of the row.
-  const bool all_voted = (geometry_.replicated ? job.voted.size() : job.voted_slots.size()) >=
-                         geometry_.local_world_size;
+  // Replicated: every local rank (all share slot 0), or the writer alone for stores when the
+  // spec says so. Per-rank: every slot of the row.
+  bool all_voted;
+  if (job.direction == CopyDirection::kStore && StoresByWriterOnly()) {
+    all_voted = job.voted.count(0) > 0;  // mp_rank 0 is the writer (common::IsStoreWriter)
+  } else {
+    all_voted = (geometry_.replicated ? job.voted.size() : job.voted_slots.size()) >=
+                geometry_.local_world_size;
+  }
   if (draining_ && !all_voted && job.copies_in_flight == 0 && job.status.ok()) {
     job.status = drain_why_;  // the missing parts will never be accepted
   }
@@ -460,14 +522,17 @@ void Engine::MaybeFinish(Job& job, Notices* notices) {
   if (!job.reported || job.copies_in_flight > 0) return;
   // Retire: rows may be reused only now that no copy can touch them.
   if (!spec_.rows_assigned_by_engine) {
-    if (!job.status.ok() && job.direction == CopyDirection::kStore) {
-      // The index learns that these rows were not fully written: CompleteStore(true) is refused
-      // for them, so they never read as HIT.
-      absl::Status marked = index_->MarkStoreFailed(job.rows);
-      if (!marked.ok()) Log()->error("engine {}: {}", key(), marked.ToString());  // a bug of ours
+    // A store tells the index whether its rows were written, in the same step as the copy ends:
+    // a written row that was committed becomes READY; a failed one is refused CompleteStore(true)
+    // (or dropped, when its commit came first), so it never reads as HIT.
+    absl::Status ended = job.direction == CopyDirection::kStore
+                             ? index_->EndStoreCopy(job.rows, job.status.ok())
+                             : index_->EndCopy(job.rows);
+    if (!ended.ok()) {
+      InvariantFailed(key(), absl::StrCat("retiring ", CopyDirectionName(job.direction), " job ",
+                                          job.id, " of ", job.rows.size(), " rows: ",
+                                          ended.ToString()));
     }
-    absl::Status ended = index_->EndCopy(job.rows);
-    if (!ended.ok()) Log()->error("engine {}: {}", key(), ended.ToString());  // a bug of ours
   }
   finished_.emplace(job.id, Retired{job.status, job.submitted});
   finished_order_.push_back(job.id);
@@ -515,6 +580,15 @@ void Engine::Deliver(Notices& notices) {
 }
 
 void Engine::ExpireJobs(absl::Time now) {
+  if (!spec_.rows_assigned_by_engine) {
+    // Commits recorded for stores that never came (DESIGN.md §7): after a job timeout no part of
+    // theirs can still be accepted as new work worth waiting for.
+    const uint64_t dropped = index_->DropStaleCommits(now - deps_.job_timeout);
+    if (dropped > 0) {
+      Log()->warn("engine {}: dropped {} committed keys whose store job never arrived within {}",
+                  key(), dropped, absl::FormatDuration(deps_.job_timeout));
+    }
+  }
   absl::ReaderMutexLock delivery(&delivery_mu_);
   Notices notices;
   {

@@ -82,12 +82,21 @@ struct JobPart {
   uint64_t job_id = 0;
   CopyDirection direction = CopyDirection::kStore;
   std::vector<uint64_t> gpu_blocks;
+  // Whole rows: rows[i] takes gpu_blocks[i × bpr .. (i + 1) × bpr), bpr = blocks_per_row.
   std::vector<uint64_t> rows;
+  // Loads only, block by block: when not empty, gpu_blocks[i] takes region block
+  // region_blocks[i] (block region_blocks[i] % bpr of row region_blocks[i] / bpr), and `rows`
+  // must be RowsCovered(region_blocks, bpr).
+  std::vector<uint64_t> region_blocks;
   int32_t event_index = -1;
   // The region the part was planned against (from OpenEngine or registration); 0 = not checked.
   // A different value is FAILED_PRECONDITION: the region was re-created and holds no stored data.
   uint64_t region_epoch = 0;
 };
+
+// The rows that region blocks lie in, in order of appearance, each run of equal rows once.
+std::vector<uint64_t> RowsCovered(const std::vector<uint64_t>& region_blocks,
+                                  uint32_t blocks_per_row);
 
 struct WorkerInfo {
   uint64_t session_id = 0;
@@ -235,6 +244,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   absl::Status ValidatePart(const Session& session, const JobPart& part) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The replicated layout with writer-only stores (EngineSpec::stores_by_writer_only).
+  bool StoresByWriterOnly() const { return geometry_.replicated && spec_.stores_by_writer_only; }
   void OnCopyDone(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::Status status,
                   uint64_t bytes);
   // Records `mp_rank`'s vote (and error); finishes or reports the job when due.

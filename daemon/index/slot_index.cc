@@ -1,5 +1,6 @@
 #include "daemon/index/slot_index.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -90,19 +92,99 @@ uint64_t SlotIndex::MetadataBytesFor(uint64_t num_rows) {
   return add(add(row_table, hash_table), sizeof(SlotIndex));
 }
 
-absl::Status SlotIndex::MarkStoreFailed(const std::vector<uint64_t>& rows) {
-  absl::MutexLock lock(&mu_);
+absl::Status SlotIndex::CheckRowNumbers(absl::string_view operation,
+                                        const std::vector<uint64_t>& rows) const {
   for (uint64_t row : rows) {
     if (row >= num_rows_) {
-      return absl::OutOfRangeError(absl::StrFormat(
-          "MarkStoreFailed: row %d is out of range (num_rows %d)", row, num_rows_));
+      return absl::OutOfRangeError(absl::StrFormat("%s: row %d is out of range (num_rows %d)",
+                                                   operation, row, num_rows_));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status SlotIndex::MarkStoreFailed(const std::vector<uint64_t>& rows) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckRowNumbers("MarkStoreFailed", rows));
+  MarkStoreFailedLocked(rows);
+  return absl::OkStatus();
+}
+
+void SlotIndex::MarkStoreFailedLocked(const std::vector<uint64_t>& rows) {
   for (uint64_t row : rows) {
     Row& r = rows_[row];
-    if (r.state == RowState::kWriting) r.store_failed = true;
+    if (r.state != RowState::kWriting) continue;
+    r.store_failed = true;
+    if (r.committed) {
+      // The scheduler already committed this key and will not be asked again: drop it, so it
+      // is a miss rather than a row that stays WRITING for ever.
+      DropWritingKey(static_cast<uint32_t>(row));
+      ++commits_dropped_;
+    }
   }
+}
+
+absl::Status SlotIndex::MarkStoreWritten(const std::vector<uint64_t>& rows) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckRowNumbers("MarkStoreWritten", rows));
+  MarkStoreWrittenLocked(rows);
   return absl::OkStatus();
+}
+
+void SlotIndex::MarkStoreWrittenLocked(const std::vector<uint64_t>& rows) {
+  std::vector<uint32_t> ready;
+  for (uint64_t row : rows) {
+    Row& r = rows_[row];
+    // A row a failed job touched stays failed: another job's success cannot vouch for it.
+    if (r.state != RowState::kWriting || r.store_failed || r.written) continue;
+    r.written = true;
+    if (r.committed) ready.push_back(static_cast<uint32_t>(row));
+  }
+  MakeReady(ready);
+}
+
+uint64_t SlotIndex::DropStaleCommits(absl::Time cutoff) {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint32_t> stale;
+  for (const auto& [row, since] : committed_since_) {
+    if (since < cutoff && rows_[row].copies == 0) stale.push_back(row);
+  }
+  for (uint32_t row : stale) DropWritingKey(row);
+  commits_dropped_ += stale.size();
+  return stale.size();
+}
+
+void SlotIndex::MakeReady(std::vector<uint32_t>& rows) {
+  // Youngest PrepareStore first, so the key prepared first is pushed last: the most recent.
+  // Ages are taken modulo 2^32 from the next sequence number, so the counter may wrap.
+  const uint32_t next = store_seq_;
+  std::sort(rows.begin(), rows.end(), [&](uint32_t a, uint32_t b) {
+    return uint32_t(next - rows_[a].prev) < uint32_t(next - rows_[b].prev);
+  });
+  for (uint32_t row : rows) {
+    Row& r = rows_[row];
+    if (r.committed) committed_since_.erase(row);
+    r.state = RowState::kReady;
+    r.store_failed = r.written = r.committed = false;
+    r.prev = kNil;
+    if (r.copies == 0) LruPushMostRecent(row);
+  }
+  rows_writing_ -= rows.size();
+  rows_ready_ += rows.size();
+}
+
+std::string SlotIndex::DropWritingKey(uint32_t row) {
+  Row& r = rows_[row];
+  std::string key(KeyOf(r));
+  if (r.committed) committed_since_.erase(row);
+  key_to_row_.erase(KeyOf(r));
+  ReleaseKey(r);
+  r.state = RowState::kFree;
+  r.store_failed = r.written = r.committed = false;
+  r.prev = kNil;
+  --rows_writing_;
+  FreeOrQuarantine(row);
+  return key;
 }
 
 SlotIndex::SlotIndex(uint32_t num_rows)
@@ -337,7 +419,8 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     Row& r = rows_[row];
     SetKey(r, keys[i]);
     r.state = RowState::kWriting;
-    r.store_failed = false;
+    r.store_failed = r.written = r.committed = false;
+    r.prev = store_seq_++;  // WRITING rows are on no list: prev holds the store order
     ++rows_writing_;
     key_to_row_.insert(row);
     result.keys.push_back(keys[i]);
@@ -347,7 +430,8 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
   return result;
 }
 
-absl::Status SlotIndex::CompleteStore(const std::vector<std::string>& keys, bool success) {
+absl::Status SlotIndex::CompleteStore(const std::vector<std::string>& keys, bool success,
+                                      absl::Time now) {
   constexpr absl::string_view kOp = "CompleteStore";
   absl::MutexLock lock(&mu_);
   absl::Status status =
@@ -362,33 +446,24 @@ absl::Status SlotIndex::CompleteStore(const std::vector<std::string>& keys, bool
               kOp, ": a store job on row ", row, " of ", KeyName(i, keys[i]),
               " failed, so the row was not fully written; complete it with success=false"));
         }
-        if (success && r.copies > 0) {
-          return absl::FailedPreconditionError(
-              absl::StrCat(kOp, ": store copy still in flight on row ", row, " of ",
-                           KeyName(i, keys[i]), " (", r.copies, " copies)"));
-        }
         return absl::OkStatus();
       });
   if (!status.ok()) return status;
   if (success) {
-    // Back to front: keys[0] ends up the most recently used.
-    for (auto it = scratch_rows_.rbegin(); it != scratch_rows_.rend(); ++it) {
-      rows_[*it].state = RowState::kReady;
-      rows_[*it].store_failed = false;
-      LruPushMostRecent(*it);
-    }
-    rows_writing_ -= scratch_rows_.size();
-    rows_ready_ += scratch_rows_.size();
-  } else {
+    // Written rows become READY now; the others when their store job finishes (or never).
+    std::vector<uint32_t> ready;
     for (uint32_t row : scratch_rows_) {
       Row& r = rows_[row];
-      key_to_row_.erase(KeyOf(r));
-      ReleaseKey(r);
-      r.state = RowState::kFree;
-      r.store_failed = false;
-      FreeOrQuarantine(row);
+      if (r.written) {
+        ready.push_back(row);
+      } else if (!r.committed) {
+        r.committed = true;
+        committed_since_.emplace(row, now);
+      }
     }
-    rows_writing_ -= scratch_rows_.size();
+    MakeReady(ready);
+  } else {
+    for (uint32_t row : scratch_rows_) DropWritingKey(row);
   }
   return absl::OkStatus();
 }
@@ -519,6 +594,21 @@ absl::Status SlotIndex::BeginCopy(CopyDirection direction, const std::vector<uin
 
 absl::Status SlotIndex::EndCopy(const std::vector<uint64_t>& rows) {
   absl::MutexLock lock(&mu_);
+  return EndCopyLocked(rows);
+}
+
+absl::Status SlotIndex::EndStoreCopy(const std::vector<uint64_t>& rows, bool ok) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(EndCopyLocked(rows));
+  if (ok) {
+    MarkStoreWrittenLocked(rows);
+  } else {
+    MarkStoreFailedLocked(rows);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlotIndex::EndCopyLocked(const std::vector<uint64_t>& rows) {
   // Pass 1: decrement, undoing everything on the first bad row (rows may repeat).
   for (size_t i = 0; i < rows.size(); ++i) {
     absl::Status status;
@@ -572,6 +662,8 @@ SlotIndex::Counts SlotIndex::counts() const {
   c.hits_pending = hits_pending_;
   c.misses = misses_;
   c.evictions = evictions_;
+  c.commits_pending = committed_since_.size();
+  c.commits_dropped = commits_dropped_;
   return c;
 }
 
@@ -621,9 +713,18 @@ absl::Status SlotIndex::CheckInvariants() const {
     return fail("free list has ", free_length, " rows, counter says ", rows_free_);
   }
   uint64_t quarantined = 0, writing = 0, ready = 0, reading = 0, copies = 0, heap_bytes = 0;
+  uint64_t committed = 0;
   for (uint32_t row = 0; row < num_rows_; ++row) {
     const Row& r = rows_[row];
     copies += r.copies;
+    if ((r.written || r.committed || r.store_failed) && r.state != RowState::kWriting) {
+      return fail("row ", row, " is ", RowStateName(r.state), " with store flags set");
+    }
+    if (r.written && r.committed) return fail("WRITING row ", row, " written and committed");
+    if (r.committed) {
+      ++committed;
+      if (!committed_since_.contains(row)) return fail("committed row ", row, " has no time");
+    }
     if (r.key_size > kInlineKeyBytes) heap_bytes += r.key_size;
     if (r.marked) return fail("row ", row, " left marked");
     if (r.state == RowState::kFree) {
@@ -674,6 +775,9 @@ absl::Status SlotIndex::CheckInvariants() const {
   }
   if (copies != copies_in_flight_) {
     return fail("copies ", copies, " vs counter ", copies_in_flight_);
+  }
+  if (committed != committed_since_.size()) {
+    return fail(committed, " committed rows, ", committed_since_.size(), " commit times");
   }
   if (heap_bytes != key_heap_bytes_) {
     return fail("key heap bytes ", heap_bytes, " vs counter ", key_heap_bytes_);

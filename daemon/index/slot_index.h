@@ -23,24 +23,35 @@
 //
 // Row life cycle:
 //
-//   FREE ──PrepareStore──▶ WRITING ──CompleteStore(true)──▶ READY ──PrepareLoad──▶ READING
-//    ▲ ▲                      │                              │ ▲                      │
-//    │ └─CompleteStore(false)─┘                              │ └─CompleteLoad (last)──┘
-//    └──────────── eviction (PrepareStore), Reset ───────────┘
+//   FREE ──PrepareStore──▶ WRITING ──commit + written──▶ READY ──PrepareLoad──▶ READING
+//    ▲ ▲                      │                             │ ▲                      │
+//    │ └─CompleteStore(false)─┤                             │ └─CompleteLoad (last)──┘
+//    │   or a committed row's │
+//    │   store job failed     │
+//    └──────────── eviction (PrepareStore), Reset ──────────┘
 //
-// A row leaves WRITING through CompleteStore only. CompleteStore(false) on a row that still has a
-// copy in flight frees the key at once but quarantines the row: it is handed out again only after
-// EndCopy has dropped its copy count to 0 (PegaFlow 403: a DMA that outlived its timeout wrote
-// into memory already handed to someone else).
+// A WRITING row becomes READY when two things have happened, in either order (DESIGN.md §7:
+// vLLM 0.20 commits a preempted request's store before any worker submitted it):
+//   - written: a store job on the row finished OK on this node (MarkStoreWritten);
+//   - commit:  the scheduler called CompleteStore(success=true) for its key.
+// A commit that arrives first is recorded and the row stays WRITING (Lookup: HIT_PENDING,
+// PrepareLoad: refused) until its store job finishes; if that job fails (MarkStoreFailed), the
+// committed key is dropped and the row freed: it never reads as a hit. A recorded commit whose
+// store never arrives is dropped by DropStaleCommits. CompleteStore(false) on a row that still
+// has a copy in flight frees the key at once but quarantines the row: it is handed out again only
+// after EndCopy has dropped its copy count to 0 (PegaFlow 403: a DMA that outlived its timeout
+// wrote into memory already handed to someone else).
 //
 // Recency (LRU order) — only READY rows with no reader and no copy in flight can be evicted, least
 // recently used first. A row becomes most recently used when
-//   - CompleteStore(success) makes it READY,
+//   - it becomes READY (CompleteStore or MarkStoreWritten, whichever came second),
 //   - Touch names it (while it is READY and idle),
 //   - its last reader leaves (CompleteLoad) or its last copy ends (EndCopy) and it is READY again.
 // Within one call the keys are applied back to front, so keys[0] ends up the most recently used
 // (vLLM's touch order: a prefix's first block is the last to go, since losing it makes every block
-// after it useless).
+// after it useless). Rows that become READY together are ordered by their PrepareStore order, not
+// by the order of the call that completed them (vLLM hands CompleteStore a set): the key that came
+// first in PrepareStore ends up the most recent, so a prefix is evicted from its tail.
 //
 // Every operation is all-or-nothing: when it returns an error, nothing changed (no key, no row
 // state, no counter, no LRU position). When several keys are wrong, the first one in request
@@ -64,11 +75,15 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/limits.h"
 #include "daemon/copy/copy_backend.h"  // CopyDirection
 
 namespace kvoffload::daemon {
@@ -76,8 +91,8 @@ namespace kvoffload::daemon {
 class SlotIndex {
  public:
   // Key length limits, in bytes.
-  static constexpr size_t kMinKeyBytes = 1;
-  static constexpr size_t kMaxKeyBytes = 256;
+  static constexpr size_t kMinKeyBytes = common::kMinKeyBytes;
+  static constexpr size_t kMaxKeyBytes = common::kMaxKeyBytes;
   // Keys up to this size live inside the row's metadata; longer ones on the heap.
   static constexpr size_t kInlineKeyBytes = 40;
   // Rows are numbered with 32 bits internally (keeps the per-row metadata in one cache line).
@@ -112,11 +127,13 @@ class SlotIndex {
     uint64_t rows_reading = 0;
     uint64_t rows_evictable = 0;    // READY with no copy in flight
     uint64_t copies_in_flight = 0;  // sum of per-row copy counts (BeginCopy − EndCopy)
+    uint64_t commits_pending = 0;   // WRITING rows committed before their store job finished
     // Cumulative, per key.
     uint64_t hits = 0;          // Lookup: READY or READING
     uint64_t hits_pending = 0;  // Lookup: WRITING
     uint64_t misses = 0;        // Lookup: absent
     uint64_t evictions = 0;     // keys evicted by PrepareStore (Reset is not counted)
+    uint64_t commits_dropped = 0;  // recorded commits whose store failed or never came
   };
 
   // Creates an index of `num_rows` FREE rows. INVALID_ARGUMENT unless 1 <= num_rows <= kMaxRows.
@@ -148,14 +165,17 @@ class SlotIndex {
   //   RESOURCE_EXHAUSTED  fewer free + evictable rows than new keys (nothing is evicted)
   absl::StatusOr<PrepareStoreResult> PrepareStore(const std::vector<std::string>& keys);
 
-  // Ends the stores of `keys`. success: WRITING → READY (most recently used). Failure: the keys
-  // are removed and their rows return to FREE (quarantined while a copy is in flight on them).
+  // Ends the stores of `keys`. success: the commit; a written row becomes READY now, any other
+  // is READY once its store job finishes OK (see the life cycle above). `now` stamps recorded
+  // commits for DropStaleCommits. Failure: the keys are removed and their rows return to FREE
+  // (quarantined while a copy is in flight on them).
   //   INVALID_ARGUMENT     a key of invalid length or a duplicate
   //   NOT_FOUND            a key is not in the index
-  //   FAILED_PRECONDITION  a key is not WRITING; or success and a store copy is still in flight;
-  //                        or success and a store job on its row failed (MarkStoreFailed): half
-  //                        written rows never become READY, only CompleteStore(false) ends them
-  absl::Status CompleteStore(const std::vector<std::string>& keys, bool success);
+  //   FAILED_PRECONDITION  a key is not WRITING; or success and a store job on its row failed
+  //                        (MarkStoreFailed): half written rows never become READY, only
+  //                        CompleteStore(false) ends them. A second commit is accepted (no-op).
+  absl::Status CompleteStore(const std::vector<std::string>& keys, bool success,
+                             absl::Time now = absl::Now());
 
   // Pins `keys` for reading (READY/READING → READING, one more reader each) and returns their
   // rows in request order. Pinned rows are never evicted or reset.
@@ -196,16 +216,34 @@ class SlotIndex {
 
   // Records that a store job on `rows` failed (a copy failed, a worker left, the job timed out):
   // each row still WRITING is marked, and CompleteStore(success=true) of its key is refused with
-  // FAILED_PRECONDITION, so the scheduler can never publish rows that were not fully written.
-  // Rows in any other state are left alone (their store already ended). The mark is cleared when
-  // the row leaves WRITING. OUT_OF_RANGE for a row >= num_rows (nothing is marked).
+  // FAILED_PRECONDITION, so the scheduler can never publish rows that were not fully written. A
+  // row whose commit was already recorded loses its key and is freed (quarantined while copies
+  // are in flight) — the commit can no longer be refused. Rows in any other state are left alone
+  // (their store already ended). The mark is cleared when the row leaves WRITING.
+  // OUT_OF_RANGE for a row >= num_rows (nothing is marked).
   absl::Status MarkStoreFailed(const std::vector<uint64_t>& rows);
+
+  // Records that a store job on `rows` finished OK on this node: every row still WRITING is
+  // written, and one whose commit was recorded becomes READY (recency as above). Call before the
+  // job's EndCopy. OUT_OF_RANGE for a row >= num_rows (nothing changes).
+  absl::Status MarkStoreWritten(const std::vector<uint64_t>& rows);
+
+  // Drops the keys of rows whose commit was recorded before `cutoff` while no store job has
+  // written them and none is in flight (the store was never submitted: a worker died, or an
+  // engine committed keys it never stored). Their rows return to FREE. Returns how many.
+  uint64_t DropStaleCommits(absl::Time cutoff);
 
   // One copy fewer on every row. A row whose count drops to 0 becomes allocatable again when it
   // was quarantined, and evictable (most recently used) when it is READY.
   //   OUT_OF_RANGE         a row >= num_rows
   //   FAILED_PRECONDITION  more EndCopy than BeginCopy on a row (a bug in the caller)
   absl::Status EndCopy(const std::vector<uint64_t>& rows);
+
+  // The end of a store job on this node, in one critical section: EndCopy(rows), then
+  // MarkStoreWritten(rows) when `ok`, else MarkStoreFailed(rows). No other call can see the rows
+  // between the two (a row freed in between could be handed to another key). Same errors as
+  // EndCopy; on error nothing changed.
+  absl::Status EndStoreCopy(const std::vector<uint64_t>& rows, bool ok);
 
   // ---- Introspection. -----------------------------------------------------------------------
 
@@ -227,12 +265,13 @@ class SlotIndex {
   // Per-row metadata: one cache line. A row is on exactly one of: the free list (FREE, no
   // copies), the LRU list (READY, no copies), or neither (WRITING, READING, READY with copies,
   // quarantined). FREE rows hold no key (key_size == 0).
+  // WRITING rows are on no list, so `prev` holds their PrepareStore sequence number then.
   struct alignas(64) Row {
     union {
       char inline_bytes[kInlineKeyBytes];  // key_size <= kInlineKeyBytes
       char* heap_bytes;                    // key_size > kInlineKeyBytes: new[]-ed, owned
     } key;
-    uint32_t prev = kNil;   // LRU list (doubly linked through the sentinel)
+    uint32_t prev = kNil;   // LRU list (doubly linked through the sentinel); WRITING: store seq
     uint32_t next = kNil;   // LRU list, or the free list (singly linked)
     uint32_t readers = 0;   // PrepareLoad − CompleteLoad
     uint32_t copies = 0;    // BeginCopy − EndCopy
@@ -240,6 +279,8 @@ class SlotIndex {
     RowState state = RowState::kFree;
     bool marked = false;  // scratch: "seen in this request" (duplicates, protection)
     bool store_failed = false;  // WRITING only: a store job on this row failed
+    bool written = false;       // WRITING only: a store job on this row finished OK
+    bool committed = false;     // WRITING only: CompleteStore(true) came before `written`
   };
   static_assert(sizeof(Row) == 64, "a row's metadata is one cache line");
 
@@ -291,6 +332,17 @@ class SlotIndex {
   void DropReadyKey(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A row with no key and no copies goes to the free list; with copies, to quarantine.
   void FreeOrQuarantine(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // WRITING → READY for `rows` (each WRITING), most recent last in PrepareStore order; reorders
+  // `rows`.
+  void MakeReady(std::vector<uint32_t>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRowNumbers(absl::string_view operation, const std::vector<uint64_t>& rows)
+      const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status EndCopyLocked(const std::vector<uint64_t>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkStoreFailedLocked(const std::vector<uint64_t>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkStoreWrittenLocked(const std::vector<uint64_t>& rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a WRITING row's key and frees (or quarantines) the row; returns the key.
+  std::string DropWritingKey(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t num_rows_;
   const uint32_t sentinel_;  // == num_rows_: head/tail of the LRU list
@@ -314,6 +366,10 @@ class SlotIndex {
   uint64_t hits_pending_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t commits_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t store_seq_ ABSL_GUARDED_BY(mu_) = 0;  // next PrepareStore sequence number (wraps)
+  // Rows whose commit is recorded (Row::committed), with the time of the commit.
+  absl::flat_hash_map<uint32_t, absl::Time> committed_since_ ABSL_GUARDED_BY(mu_);
 
   // Scratch space reused across calls, so the hot paths do not allocate.
   std::vector<uint32_t> scratch_rows_ ABSL_GUARDED_BY(mu_);

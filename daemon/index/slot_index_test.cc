@@ -73,11 +73,18 @@ Snapshot Take(SlotIndex& index, const Keys& keys) {
   return s;
 }
 
-// Stores `keys` (one PrepareStore + CompleteStore(true)); returns their rows.
+// What the job engine does for a store job that succeeded on `rows`: a copy, then its end.
+void Write(SlotIndex& index, const Rows& rows) {
+  EXPECT_TRUE(index.BeginCopy(CopyDirection::kStore, rows).ok());
+  EXPECT_TRUE(index.EndStoreCopy(rows, true).ok());
+}
+
+// Stores `keys` (PrepareStore, a store job, CompleteStore(true)); returns their rows.
 Rows Store(SlotIndex& index, const Keys& keys) {
   absl::StatusOr<SlotIndex::PrepareStoreResult> prepared = index.PrepareStore(keys);
   EXPECT_TRUE(prepared.ok()) << prepared.status();
   if (!prepared.ok()) return {};
+  Write(index, prepared->rows);
   EXPECT_TRUE(index.CompleteStore(prepared->keys, true).ok());
   return prepared->rows;
 }
@@ -87,6 +94,7 @@ Keys EvictedByStoring(SlotIndex& index, const std::string& fresh) {
   absl::StatusOr<SlotIndex::PrepareStoreResult> prepared = index.PrepareStore({fresh});
   EXPECT_TRUE(prepared.ok()) << prepared.status();
   if (!prepared.ok()) return {};
+  Write(index, prepared->rows);
   EXPECT_TRUE(index.CompleteStore({fresh}, true).ok());
   return prepared->evicted_keys;
 }
@@ -287,9 +295,11 @@ TEST(SlotIndexTest, TouchIgnoresWritingAndPinnedKeys) {
 TEST(SlotIndexTest, CompleteStoreMakesKeysMostRecentFirstKeyLast) {
   std::unique_ptr<SlotIndex> index = MakeIndex(4);
   Store(*index, {"old"});
-  ASSERT_TRUE(index->PrepareStore({"a", "b", "c"}).ok());
+  absl::StatusOr<SlotIndex::PrepareStoreResult> r = index->PrepareStore({"a", "b", "c"});
+  ASSERT_TRUE(r.ok());
+  Write(*index, r->rows);
   ASSERT_TRUE(index->CompleteStore({"c"}, true).ok());       // LRU: old c
-  ASSERT_TRUE(index->CompleteStore({"a", "b"}, true).ok());  // LRU: old c b a
+  ASSERT_TRUE(index->CompleteStore({"b", "a"}, true).ok());  // LRU: old c b a (store order)
   EXPECT_THAT(EvictedByStoring(*index, "x"), ElementsAre("old"));
   EXPECT_THAT(EvictedByStoring(*index, "y"), ElementsAre("c"));
   EXPECT_THAT(EvictedByStoring(*index, "z"), ElementsAre("b"));
@@ -303,6 +313,7 @@ TEST(SlotIndexTest, PrepareStoreNeverEvictsKeysOfTheSameRequest) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT(r->evicted_keys, ElementsAre("b"));
   EXPECT_THAT(r->keys, ElementsAre("x"));
+  Write(*index, r->rows);
   ASSERT_TRUE(index->CompleteStore({"x"}, true).ok());
   // Every evictable row is part of the request: exhausted, nothing evicted.
   const Keys probe = {"a", "c", "x"};
@@ -354,7 +365,9 @@ TEST(SlotIndexTest, PinnedRowsAreNeverEvicted) {
 
 TEST(SlotIndexTest, CompleteStoreSuccessMakesKeysReady) {
   std::unique_ptr<SlotIndex> index = MakeIndex(4);
-  ASSERT_TRUE(index->PrepareStore({"a", "b"}).ok());
+  absl::StatusOr<SlotIndex::PrepareStoreResult> r = index->PrepareStore({"a", "b"});
+  ASSERT_TRUE(r.ok());
+  Write(*index, r->rows);
   ASSERT_TRUE(index->CompleteStore({"b", "a"}, true).ok());
   EXPECT_THAT(index->Lookup({"a", "b"}), ElementsAre(kHit, kHit));
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{2, 0, 0, 2, 0, 2, 0, 0}));
@@ -552,21 +565,110 @@ TEST(SlotIndexTest, BeginAndEndCopyAreAllOrNothing) {
   EXPECT_THAT(index->EndCopy({a}).message(), HasSubstr("has no copy in flight"));
 }
 
-TEST(SlotIndexTest, CompleteStoreRefusesSuccessWhileStoreCopyInFlight) {
+// vLLM 0.20 commits a preempted request's store before any worker submitted it (DESIGN.md §7):
+// the commit is recorded, and the row becomes READY only when its store job has written it.
+TEST(SlotIndexTest, CommitBeforeTheStoreIsRecordedAndReadyOnlyOnceWritten) {
   std::unique_ptr<SlotIndex> index = MakeIndex(4);
   absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore({"a", "b"});
   ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(index->CompleteStore({"b", "a"}, true).ok());  // no job yet
+  EXPECT_THAT(index->Lookup({"a", "b"}), ElementsAre(kPending, kPending));
+  EXPECT_EQ(index->PrepareLoad({"a"}).status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(index->counts().commits_pending, 2);
+  EXPECT_TRUE(index->CompleteStore({"a"}, true).ok());  // a second commit changes nothing
+  EXPECT_EQ(index->counts().commits_pending, 2);
+  // The store job starts and is still copying: still pending.
+  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, w->rows).ok());
+  EXPECT_THAT(index->Lookup({"a", "b"}), ElementsAre(kPending, kPending));
+  EXPECT_EQ(index->PrepareLoad({"b"}).status().code(), Code::kFailedPrecondition);
+  // It finished: READY, and the key prepared first is the most recent.
+  ASSERT_TRUE(index->EndStoreCopy(w->rows, true).ok());
+  EXPECT_THAT(index->Lookup({"a", "b"}), ElementsAre(kHit, kHit));
+  EXPECT_EQ(index->counts().commits_pending, 0);
+  EXPECT_EQ(GetRowCounts(*index), (RowCounts{2, 0, 0, 2, 0, 2, 0, 0}));
+  Store(*index, {"c", "d"});
+  EXPECT_THAT(EvictedByStoring(*index, "x"), ElementsAre("b"));
+  EXPECT_THAT(EvictedByStoring(*index, "y"), ElementsAre("a"));
+  EXPECT_TRUE(index->CheckInvariants().ok());
+}
+
+// The other order, the usual one: the job first, then the commit.
+TEST(SlotIndexTest, WrittenRowsWaitForTheCommit) {
+  std::unique_ptr<SlotIndex> index = MakeIndex(2);
+  absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore({"a"});
+  ASSERT_TRUE(w.ok());
+  Write(*index, w->rows);
+  EXPECT_THAT(index->Lookup({"a"}), ElementsAre(kPending));  // written, not committed
+  EXPECT_EQ(index->PrepareLoad({"a"}).status().code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(index->CompleteStore({"a"}, true).ok());
+  EXPECT_THAT(index->Lookup({"a"}), ElementsAre(kHit));
+  EXPECT_TRUE(index->PrepareLoad({"a"}).ok());
+}
+
+// A committed store whose job fails is dropped: never READY, never WRITING for ever.
+TEST(SlotIndexTest, CommittedStoreWhoseJobFailsIsDropped) {
+  std::unique_ptr<SlotIndex> index = MakeIndex(2);
+  absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore({"a", "b"});
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(index->CompleteStore({"a"}, true).ok());
+  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, w->rows).ok());
+  ASSERT_TRUE(index->EndStoreCopy(w->rows, false).ok());
+  EXPECT_THAT(index->Lookup({"a", "b"}), ElementsAre(kMiss, kPending));
+  EXPECT_EQ(index->counts().commits_dropped, 1);
+  // b was not committed: its commit is refused, its failure accepted.
+  EXPECT_EQ(index->CompleteStore({"b"}, true).code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(index->CompleteStore({"b"}, false).ok());
+  EXPECT_EQ(GetRowCounts(*index), (RowCounts{2, 0, 0, 0, 0, 0, 0, 0}));
+  // With the copy still in flight, the dropped row is quarantined until it ends.
+  w = index->PrepareStore({"c"});
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, w->rows).ok());
+  ASSERT_TRUE(index->CompleteStore({"c"}, true).ok());
+  ASSERT_TRUE(index->MarkStoreFailed(w->rows).ok());
+  EXPECT_THAT(index->Lookup({"c"}), ElementsAre(kMiss));
+  EXPECT_EQ(index->counts().rows_quarantined, 1);
+  ASSERT_TRUE(index->EndCopy(w->rows).ok());
+  EXPECT_EQ(index->counts().rows_quarantined, 0);
+  EXPECT_TRUE(index->CheckInvariants().ok());
+}
+
+// A commit whose store never arrives (the worker died first) is dropped after the cutoff; one
+// whose copy is in flight is kept for its job to end.
+TEST(SlotIndexTest, StaleCommitsAreDropped) {
+  std::unique_ptr<SlotIndex> index = MakeIndex(4);
+  absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore({"a", "b", "c"});
+  ASSERT_TRUE(w.ok());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  ASSERT_TRUE(index->CompleteStore({"a", "b"}, true, t0).ok());
+  ASSERT_TRUE(index->CompleteStore({"c"}, true, t0 + absl::Seconds(20)).ok());
   ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, {w->rows[1]}).ok());
-  const Keys probe = {"a", "b"};
-  Snapshot before = Take(*index, probe);
-  absl::Status s = index->CompleteStore({"a", "b"}, true);
-  EXPECT_EQ(s.code(), Code::kFailedPrecondition);
-  EXPECT_THAT(s.message(),
-              HasSubstr(absl::StrCat("store copy still in flight on row ", w->rows[1])));
-  EXPECT_EQ(Take(*index, probe), before);
-  ASSERT_TRUE(index->EndCopy({w->rows[1]}).ok());
-  ASSERT_TRUE(index->CompleteStore({"a", "b"}, true).ok());
-  EXPECT_THAT(index->Lookup(probe), ElementsAre(kHit, kHit));
+  EXPECT_EQ(index->DropStaleCommits(t0), 0);  // strictly before the cutoff
+  EXPECT_EQ(index->DropStaleCommits(t0 + absl::Seconds(10)), 1);
+  EXPECT_THAT(index->Lookup({"a", "b", "c"}), ElementsAre(kMiss, kPending, kPending));
+  ASSERT_TRUE(index->EndStoreCopy({w->rows[1]}, true).ok());
+  EXPECT_THAT(index->Lookup({"b"}), ElementsAre(kHit));
+  EXPECT_EQ(index->DropStaleCommits(t0 + absl::Seconds(30)), 1);  // c
+  EXPECT_EQ(index->counts().commits_dropped, 2);
+  EXPECT_EQ(GetRowCounts(*index), (RowCounts{3, 0, 0, 1, 0, 1, 0, 0}));
+  EXPECT_TRUE(index->CheckInvariants().ok());
+}
+
+// vLLM hands CompleteStore a set: recency follows PrepareStore's order, so a prefix loses its
+// tail first whatever order the set iterates in.
+TEST(SlotIndexTest, RecencyFollowsStoreOrderNotCompletionOrder) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    std::unique_ptr<SlotIndex> index = MakeIndex(8);
+    Keys prefix = {"p0", "p1", "p2", "p3", "p4", "p5"};
+    absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore(prefix);
+    ASSERT_TRUE(w.ok());
+    Write(*index, w->rows);
+    Keys set = prefix;
+    std::shuffle(set.begin(), set.end(), std::mt19937(seed));
+    ASSERT_TRUE(index->CompleteStore(set, true).ok());
+    Store(*index, {"other1", "other2"});  // fills the region
+    EXPECT_THAT(EvictedByStoring(*index, "x"), ElementsAre("p5")) << seed;
+    EXPECT_THAT(EvictedByStoring(*index, "y"), ElementsAre("p4")) << seed;
+  }
 }
 
 TEST(SlotIndexTest, FailedStoreWithCopyInFlightQuarantinesRow) {
@@ -584,6 +686,7 @@ TEST(SlotIndexTest, FailedStoreWithCopyInFlightQuarantinesRow) {
   absl::StatusOr<SlotIndex::PrepareStoreResult> b = index->PrepareStore({"b"});
   ASSERT_TRUE(b.ok());
   EXPECT_NE(b->rows[0], row);
+  Write(*index, b->rows);
   ASSERT_TRUE(index->CompleteStore({"b"}, true).ok());
   absl::StatusOr<SlotIndex::PrepareStoreResult> c = index->PrepareStore({"c"});
   ASSERT_TRUE(c.ok());
@@ -612,6 +715,7 @@ TEST(SlotIndexTest, ReadyRowWithLoadCopyInFlightIsNotEvicted) {
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{0, 0, 0, 2, 0, 1, 1, 0}));
   absl::StatusOr<SlotIndex::PrepareStoreResult> x = index->PrepareStore({"x"});
   ASSERT_TRUE(x.ok());
+  Write(*index, x->rows);
   EXPECT_THAT(x->evicted_keys, ElementsAre("b"));
   EXPECT_EQ(index->PrepareStore({"y"}).status().code(), Code::kResourceExhausted);
   ASSERT_TRUE(index->Touch({"a"}).ok());  // ignored while the copy runs
@@ -635,7 +739,8 @@ TEST(SlotIndexTest, ResetDropsIdleReadyKeysOnly) {
   ASSERT_TRUE(copying.ok());
   ASSERT_TRUE(index->BeginCopy(CopyDirection::kLoad, *copying).ok());
   ASSERT_TRUE(index->CompleteLoad({"copying"}).ok());
-  ASSERT_TRUE(index->PrepareStore({"w"}).ok());
+  absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore({"w"});
+  ASSERT_TRUE(w.ok());
 
   EXPECT_EQ(index->Reset(), 2);
   EXPECT_THAT(index->Lookup({"r1", "r2", "reading", "copying", "w"}),
@@ -644,6 +749,7 @@ TEST(SlotIndexTest, ResetDropsIdleReadyKeysOnly) {
   EXPECT_TRUE(index->CheckInvariants().ok());
   EXPECT_EQ(index->Reset(), 0);
   // What Reset kept still works.
+  Write(*index, w->rows);
   EXPECT_TRUE(index->CompleteStore({"w"}, true).ok());
   EXPECT_TRUE(index->CompleteLoad({"reading"}).ok());
   EXPECT_TRUE(index->EndCopy(*copying).ok());
@@ -662,6 +768,12 @@ class Model {
     SlotIndex::RowState state;
     uint32_t readers = 0;
     uint64_t row = 0;
+    // WRITING only: the store order, and how far the store got.
+    uint64_t seq = 0;
+    bool written = false;    // a store job on the row ended OK
+    bool committed = false;  // CompleteStore(true) came first
+    bool failed = false;     // a store job on the row failed
+    int64_t committed_at = 0;
   };
 
   explicit Model(uint64_t num_rows) : num_rows_(num_rows), copies_(num_rows, 0), owner_(num_rows) {}
@@ -683,6 +795,22 @@ class Model {
   void MakeRecent(const std::string& k) {
     lru_.remove(k);
     lru_.push_back(k);
+  }
+  // WRITING → READY, the key prepared first the most recent.
+  void MakeReady(Keys ready) {
+    std::sort(ready.begin(), ready.end(), [&](const std::string& a, const std::string& b) {
+      return keys.at(a).seq > keys.at(b).seq;
+    });
+    for (const std::string& k : ready) {
+      Key& key = keys.at(k);
+      key.state = SlotIndex::RowState::kReady;
+      key.written = key.committed = key.failed = false;
+      if (copies_[key.row] == 0) MakeRecent(k);
+    }
+  }
+  void Drop(const std::string& k) {
+    owner_[keys.at(k).row].clear();
+    keys.erase(k);
   }
 
   Code ExpectPrepareStore(const Keys& req) const {
@@ -725,7 +853,9 @@ class Model {
       ASSERT_TRUE(RowFree(row)) << "row " << row << " handed out while in use or quarantined";
       ASSERT_TRUE(rows.insert(row).second);
       owner_[row] = result.keys[i];
-      keys[result.keys[i]] = Key{SlotIndex::RowState::kWriting, 0, row};
+      Key key{SlotIndex::RowState::kWriting, 0, row};
+      key.seq = next_seq_++;
+      keys[result.keys[i]] = key;
     }
   }
 
@@ -747,21 +877,54 @@ class Model {
   Code ExpectCompleteStore(const Keys& req, bool success) const {
     return ExpectKeys(req, [&](const Key& key) {
       if (key.state != SlotIndex::RowState::kWriting) return Code::kFailedPrecondition;
-      if (success && copies_[key.row] > 0) return Code::kFailedPrecondition;
+      if (success && key.failed) return Code::kFailedPrecondition;
       return Code::kOk;
     });
   }
-  void ApplyCompleteStore(const Keys& req, bool success) {
-    for (auto it = req.rbegin(); it != req.rend(); ++it) {
-      Key& key = keys[*it];
-      if (success) {
-        key.state = SlotIndex::RowState::kReady;
-        MakeRecent(*it);
-      } else {
-        owner_[key.row].clear();
-        keys.erase(*it);
+  void ApplyCompleteStore(const Keys& req, bool success, int64_t now) {
+    Keys ready;
+    for (const std::string& k : req) {
+      Key& key = keys[k];
+      if (!success) {
+        Drop(k);
+      } else if (key.written) {
+        ready.push_back(k);
+      } else if (!key.committed) {
+        key.committed = true;
+        key.committed_at = now;
       }
     }
+    MakeReady(ready);
+  }
+  // The end of a store job on `rows` (EndStoreCopy).
+  void ApplyEndStoreCopy(const Rows& rows, bool ok) {
+    ApplyEndCopy(rows);
+    Keys ready;
+    for (uint64_t row : rows) {
+      if (owner_[row].empty()) continue;
+      const std::string k = owner_[row];
+      Key& key = keys.at(k);
+      if (key.state != SlotIndex::RowState::kWriting) continue;
+      if (!ok) {
+        key.failed = true;
+        if (key.committed) Drop(k);
+      } else if (!key.failed && !key.written) {
+        key.written = true;
+        if (key.committed) {
+          key.committed = false;
+          ready.push_back(k);
+        }
+      }
+    }
+    MakeReady(ready);
+  }
+  uint64_t ApplyDropStaleCommits(int64_t cutoff) {
+    Keys stale;
+    for (const auto& [k, key] : keys) {
+      if (key.committed && key.committed_at < cutoff && copies_[key.row] == 0) stale.push_back(k);
+    }
+    for (const std::string& k : stale) Drop(k);
+    return stale.size();
   }
 
   Code ExpectPrepareLoad(const Keys& req) const {
@@ -875,6 +1038,7 @@ class Model {
   std::vector<uint32_t> copies_;
   std::vector<std::string> owner_;  // key owning each row, empty when FREE
   std::list<std::string> lru_;      // evictable keys, least recent first
+  uint64_t next_seq_ = 0;
 };
 
 void RunRandomOperations(uint32_t seed) {
@@ -940,8 +1104,9 @@ void RunRandomOperations(uint32_t seed) {
         Keys req = keys_in(SlotIndex::RowState::kWriting);
         const bool success = uniform(4) != 0;
         const Code expected = model.ExpectCompleteStore(req, success);
-        ASSERT_EQ(index->CompleteStore(req, success).code(), expected);
-        if (expected == Code::kOk) model.ApplyCompleteStore(req, success);
+        ASSERT_EQ(index->CompleteStore(req, success, absl::FromUnixSeconds(step)).code(),
+                  expected);
+        if (expected == Code::kOk) model.ApplyCompleteStore(req, success, step);
         break;
       }
       case 4: {
@@ -1010,9 +1175,16 @@ void RunRandomOperations(uint32_t seed) {
           which = copies_in_flight.size();
         }
         const Code expected = model.ExpectEndCopy(rows);
-        ASSERT_EQ(index->EndCopy(rows).code(), expected);
+        // A store job ends with its verdict; any other copy with EndCopy.
+        const int how = uniform(3);  // 0: EndCopy, 1: store written, 2: store failed
+        ASSERT_EQ((how == 0 ? index->EndCopy(rows) : index->EndStoreCopy(rows, how == 1)).code(),
+                  expected);
         if (expected == Code::kOk) {
-          model.ApplyEndCopy(rows);
+          if (how == 0) {
+            model.ApplyEndCopy(rows);
+          } else {
+            model.ApplyEndStoreCopy(rows, how == 1);
+          }
           if (which < copies_in_flight.size()) {
             copies_in_flight.erase(copies_in_flight.begin() + which);
           } else {
@@ -1032,6 +1204,10 @@ void RunRandomOperations(uint32_t seed) {
       case 12: {
         if (uniform(20) == 0) {
           ASSERT_EQ(index->Reset(), model.ApplyReset());
+        } else if (uniform(10) == 0) {
+          const int64_t cutoff = step - uniform(300);
+          ASSERT_EQ(index->DropStaleCommits(absl::FromUnixSeconds(cutoff)),
+                    model.ApplyDropStaleCommits(cutoff));
         } else {
           Keys probe = random_keys(6);
           std::vector<KeyState> states = index->Lookup(probe);
@@ -1091,12 +1267,22 @@ TEST(SlotIndexTest, ConcurrentSchedulersAndCopiesSmoke) {
         expect(store.ok() || store.status().code() == Code::kResourceExhausted, store.status());
         if (store.ok() && !store->keys.empty()) {
           // Only this thread owns these WRITING rows: every step must succeed.
-          absl::Status s = index->BeginCopy(CopyDirection::kStore, store->rows);
+          // Commit and copy in either order, as vLLM 0.20 does for preempted requests.
+          const bool commit_first = rng() % 2 == 0;
+          const bool success = rng() % 8 != 0;
+          absl::Status s;
+          if (commit_first && success) {
+            s = index->CompleteStore(store->keys, true);
+            expect(s.ok(), s);
+          }
+          s = index->BeginCopy(CopyDirection::kStore, store->rows);
           expect(s.ok(), s);
-          s = index->EndCopy(store->rows);
+          s = index->EndStoreCopy(store->rows, success);
           expect(s.ok(), s);
-          s = index->CompleteStore(store->keys, rng() % 8 != 0);
-          expect(s.ok(), s);
+          if (!commit_first || !success) {
+            s = index->CompleteStore(store->keys, success);
+            expect(s.ok(), s);
+          }
         }
         absl::StatusOr<Rows> load = index->PrepareLoad(keys);
         expect(load.ok() || load.status().code() == Code::kNotFound ||
@@ -1174,6 +1360,8 @@ TEST(SlotIndexTest, FailedStoreIsNeverPublished) {
   // The mark goes with the failed store: a new store of the same rows can be published.
   auto again = idx.PrepareStore({"a"});
   ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(idx.BeginCopy(CopyDirection::kStore, again->rows).ok());
+  ASSERT_TRUE(idx.EndStoreCopy(again->rows, true).ok());
   EXPECT_TRUE(idx.CompleteStore({"a"}, true).ok());
   EXPECT_EQ(idx.Lookup({"a"})[0], SlotIndex::KeyState::kHit);
   // Rows no longer WRITING are left alone; out-of-range rows change nothing.

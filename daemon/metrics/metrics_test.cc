@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/host/store_rows.h"
 #include "client/kvoffload_client.h"
 #include "common/engine_spec.h"
 #include "daemon/copy/host/host_copy_backend.h"
@@ -182,6 +183,7 @@ TEST(MetricsTest, ScrapeFollowsTheEngines) {
   EXPECT_EQ(writing->at(Rows("free")), 13);
   EXPECT_EQ(writing->at(Rows("ready")), 0);
 
+  ASSERT_TRUE(client::StoreRows((*daemon)->data_socket(), SmallEngine(), store->rows).ok());
   ASSERT_TRUE((*scheduler)->CompleteStore(keys, /*success=*/true).ok());
   ASSERT_TRUE((*scheduler)->Lookup({"a", "b", "zzz"}).ok());
   auto ready = ScrapeSamples(port);
@@ -196,7 +198,9 @@ TEST(MetricsTest, ScrapeFollowsTheEngines) {
   // Fill the region, then one more key evicts the least recently used one.
   std::vector<std::string> fill;
   for (int i = 0; i < 13; ++i) fill.push_back(absl::StrCat("fill", i));
-  ASSERT_TRUE((*scheduler)->PrepareStore(fill).ok());
+  auto filled = (*scheduler)->PrepareStore(fill);
+  ASSERT_TRUE(filled.ok());
+  ASSERT_TRUE(client::StoreRows((*daemon)->data_socket(), SmallEngine(), filled->rows, 2).ok());
   ASSERT_TRUE((*scheduler)->CompleteStore(fill, true).ok());
   auto evicting = (*scheduler)->PrepareStore({"one-more"});
   ASSERT_TRUE(evicting.ok()) << evicting.status();

@@ -54,32 +54,58 @@ absl::StatusOr<JobPart> FromProto(const v1::Submit& p, uint32_t blocks_per_row,
           absl::StrCat("job ", p.job_id(), ": direction must be STORE or LOAD"));
   }
   // Sizes first, from the message alone: a hostile run cannot make the daemon allocate.
+  const uint64_t bpr = blocks_per_row == 0 ? 1 : blocks_per_row;
   uint64_t run_rows = 0;
+  uint64_t range_blocks = 0;  // blocks of runs addressed block by block (num_blocks > 0)
   for (const v1::BlockRun& r : p.runs()) {
     uint64_t end = 0;
-    if (r.num_rows() == 0 || __builtin_add_overflow(run_rows, r.num_rows(), &run_rows) ||
+    if (r.num_blocks() > 0) {
+      uint64_t first = 0;
+      if (r.num_rows() != 0 || r.first_block() >= bpr ||
+          __builtin_mul_overflow(r.row(), bpr, &first) ||
+          __builtin_add_overflow(first, uint64_t{r.first_block()}, &first) ||
+          __builtin_add_overflow(first, r.num_blocks(), &end) ||
+          __builtin_add_overflow(r.gpu_block(), r.num_blocks(), &end) ||
+          __builtin_add_overflow(range_blocks, r.num_blocks(), &range_blocks)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "job ", p.job_id(), ": a block run needs num_rows 0, first_block < blocks_per_row (",
+            bpr, ") and must not overflow (row ", r.row(), ", first_block ", r.first_block(),
+            ", num_blocks ", r.num_blocks(), ")"));
+      }
+      continue;
+    }
+    if (r.num_rows() == 0 || r.first_block() != 0 ||
+        __builtin_add_overflow(run_rows, r.num_rows(), &run_rows) ||
         __builtin_add_overflow(r.row(), r.num_rows(), &end)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "job ", p.job_id(), ": a run needs num_rows >= 1 and must not overflow (row ", r.row(),
-          ", num_rows ", r.num_rows(), ")"));
+          "job ", p.job_id(), ": a run needs num_rows >= 1 (or num_blocks >= 1), first_block 0 "
+          "unless num_blocks is set, and must not overflow (row ", r.row(), ", num_rows ",
+          r.num_rows(), ", first_block ", r.first_block(), ")"));
     }
   }
   uint64_t run_blocks = 0;
   uint64_t total_blocks = 0;
-  if (__builtin_mul_overflow(run_rows, uint64_t{blocks_per_row}, &run_blocks) ||
+  if (__builtin_mul_overflow(run_rows, bpr, &run_blocks) ||
       __builtin_add_overflow(run_blocks, uint64_t(p.gpu_blocks_size()), &total_blocks) ||
+      __builtin_add_overflow(total_blocks, range_blocks, &total_blocks) ||
       total_blocks > max_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat("job ", p.job_id(), ": ", p.gpu_blocks_size(),
-                                                   " listed blocks and runs of ", run_rows,
-                                                   " rows exceed the limit of ", max_blocks,
-                                                   " blocks per job"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", p.job_id(), ": ", p.gpu_blocks_size(), " listed blocks, runs of ", run_rows,
+        " rows and block runs of ", range_blocks, " blocks exceed the limit of ", max_blocks,
+        " blocks per job"));
+  }
+  if (range_blocks > 0 && part.direction != CopyDirection::kLoad) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", p.job_id(), ": a store must write whole rows; runs of single blocks "
+        "(num_blocks) are for loads only"));
   }
   part.gpu_blocks.reserve(total_blocks);
   part.rows.reserve(p.rows_size() + run_rows);
   part.gpu_blocks.assign(p.gpu_blocks().begin(), p.gpu_blocks().end());
   part.rows.assign(p.rows().begin(), p.rows().end());
   for (const v1::BlockRun& r : p.runs()) {
-    const uint64_t blocks = r.num_rows() * blocks_per_row;
+    if (r.num_blocks() > 0) continue;
+    const uint64_t blocks = r.num_rows() * bpr;
     uint64_t last = 0;
     if (__builtin_add_overflow(r.gpu_block(), blocks, &last)) {
       return absl::InvalidArgumentError(absl::StrCat("job ", p.job_id(), ": run at gpu block ",
@@ -87,6 +113,32 @@ absl::StatusOr<JobPart> FromProto(const v1::Submit& p, uint32_t blocks_per_row,
     }
     for (uint64_t i = 0; i < r.num_rows(); ++i) part.rows.push_back(r.row() + i);
     for (uint64_t b = 0; b < blocks; ++b) part.gpu_blocks.push_back(r.gpu_block() + b);
+  }
+  if (range_blocks > 0) {
+    // Block by block: every entry gets its region block, and rows become the rows covered.
+    if (part.gpu_blocks.size() != part.rows.size() * bpr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job ", p.job_id(), ": ", part.gpu_blocks.size(), " gpu blocks for ", part.rows.size(),
+          " rows of ", bpr, " blocks (want ", part.rows.size() * bpr, ")"));
+    }
+    part.region_blocks.reserve(total_blocks);
+    for (uint64_t row : part.rows) {
+      uint64_t first = 0;
+      if (__builtin_mul_overflow(row, bpr, &first)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("job ", p.job_id(), ": row ", row, " overflows"));
+      }
+      for (uint64_t j = 0; j < bpr; ++j) part.region_blocks.push_back(first + j);
+    }
+    for (const v1::BlockRun& r : p.runs()) {
+      if (r.num_blocks() == 0) continue;
+      const uint64_t first = r.row() * bpr + r.first_block();  // checked above
+      for (uint64_t b = 0; b < r.num_blocks(); ++b) {
+        part.gpu_blocks.push_back(r.gpu_block() + b);
+        part.region_blocks.push_back(first + b);
+      }
+    }
+    part.rows = RowsCovered(part.region_blocks, bpr);
   }
   part.event_index = p.event_index();
   part.region_epoch = p.region_epoch();

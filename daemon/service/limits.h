@@ -8,11 +8,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/limits.h"
+
 namespace kvoffload::daemon {
 
-// Keys of one index request: a 1M-token prompt at 16 tokens per block.
-inline constexpr size_t kMaxKeysPerRequest = 1 << 16;
-inline constexpr size_t kMaxKeyBytes = 256;
+using common::kMaxKeyBytes;
+using common::kMaxKeysPerRequest;
 // Tensors and interprocess events of one worker registration.
 inline constexpr size_t kMaxTensorsPerWorker = 1 << 16;
 inline constexpr size_t kMaxEventsPerWorker = 4096;

@@ -8,7 +8,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 1  # KVO_ABI_VERSION this binding was written for
+ABI_VERSION = 2  # KVO_ABI_VERSION this binding was written for
 LIBRARY_NAME = "libkvoffload_c.so"
 ENV_LIBRARY = "KVOFFLOAD_LIB"
 
@@ -42,6 +42,11 @@ class c_engine_spec(ctypes.Structure):
         ("budget_bytes", ctypes.c_uint64),
         ("secondary_tiers", ctypes.c_char_p),
         ("rows_assigned_by_engine", ctypes.c_int32),
+        ("stores_by_writer_only", ctypes.c_int32),
+        ("member_uids", ctypes.POINTER(ctypes.c_uint32)),
+        ("num_member_uids", ctypes.c_size_t),
+        ("member_gids", ctypes.POINTER(ctypes.c_uint32)),
+        ("num_member_gids", ctypes.c_size_t),
     ]
 
 
@@ -81,6 +86,15 @@ class c_block_run(ctypes.Structure):
         ("gpu_block", ctypes.c_uint64),
         ("row", ctypes.c_uint64),
         ("num_rows", ctypes.c_uint64),
+    ]
+
+
+class c_block_range(ctypes.Structure):
+    _fields_ = [
+        ("gpu_block", ctypes.c_uint64),
+        ("row", ctypes.c_uint64),
+        ("first_block", ctypes.c_uint32),
+        ("num_blocks", ctypes.c_uint64),
     ]
 
 
@@ -156,6 +170,9 @@ _PROTOTYPES = {
         _P(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_int32, ctypes.c_uint64] + _err),
     "kvo_worker_submit_runs": (ctypes.c_int, [
         _handle, ctypes.c_uint64, ctypes.c_int32, _P(c_block_run), ctypes.c_size_t,
+        ctypes.c_int32, ctypes.c_uint64] + _err),
+    "kvo_worker_submit_ranges": (ctypes.c_int, [
+        _handle, ctypes.c_uint64, ctypes.c_int32, _P(c_block_range), ctypes.c_size_t,
         ctypes.c_int32, ctypes.c_uint64] + _err),
     "kvo_worker_region_epoch": (ctypes.c_int, [_handle, _P(ctypes.c_uint64)] + _err),
     "kvo_worker_record_event": (ctypes.c_int, [_handle, ctypes.c_int32, ctypes.c_uint64] + _err),

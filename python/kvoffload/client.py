@@ -115,6 +115,13 @@ class EngineSpec:
     budget_bytes: int = 0
     secondary_tiers: List[str] = dataclasses.field(default_factory=list)
     rows_assigned_by_engine: bool = False
+    # Replicated (MLA) layout only: a store finishes on the writer's (mp_rank 0) part alone; the
+    # other ranks never submit stores. Loads still need every local worker.
+    stores_by_writer_only: bool = False
+    # Further uids / groups allowed to use the engine besides its creator (only the creator's
+    # lists count).
+    member_uids: List[int] = dataclasses.field(default_factory=list)
+    member_gids: List[int] = dataclasses.field(default_factory=list)
 
     def _to_c(self):
         """(c_engine_spec, keepalive) — the struct points into the bytes in keepalive."""
@@ -147,7 +154,14 @@ class EngineSpec:
         c.budget_bytes = self.budget_bytes
         c.secondary_tiers = tiers
         c.rows_assigned_by_engine = 1 if self.rows_assigned_by_engine else 0
-        return c, (engine_id, tiers)
+        c.stores_by_writer_only = 1 if self.stores_by_writer_only else 0
+        uids = (ctypes.c_uint32 * max(1, len(self.member_uids)))(*self.member_uids)
+        gids = (ctypes.c_uint32 * max(1, len(self.member_gids)))(*self.member_gids)
+        c.member_uids = ctypes.cast(uids, ctypes.POINTER(ctypes.c_uint32))
+        c.num_member_uids = len(self.member_uids)
+        c.member_gids = ctypes.cast(gids, ctypes.POINTER(ctypes.c_uint32))
+        c.num_member_gids = len(self.member_gids)
+        return c, (engine_id, tiers, uids, gids)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,6 +409,27 @@ class Worker(_Handle):
         err = _err_buffer()
         _raise_for(self._lib.kvo_worker_submit_runs(
             self._h(), job_id, 1 if direction == "store" else 2, arr, len(runs), event_index,
+            region_epoch, err, len(err)), err)
+
+    def submit_ranges(self, job_id: int, direction: str, ranges, event_index: int = -1,
+                      region_epoch: int = 0) -> None:
+        """Submits a load part block by block: ranges of (gpu_block, row, first_block,
+        num_blocks) — num_blocks consecutive region blocks from block first_block of row
+        (first_block < blocks_per_row) into GPU blocks [gpu_block, gpu_block + num_blocks). A
+        range may start and end inside a row (an offloaded block whose head the engine still
+        holds). direction "load" ("store" is INVALID_ARGUMENT: stores write whole rows)."""
+        if direction not in ("store", "load"):
+            raise ValueError("direction must be 'store' or 'load', not %r" % (direction,))
+        ranges = list(ranges)
+        arr = (_native.c_block_range * max(1, len(ranges)))()
+        for i, r in enumerate(ranges):
+            if len(r) != 4 or any(int(x) < 0 for x in r):
+                raise ValueError("a range is (gpu_block, row, first_block, num_blocks) of "
+                                 "non-negative ints, got %r" % (r,))
+            arr[i] = _native.c_block_range(*(int(x) for x in r))
+        err = _err_buffer()
+        _raise_for(self._lib.kvo_worker_submit_ranges(
+            self._h(), job_id, 1 if direction == "store" else 2, arr, len(ranges), event_index,
             region_epoch, err, len(err)), err)
 
     @property

@@ -297,14 +297,19 @@ class HostBackendTest(unittest.TestCase):
         self.assertEqual(cm.exception.name, "INVALID_ARGUMENT")
 
     def test_eviction_and_exhaustion(self):
-        scheduler = self.open(spec("py-evict", budget_bytes=2 * WORKER_BYTES_PER_BLOCK))
+        s = spec("py-evict", budget_bytes=2 * WORKER_BYTES_PER_BLOCK)
+        scheduler = self.open(s)
         self.assertEqual(scheduler.geometry.num_rows, 2)
-        scheduler.prepare_store([b"old-one", b"old-two"])
+        old = scheduler.prepare_store([b"old-one", b"old-two"])
         # Both rows are WRITING: nothing can be evicted, nothing changes.
         with self.assertRaises(KvoffloadError) as cm:
             scheduler.prepare_store([b"new"])
         self.assertEqual(cm.exception.code, 8)
         self.assertEqual(cm.exception.name, "RESOURCE_EXHAUSTED")
+        # A commit makes rows readable only once a store job wrote them.
+        worker, _ = self.connect(s)
+        worker.submit_store(1, [0, 1], old.rows)
+        worker.wait(1).check()
         scheduler.complete_store([b"old-one", b"old-two"])
         scheduler.touch([b"old-two"])
         prepared = scheduler.prepare_store([b"new"])

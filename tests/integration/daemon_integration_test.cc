@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/kvoffload_client.h"
+#include "client/host/store_rows.h"
 #include "gtest/gtest.h"
 #include "tests/integration/engine_fixture.h"
 #include "tests/integration/harness.h"
@@ -188,6 +189,7 @@ TEST_F(DaemonTest, EvictionIsLeastRecentlyUsedAndPinnedRowsStay) {
   ASSERT_EQ(scheduler->geometry().num_rows, 4u);
   auto prepared = scheduler->PrepareStore(Keys("k", 4));
   ASSERT_TRUE(prepared.ok());
+  ASSERT_TRUE(client::StoreRows(daemon_->data_socket(), engine.Spec(), prepared->rows).ok());
   // One at a time, so k-0 is the oldest; within one call keys[0] would become the most recent.
   for (const std::string& key : prepared->keys)
     ASSERT_TRUE(scheduler->CompleteStore({key}, true).ok());
@@ -335,6 +337,8 @@ TEST_F(DaemonTest, AdminDropAndCleanup) {
   TestEngine engine;
   auto scheduler = OpenScheduler(engine);
   auto prepared = scheduler->PrepareStore(Keys("k", 3));
+  ASSERT_TRUE(prepared.ok());
+  ASSERT_TRUE(client::StoreRows(daemon_->data_socket(), engine.Spec(), prepared->rows).ok());
   ASSERT_TRUE(scheduler->CompleteStore(prepared->keys, true).ok());
   auto stub = daemon_->AdminStub();
   {
