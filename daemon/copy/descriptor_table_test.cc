@@ -36,6 +36,28 @@ TEST(DescriptorTableTest, OffsetsFollowTheLayout) {
   EXPECT_EQ(table->total_bytes(), 4000u);
 }
 
+// Loads block by block: region block = row × blocks_per_row + block, any start and end.
+TEST(DescriptorTableTest, RegionBlocksAddressSingleBlocksOfRows) {
+  CopyJob job = TwoCopyJob(/*slot=*/1, /*blocks_per_row=*/2);
+  job.rows = {3, 4};
+  job.region_blocks = {7, 8, 9};  // row 3 block 1, row 4 blocks 0 and 1
+  job.gpu_blocks = {1, 2, 3};
+  auto table = BuildDescriptorTable(job, /*num_blocks=*/10, /*bytes_per_block=*/1000);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->blocks.size(), 3u);
+  EXPECT_EQ(table->blocks[0].host_offset, 3 * 8192 + 2000 + 1000u);
+  EXPECT_EQ(table->blocks[1].host_offset, 4 * 8192 + 2000 + 0u);
+  EXPECT_EQ(table->blocks[2].host_offset, 4 * 8192 + 2000 + 1000u);
+  EXPECT_EQ(table->host_extent, 4 * 8192 + 2000 + 2000u);
+  job.region_blocks.pop_back();  // one region block per GPU block
+  EXPECT_EQ(BuildDescriptorTable(job, 10, 1000).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  job.region_blocks = {7, 8, 9};
+  job.gpu_blocks = {1, 2, 10};  // past the registered blocks
+  EXPECT_EQ(BuildDescriptorTable(job, 10, 1000).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(DescriptorTableTest, EmptyJobIsEmpty) {
   CopyJob job = TwoCopyJob(0, 1);
   auto table = BuildDescriptorTable(job, 10, 1000);

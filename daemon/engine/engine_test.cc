@@ -493,5 +493,187 @@ TEST_F(EngineTest, CompleteStoreAfterAFailedStoreIsRefused) {
             std::vector<SlotIndex::KeyState>{SlotIndex::KeyState::kMiss});
 }
 
+// vLLM 0.20 commits a preempted request's store before its workers submit it: the commit is
+// recorded, the rows stay pending (never loadable), and become READY when the job finishes.
+TEST_F(EngineTest, CommitBeforeTheStoreJobWaitsForIt) {
+  Open(PerRankSpec(1));
+  AttachWorkers(1);
+  std::vector<std::string> keys;
+  const std::vector<uint64_t> rows = PrepareStore(0, 2, &keys);
+  ASSERT_TRUE(engine_->index().CompleteStore(keys, true).ok());
+  EXPECT_EQ(engine_->index().Lookup(keys),
+            std::vector<SlotIndex::KeyState>(2, SlotIndex::KeyState::kHitPending));
+  EXPECT_EQ(engine_->index().PrepareLoad(keys).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Submit(0, 1, CopyDirection::kStore, {5, 6}, rows).ok());
+  ASSERT_TRUE(workers_[0]->listener.WaitForResults(1));
+  ASSERT_TRUE(workers_[0]->listener.ResultsFor(1)[0].status.ok());
+  EXPECT_EQ(engine_->index().Lookup(keys),
+            std::vector<SlotIndex::KeyState>(2, SlotIndex::KeyState::kHit));
+  auto load_rows = engine_->index().PrepareLoad(keys);
+  ASSERT_TRUE(load_rows.ok());
+  const std::vector<std::string> stored = {workers_[0]->memory->Block(5),
+                                           workers_[0]->memory->Block(6)};
+  EXPECT_EQ(LoadBack(0, 2, *load_rows, {20, 21}), stored);
+}
+
+// ... and when that job fails, the committed keys are dropped: a miss, never a wrong hit.
+TEST_F(EngineTest, CommitBeforeAStoreThatFailsDropsTheKeys) {
+  Open(PerRankSpec(1));
+  AttachWorkers(1);
+  std::vector<std::string> keys;
+  const std::vector<uint64_t> rows = PrepareStore(0, 2, &keys);
+  ASSERT_TRUE(engine_->index().CompleteStore(keys, true).ok());
+  env_.backend().AddRule({.fault = Fault::kFail});
+  ASSERT_TRUE(Submit(0, 1, CopyDirection::kStore, {5, 6}, rows).ok());
+  ASSERT_TRUE(workers_[0]->listener.WaitForResults(1));
+  EXPECT_FALSE(workers_[0]->listener.ResultsFor(1)[0].status.ok());
+  EXPECT_EQ(engine_->index().Lookup(keys),
+            std::vector<SlotIndex::KeyState>(2, SlotIndex::KeyState::kMiss));
+  SlotIndex::Counts c = engine_->index().counts();
+  EXPECT_EQ(c.rows_free, kNumRows);
+  EXPECT_EQ(c.commits_dropped, 2u);
+  EXPECT_TRUE(engine_->index().CheckInvariants().ok());
+}
+
+// A commit whose store job never comes (the worker died before submitting) is dropped by the
+// engine's expiry after the job timeout.
+TEST_F(EngineTest, CommitWhoseStoreNeverComesExpires) {
+  Open(PerRankSpec(1));
+  AttachWorkers(1);
+  std::vector<std::string> keys;
+  PrepareStore(0, 1, &keys);
+  ASSERT_TRUE(engine_->index().CompleteStore(keys, true).ok());
+  engine_->ExpireJobs(absl::Now());
+  EXPECT_EQ(engine_->index().Lookup(keys),
+            std::vector<SlotIndex::KeyState>{SlotIndex::KeyState::kHitPending});
+  engine_->ExpireJobs(absl::Now() + env_.deps().job_timeout + absl::Seconds(1));
+  EXPECT_EQ(engine_->index().Lookup(keys),
+            std::vector<SlotIndex::KeyState>{SlotIndex::KeyState::kMiss});
+  EXPECT_EQ(engine_->index().counts().rows_free, kNumRows);
+}
+
+// vLLM's 2026-08 connector lets only rank 0 store under MLA: with stores_by_writer_only the
+// writer's vote finishes a store, a non-writer's store part is refused, a non-writer leaving
+// does not fail it, and loads still need every local worker.
+TEST_F(EngineTest, WriterOnlyStoresFinishOnTheWritersVote) {
+  common::EngineSpec spec = ReplicatedSpec();
+  spec.stores_by_writer_only = true;
+  Open(spec);
+  AttachWorkers(2);
+  ASSERT_TRUE(engine_->geometry().replicated);
+  std::vector<std::string> keys;
+  const std::vector<uint64_t> rows = PrepareStore(0, 2, &keys);
+  const absl::Status refused = Submit(1, 7, CopyDirection::kStore, {1, 2}, rows);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "stores_by_writer_only")) << refused;
+
+  env_.backend().AddRule({.fault = Fault::kHold});
+  ASSERT_TRUE(Submit(0, 7, CopyDirection::kStore, {1, 2}, rows).ok());
+  ASSERT_TRUE(env_.backend().WaitForHeld(1, absl::Seconds(10)));
+  EXPECT_TRUE(workers_[0]->listener.results().empty());  // the writer's copy has not run
+  engine_->Detach(workers_[1]->info.session_id);         // a non-writer leaves meanwhile
+  env_.backend().ReleaseAllHeld();
+  ASSERT_TRUE(workers_[0]->listener.WaitForResults(1));
+  ASSERT_EQ(workers_[0]->listener.ResultsFor(7).size(), 1u);
+  EXPECT_TRUE(workers_[0]->listener.ResultsFor(7)[0].status.ok());
+  EXPECT_EQ(workers_[0]->listener.ResultsFor(7)[0].bytes, 2 * kBytesPerBlock);
+  EXPECT_TRUE(workers_[1]->listener.ResultsFor(7).empty());  // detached before the verdict
+  ASSERT_TRUE(engine_->index().CompleteStore(keys, true).ok());
+  EXPECT_EQ(engine_->index().Lookup(keys),
+            std::vector<SlotIndex::KeyState>(2, SlotIndex::KeyState::kHit));
+
+  // The non-writer comes back; a load needs both votes.
+  auto memory = ShmWorkerMemory::Create(testing::kLayers, kWorkerBlocks, testing::kPageBytes, 77);
+  ASSERT_TRUE(memory.ok());
+  workers_[1]->memory = *std::move(memory);
+  auto opened = env_.backend().OpenWorker(workers_[1]->memory->Registration());
+  ASSERT_TRUE(opened.ok());
+  auto info = engine_->Attach(1, workers_[1]->memory->Registration(), *std::move(opened),
+                              &workers_[1]->listener);
+  ASSERT_TRUE(info.ok()) << info.status();
+  workers_[1]->info = *info;
+  auto load_rows = engine_->index().PrepareLoad(keys);
+  ASSERT_TRUE(load_rows.ok());
+  ASSERT_TRUE(Submit(1, 8, CopyDirection::kLoad, {20, 21}, *load_rows).ok());
+  EXPECT_EQ(engine_->Snapshot().jobs_in_flight, 1u);  // waits for the writer's part
+  LoadBack(0, 9, *load_rows, {22, 23});  // another load meanwhile, by both
+  ASSERT_TRUE(workers_[1]->listener.WaitForResults(1));
+  ASSERT_EQ(workers_[1]->listener.ResultsFor(8).size(), 0u);  // job 8 still needs rank 0
+  ASSERT_TRUE(Submit(0, 8, CopyDirection::kLoad, {20, 21}, *load_rows).ok());
+  ASSERT_TRUE(workers_[1]->listener.WaitForResults(2));
+  ASSERT_TRUE(workers_[1]->listener.ResultsFor(8)[0].status.ok());
+  EXPECT_EQ(workers_[1]->memory->Block(20), workers_[0]->memory->Block(1));
+  EXPECT_EQ(workers_[1]->memory->Block(21), workers_[0]->memory->Block(2));
+}
+
+// Without replication the flag changes nothing: every slot still votes.
+TEST_F(EngineTest, WriterOnlyStoresNeedEverySlotOnAPerRankLayout) {
+  common::EngineSpec spec = PerRankSpec(2);
+  spec.stores_by_writer_only = true;
+  Open(spec);
+  AttachWorkers(2);
+  std::vector<std::string> keys;
+  const std::vector<uint64_t> rows = PrepareStore(0, 1, &keys);
+  ASSERT_TRUE(Submit(0, 1, CopyDirection::kStore, {3}, rows).ok());
+  ASSERT_TRUE(env_.backend().WaitForCompleted(1, absl::Seconds(10)));
+  EXPECT_TRUE(workers_[0]->listener.results().empty());
+  ASSERT_TRUE(Submit(1, 1, CopyDirection::kStore, {3}, rows).ok());
+  ASSERT_TRUE(workers_[0]->listener.WaitForResults(1));
+  EXPECT_TRUE(workers_[0]->listener.ResultsFor(1)[0].status.ok());
+}
+
+// A row's blocks are addressable one by one for loads: a load may start and end inside a row
+// (vLLM loads an offloaded block's tail when its head is still in the GPU cache).
+TEST_F(EngineTest, LoadsOfSingleBlocksOfRows) {
+  common::EngineSpec spec = PerRankSpec(1);
+  spec.blocks_per_row = 2;
+  Open(spec);
+  AttachWorkers(1);
+  std::vector<std::string> keys;
+  const std::vector<uint64_t> rows = PrepareStore(0, 2, &keys);  // 4 blocks
+  ASSERT_TRUE(Submit(0, 1, CopyDirection::kStore, {4, 5, 6, 7}, rows).ok());
+  ASSERT_TRUE(workers_[0]->listener.WaitForResults(1));
+  ASSERT_TRUE(engine_->index().CompleteStore(keys, true).ok());
+  auto load_rows = engine_->index().PrepareLoad(keys);
+  ASSERT_TRUE(load_rows.ok());
+  Worker& w = *workers_[0];
+  const std::string b5 = w.memory->Block(5), b6 = w.memory->Block(6), b7 = w.memory->Block(7);
+
+  // Region blocks 1..3: the second block of the first row, then all of the second row.
+  JobPart part;
+  part.job_id = 2;
+  part.direction = CopyDirection::kLoad;
+  part.gpu_blocks = {20, 21, 22};
+  part.region_blocks = {(*load_rows)[0] * 2 + 1, (*load_rows)[1] * 2, (*load_rows)[1] * 2 + 1};
+  part.rows = RowsCovered(part.region_blocks, 2);
+  for (uint64_t b : part.gpu_blocks) w.memory->Scramble(b, b);
+  ASSERT_TRUE(engine_->Submit(w.info.session_id, part).ok());
+  ASSERT_TRUE(w.listener.WaitForResults(2));
+  ASSERT_TRUE(w.listener.ResultsFor(2)[0].status.ok()) << w.listener.ResultsFor(2)[0].status;
+  EXPECT_EQ(w.listener.ResultsFor(2)[0].bytes, 3 * kBytesPerBlock);
+  EXPECT_EQ(w.memory->Block(20), b5);
+  EXPECT_EQ(w.memory->Block(21), b6);
+  EXPECT_EQ(w.memory->Block(22), b7);
+
+  // Refused, changing nothing: a store by block, rows that do not match, a block past the end.
+  JobPart bad = part;
+  bad.job_id = 3;
+  bad.direction = CopyDirection::kStore;
+  EXPECT_EQ(engine_->Submit(w.info.session_id, bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = part;
+  bad.job_id = 4;
+  bad.rows = {(*load_rows)[1]};
+  EXPECT_EQ(engine_->Submit(w.info.session_id, bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = part;
+  bad.job_id = 5;
+  bad.region_blocks.back() = engine_->geometry().num_rows * 2;
+  bad.rows = RowsCovered(bad.region_blocks, 2);
+  EXPECT_EQ(engine_->Submit(w.info.session_id, bad).code(), absl::StatusCode::kOutOfRange);
+  ASSERT_TRUE(engine_->index().CompleteLoad(keys).ok());
+  EXPECT_EQ(engine_->Snapshot().jobs_in_flight, 0u);
+  EXPECT_TRUE(engine_->index().CheckInvariants().ok());
+}
+
 }  // namespace
 }  // namespace kvoffload::daemon

@@ -227,6 +227,42 @@ class HostBackendTest(unittest.TestCase):
         self.assertEqual(kv.block_bytes(21), kv.golden[2])
         self.assertEqual(kv.block_bytes(22), kv.golden[22])  # untouched
 
+    def test_ranges_load_single_blocks_of_rows(self):
+        # Two GPU blocks per row; a load of the second block of one row and the whole next row.
+        s = spec("py-ranges", blocks_per_row=2)
+        scheduler = self.open(s)
+        worker, kv = self.connect(s)
+        keys = [b"x0", b"x1"]
+        prepared = scheduler.prepare_store(keys)
+        worker.submit_store(40, [4, 5, 6, 7], prepared.rows)
+        worker.wait(40, 30).check()
+        scheduler.complete_store(keys)
+        rows = scheduler.prepare_load(keys)
+        worker.submit_ranges(41, "load", [(20, rows[0], 1, 1), (21, rows[1], 0, 2)])
+        done = worker.wait(41, 30).check()
+        self.assertEqual(done.bytes, 3 * WORKER_BYTES_PER_BLOCK)
+        scheduler.complete_load(keys)
+        self.assertEqual([kv.block_bytes(b) for b in (20, 21, 22)],
+                         [kv.golden[5], kv.golden[6], kv.golden[7]])
+        self.assertEqual(kv.block_bytes(23), kv.golden[23])  # untouched
+        with self.assertRaises(KvoffloadError) as cm:  # stores write whole rows
+            worker.submit_ranges(42, "store", [(0, rows[0], 1, 1)])
+            worker.wait(42, 30).check()
+        self.assertEqual(cm.exception.code, StatusCode.INVALID_ARGUMENT)
+        with self.assertRaises(ValueError):
+            worker.submit_ranges(43, "load", [(0, rows[0], 1)])
+
+    def test_index_calls_above_the_request_limit(self):
+        # 65536 keys a request: the library splits larger calls (here 70000 keys).
+        scheduler = self.open(spec("py-split"))
+        keys = [b"key-%d" % i for i in range(70000)]
+        self.assertEqual(scheduler.lookup(keys), [KeyState.MISS] * len(keys))
+        scheduler.touch(keys)  # unknown keys are ignored, in every request
+        with self.assertRaises(KvoffloadError) as cm:  # all or nothing: nothing is taken
+            scheduler.prepare_store(keys)
+        self.assertEqual(cm.exception.code, StatusCode.RESOURCE_EXHAUSTED)
+        self.assertEqual(scheduler.lookup(keys[:3] + keys[-3:]), [KeyState.MISS] * 6)
+
     def test_runs_move_the_same_bytes_as_lists(self):
         s = spec("py-runs")
         scheduler = self.open(s)

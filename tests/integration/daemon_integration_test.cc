@@ -333,6 +333,65 @@ TEST_F(DaemonTest, WorkerKilledMidJobFailsItsJobsAndOthersCarryOn) {
   EXPECT_EQ(stats->workers(), 2u);
 }
 
+// Index calls larger than one request (here 3 keys) are split by the client with the semantics
+// of one request: PrepareStore and PrepareLoad all or nothing, Touch keeps keys[0] most recent.
+TEST_F(DaemonTest, IndexCallsLargerThanOneRequestAreSplit) {
+  TestEngine engine;
+  engine.engine_id = "split";
+  engine.budget_bytes = 6 * engine.worker_bytes_per_block();  // 6 rows
+  client::ClientOptions options;
+  options.max_keys_per_request = 0;
+  EXPECT_EQ(SchedulerClient::Open(daemon_->data_socket(), engine.Spec(), 0, options)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  options.max_keys_per_request = 3;
+  auto opened = SchedulerClient::Open(daemon_->data_socket(), engine.Spec(), 0, options);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  SchedulerClient& scheduler = **opened;
+  auto rows_reading = [&] { return daemon_->EngineStats("split")->rows_reading(); };
+  auto rows_free = [&] { return daemon_->EngineStats("split")->rows_free(); };
+
+  // 8 new keys for 6 rows: the third request fails and the first two are undone.
+  auto refused = scheduler.PrepareStore(Keys("k", 8));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_EQ(rows_free(), 6u);
+  // A key twice, in different requests: refused before anything is sent.
+  std::vector<std::string> twice = Keys("k", 5);
+  twice.push_back("k-0");
+  EXPECT_EQ(scheduler.PrepareStore(twice).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rows_free(), 6u);
+
+  const std::vector<std::string> keys = Keys("k", 6);
+  auto prepared = scheduler.PrepareStore(keys);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(prepared->keys, keys);
+  ASSERT_EQ(prepared->rows.size(), 6u);
+  ASSERT_TRUE(client::StoreRows(daemon_->data_socket(), engine.Spec(), prepared->rows).ok());
+  ASSERT_TRUE(scheduler.CompleteStore(keys, true).ok());
+  auto states = scheduler.Lookup(keys);
+  ASSERT_TRUE(states.ok());
+  EXPECT_EQ(*states, std::vector<client::KeyState>(6, client::KeyState::kHit));
+
+  // A load whose last request fails unpins what the first one pinned.
+  std::vector<std::string> load = keys;
+  load.push_back("unknown");
+  EXPECT_EQ(scheduler.PrepareLoad(load).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(rows_reading(), 0u);
+  auto load_rows = scheduler.PrepareLoad(keys);
+  ASSERT_TRUE(load_rows.ok());
+  EXPECT_EQ(*load_rows, prepared->rows);
+  EXPECT_EQ(rows_reading(), 6u);
+  ASSERT_TRUE(scheduler.CompleteLoad(keys).ok());
+  EXPECT_EQ(rows_reading(), 0u);
+
+  // Touch over two requests: k-0 the most recent, k-5 the least.
+  ASSERT_TRUE(scheduler.Touch(keys).ok());
+  auto evicting = scheduler.PrepareStore({"x", "y"});
+  ASSERT_TRUE(evicting.ok());
+  EXPECT_EQ(evicting->evicted_keys, std::vector<std::string>({"k-5", "k-4"}));
+}
+
 TEST_F(DaemonTest, AdminDropAndCleanup) {
   TestEngine engine;
   auto scheduler = OpenScheduler(engine);
