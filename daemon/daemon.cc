@@ -123,7 +123,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   impl->backend_name = backend->name();
   impl->backend = std::move(backend);
   const std::string& dir = options.runtime_dir;
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  // 0711, as systemd's RuntimeDirectoryMode: others may reach the sockets by name (their own
+  // modes decide who connects) but not list the directory. Exactly that, whatever the umask.
+  if (mkdir(dir.c_str(), 0711) == 0) {
+    if (chmod(dir.c_str(), 0711) != 0) {
+      return ErrnoStatus(absl::StrCat("cannot set mode 0711 on runtime dir ", dir));
+    }
+  } else if (errno != EEXIST) {
     return ErrnoStatus(absl::StrCat("cannot create runtime dir ", dir));
   }
   const std::string lock_path = absl::StrCat(dir, "/kvoffloadd.lock");
