@@ -21,6 +21,8 @@ kv_connector_extra_config keys (all optional but the budget):
   executor                          override of parallel_config.distributed_executor_backend
   open_timeout_s, call_timeout_s    client deadlines (kvoffload.DEFAULT_*_TIMEOUT_S)
   wait_timeout_s                    bound of a worker's wait(job_ids) (default 120)
+  retry_window_s                    how long a worker resubmits a job its lost session took
+                                    down, once registered again (default 30)
   num_events                        CUDA interprocess events per worker (default 64)
 """
 
@@ -49,6 +51,7 @@ class Settings:
     call_timeout_s: float
     wait_timeout_s: float
     num_events: int
+    retry_window_s: float = 30.0
 
 
 def config_error(message):
@@ -95,7 +98,8 @@ def settings(extra):
         open_timeout_s=_positive(extra, "open_timeout_s", DEFAULT_OPEN_TIMEOUT_S),
         call_timeout_s=_positive(extra, "call_timeout_s", DEFAULT_CALL_TIMEOUT_S),
         wait_timeout_s=_positive(extra, "wait_timeout_s", 120.0),
-        num_events=_positive(extra, "num_events", 64, int))
+        num_events=_positive(extra, "num_events", 64, int),
+        retry_window_s=_positive(extra, "retry_window_s", 30.0))
 
 
 def _executor(parallel, extra):

@@ -52,6 +52,10 @@ STORE = "store"
 LOAD = "load"
 
 
+def _code(error):
+    return getattr(error, "code", None)
+
+
 def as_key(key):
     return key if type(key) is bytes else bytes(key)
 
@@ -169,7 +173,7 @@ class ManagerCore:
         k = self._k((key,))
         try:
             return self._call(lambda index: index.lookup(k))[0]
-        except KvoffloadError as e:
+        except Exception as e:  # noqa: BLE001 — never into vLLM
             self._log.warn("lookup", e)
             return KeyState.MISS
 
@@ -177,7 +181,7 @@ class ManagerCore:
         k = self._k(keys)
         try:
             return self._call(lambda index: index.lookup(k))
-        except KvoffloadError as e:
+        except Exception as e:  # noqa: BLE001 — never into vLLM
             self._log.warn("lookup", e)
             return [KeyState.MISS] * len(k)
 
@@ -189,7 +193,7 @@ class ManagerCore:
             return []
         try:
             return self._call(lambda index: index.prepare_load(k))
-        except KvoffloadError as e:
+        except Exception as e:  # noqa: BLE001 — never into vLLM
             self._log.warn("prepare_load", e)
             return None
 
@@ -200,8 +204,8 @@ class ManagerCore:
             return
         try:
             self._index.touch(k)
-        except KvoffloadError as e:
-            if e.code != StatusCode.NOT_FOUND:
+        except Exception as e:  # noqa: BLE001 — never into vLLM
+            if _code(e) != StatusCode.NOT_FOUND:
                 self._log.warn("touch", e)
 
     def complete_load(self, keys):
@@ -210,7 +214,7 @@ class ManagerCore:
             return
         try:
             self._index.complete_load(k)
-        except KvoffloadError as e:
+        except Exception as e:  # noqa: BLE001 — never into vLLM
             self._log.warn("complete_load", e)
 
     def prepare_store(self, keys):
@@ -219,8 +223,8 @@ class ManagerCore:
         k = self._k(keys)
         try:
             prepared = self._call(lambda index: index.prepare_store(k))
-        except KvoffloadError as e:
-            if e.code != StatusCode.RESOURCE_EXHAUSTED:
+        except Exception as e:  # noqa: BLE001 — never into vLLM
+            if _code(e) != StatusCode.RESOURCE_EXHAUSTED:
                 self._log.warn("prepare_store", e)
             return None
         evicted = self._unsalt(prepared.evicted_keys)
@@ -241,8 +245,8 @@ class ManagerCore:
             if success:
                 self._event(self._unsalt(k), removed=False)
             return
-        except KvoffloadError as e:
-            if not success or e.code not in (StatusCode.FAILED_PRECONDITION,
+        except Exception as e:  # noqa: BLE001 — never into vLLM
+            if not success or _code(e) not in (StatusCode.FAILED_PRECONDITION,
                                              StatusCode.NOT_FOUND):
                 self._log.warn("complete_store", e)
                 return
@@ -532,15 +536,16 @@ class WorkerCore:
             else:
                 self.worker.submit_load(job.daemon_id, job.gpu, job.rows, event_index=event,
                                         region_epoch=job.epoch)
-        except KvoffloadError as e:
+        except Exception as e:  # noqa: BLE001 — never into vLLM
             if self._events is not None:
                 self._events.release(event)
-            if e.code in (StatusCode.UNAVAILABLE, StatusCode.ABORTED, StatusCode.CANCELLED) \
-                    or not self.worker.alive:
+            if isinstance(e, KvoffloadError) and (
+                    e.code in (StatusCode.UNAVAILABLE, StatusCode.ABORTED, StatusCode.CANCELLED)
+                    or not self.worker.alive):
                 self._session_ended(e)
                 return
             self._jobs.pop(job.daemon_id, None)
-            self._fail(job, "%s: %s" % (e.name if hasattr(e, "name") else e.code, e.message))
+            self._fail(job, str(e))
             return
         job.event = event
         job.submitted = True

@@ -67,11 +67,13 @@ class KvoffloadManager(OffloadingManager):
     def __init__(self, core_):
         self.core = core_
 
+    @gen_common.never_raises(LookupResult.MISS)
     def lookup(self, key, req_context):
         if not _allows_cpu(req_context):
             return LookupResult.MISS
         return _LOOKUP.get(self.core.lookup(core.as_key(key)), LookupResult.MISS)
 
+    @gen_common.never_raises(lambda: KvoffloadLoadStoreSpec([], failed=True))
     def prepare_load(self, keys, req_context):
         rows = self.core.prepare_load(core.unique(keys))
         if rows is None:
@@ -79,12 +81,15 @@ class KvoffloadManager(OffloadingManager):
                                           failed=True)
         return KvoffloadLoadStoreSpec(rows, self.core.region_epoch, self.core.job_nonce)
 
+    @gen_common.never_raises(None)
     def touch(self, keys, req_context=None):
         self.core.touch(keys)
 
+    @gen_common.never_raises(None)
     def complete_load(self, keys, req_context=None):
         self.core.complete_load(keys)
 
+    @gen_common.never_raises(None)
     def prepare_store(self, keys, req_context):
         prepared = self.core.prepare_store(keys)
         if prepared is None:
@@ -95,6 +100,7 @@ class KvoffloadManager(OffloadingManager):
         return PrepareStoreOutput(keys_to_store=list(prepared.keys), store_spec=spec,
                                   evicted_keys=list(prepared.evicted_keys))
 
+    @gen_common.never_raises(None)
     def complete_store(self, keys, req_context=None, success=True):
         self.core.complete_store(keys, success=success)
 
@@ -104,6 +110,7 @@ class KvoffloadManager(OffloadingManager):
     def on_request_finished(self, req_context):
         return None
 
+    @gen_common.never_raises(list)
     def take_events(self):
         return self.core.take_events()
 
@@ -113,12 +120,14 @@ class KvoffloadManager(OffloadingManager):
     def has_pending_work(self):
         return False
 
+    @gen_common.never_raises(None)
     def reset_cache(self):
         self.core.reset()
 
     def get_stats(self):
         return None
 
+    @gen_common.never_raises(None)
     def shutdown(self):
         self.core.close()
 
@@ -150,14 +159,17 @@ class KvoffloadWorker(OffloadingWorker):
     def submit_load(self, job_id, src_spec, dst_spec):
         return self._submit(core.LOAD, job_id, dst_spec, src_spec)
 
+    @gen_common.never_raises(list)
     def get_finished(self):
         return [TransferResult(job_id=f.vllm_id, success=f.ok, transfer_size=f.nbytes,
                                transfer_time=f.seconds)
                 for f in self.core.get_finished()]
 
+    @gen_common.never_raises(None)
     def wait(self, job_ids):
         self.core.wait(set(job_ids))
 
+    @gen_common.never_raises(None)
     def shutdown(self):
         self.core.close()
 

@@ -15,6 +15,25 @@ logger = logging.getLogger("kvoffload.vllm")
 CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector"
 
 
+def never_raises(default=None):
+    """A vLLM-facing method of the manager or worker: an unexpected exception is logged and
+    `default` returned, never raised into vLLM's scheduler or model runner (start-up errors
+    are raised by the spec's constructor, get_manager and get_worker/get_handlers instead)."""
+    import functools
+
+    def wrap(method):
+        @functools.wraps(method)
+        def guarded(*args, **kwargs):
+            try:
+                return method(*args, **kwargs)
+            except Exception:  # noqa: BLE001
+                logger.exception("kvoffload: %s failed (vLLM goes on without it)",
+                                 method.__qualname__)
+                return default() if callable(default) else default
+        return guarded
+    return wrap
+
+
 def job_nonce():
     """A random non-zero 32-bit nonce of this scheduler process: the daemon's job id of a vLLM
     job is nonce << 32 | job id, unique across restarts of the engine on one region."""
@@ -84,7 +103,8 @@ def worker_core(settings, engine_spec, mp_rank, canonical_tensors, vllm_replicat
                               call_timeout_s=settings.call_timeout_s)
 
     try:
-        wc = core.WorkerCore(dial, open_index, settings.wait_timeout_s)
+        wc = core.WorkerCore(dial, open_index, settings.wait_timeout_s,
+                             getattr(settings, "retry_window_s", core.RETRY_WINDOW_S))
     except KvoffloadError as e:
         raise config.explain(e, engine_spec, settings.socket_path) from None
     try:

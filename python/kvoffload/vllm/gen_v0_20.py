@@ -64,6 +64,7 @@ class KvoffloadManager(OffloadingManager):
     def _forget(self):
         self._states = {}
 
+    @gen_common.never_raises(False)
     def lookup(self, key, req_context=None):
         key = core.as_key(key)
         state = self._states.get(key)
@@ -81,6 +82,7 @@ class KvoffloadManager(OffloadingManager):
             return None  # being written: vLLM asks again in a later step
         return False
 
+    @gen_common.never_raises(lambda: KvoffloadLoadStoreSpec([], failed=True))
     def prepare_load(self, keys, req_context=None):
         self._forget()
         keys = core.unique(keys)
@@ -90,6 +92,7 @@ class KvoffloadManager(OffloadingManager):
                                           failed=True)
         return KvoffloadLoadStoreSpec(rows, self.core.region_epoch, self.core.job_nonce)
 
+    @gen_common.never_raises(None)
     def touch(self, keys):
         keys = core.unique(keys)
         self._touched_keys = keys
@@ -97,10 +100,12 @@ class KvoffloadManager(OffloadingManager):
         self._states = {}
         self.core.touch(keys)
 
+    @gen_common.never_raises(None)
     def complete_load(self, keys):
         self._forget()
         self.core.complete_load(keys)
 
+    @gen_common.never_raises(None)
     def prepare_store(self, keys, req_context=None):
         self._forget()
         prepared = self.core.prepare_store(keys)
@@ -112,13 +117,16 @@ class KvoffloadManager(OffloadingManager):
         return PrepareStoreOutput(keys_to_store=list(prepared.keys), store_spec=spec,
                                   evicted_keys=list(prepared.evicted_keys))
 
+    @gen_common.never_raises(None)
     def complete_store(self, keys, success=True):
         self._forget()
         self.core.complete_store(keys, success=success)
 
+    @gen_common.never_raises(list)
     def take_events(self):
         return self.core.take_events()
 
+    @gen_common.never_raises(None)
     def shutdown(self):
         self.core.close()
 
@@ -149,14 +157,17 @@ class KvoffloadTransferHandler(OffloadingHandler):
                              KvoffloadLoadStoreSpec([], failed=True))
         return True
 
+    @gen_common.never_raises(list)
     def get_finished(self):
         return [TransferResult(job_id=f.vllm_id, success=f.ok, transfer_size=f.nbytes,
                                transfer_time=f.seconds, transfer_type=self._type)
                 for f in self.core.get_finished(self._direction)]
 
+    @gen_common.never_raises(None)
     def wait(self, job_ids):
         self.core.wait(set(job_ids), self._direction)
 
+    @gen_common.never_raises(None)
     def shutdown(self):
         self.core.close()
 
