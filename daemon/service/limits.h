@@ -21,9 +21,15 @@ inline constexpr size_t kMaxEventsPerWorker = 4096;
 // Protobuf encodes a uint64 in at most 10 bytes; a field's tag and length take a few more.
 inline constexpr uint64_t kMaxVarintBytes = 10;
 
-// A Submit of `max_blocks_per_job` blocks: gpu_blocks and rows (each at most that many varints).
+// The most a Submit can spend on one of its blocks: a BlockRun of one block (tag and length,
+// gpu_block, row, num_rows, first_block, num_blocks) costs more than a block of the explicit
+// lists (one gpu_blocks and at most one rows varint).
+inline constexpr uint64_t kMaxSubmitBytesPerBlock = 2 + 4 * (kMaxVarintBytes + 1) + (5 + 1);
+
+// A Submit of `max_blocks_per_job` blocks, however they are written (lists, runs of rows, runs
+// of single blocks): every block costs at most kMaxSubmitBytesPerBlock.
 constexpr uint64_t MaxSubmitBytes(uint64_t max_blocks_per_job) {
-  return 2 * max_blocks_per_job * kMaxVarintBytes + 64;
+  return max_blocks_per_job * kMaxSubmitBytesPerBlock + 64;
 }
 
 // A KeysRequest (or a PrepareStoreResponse's keys): every key at its longest.
