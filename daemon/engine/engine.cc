@@ -40,17 +40,6 @@ spdlog::logger* Log() {
 
 }  // namespace
 
-std::vector<uint64_t> RowsCovered(const std::vector<uint64_t>& region_blocks,
-                                  uint32_t blocks_per_row) {
-  std::vector<uint64_t> rows;
-  const uint64_t bpr = blocks_per_row == 0 ? 1 : blocks_per_row;
-  for (uint64_t block : region_blocks) {
-    const uint64_t row = block / bpr;
-    if (rows.empty() || rows.back() != row) rows.push_back(row);
-  }
-  return rows;
-}
-
 absl::StatusOr<EngineCost> Engine::CostOf(const common::Geometry& geometry) {
   if (geometry.num_rows > SlotIndex::kMaxRows) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -108,6 +97,7 @@ Engine::Engine(const common::EngineSpec& spec, const common::Geometry& geometry,
       reservation_(std::move(reservation)),
       region_(std::move(region)),
       index_(std::move(index)),
+      retired_(deps.finished_jobs_remembered),
       idle_since_(absl::Now()) {}
 
 Engine::~Engine() {
@@ -264,69 +254,10 @@ void Engine::Detach(uint64_t session_id) {
 }
 
 absl::Status Engine::ValidatePart(const Session& session, const JobPart& part) const {
-  const std::string job = absl::StrCat("job ", part.job_id, " of mp_rank ", session.mp_rank);
-  if (part.region_epoch != 0 && part.region_epoch != region_epoch_) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: planned against region epoch %016x but engine %s now has region epoch %016x: the "
-        "region was dropped and re-created, so rows stored before hold no data",
-        job, part.region_epoch, key(), region_epoch_));
-  }
-  if (part.rows.empty()) return absl::InvalidArgumentError(absl::StrCat(job, ": no rows"));
-  const bool by_block = !part.region_blocks.empty();
-  const uint64_t expected_blocks =
-      by_block ? part.region_blocks.size() : part.rows.size() * geometry_.blocks_per_row;
-  if (by_block) {
-    if (part.direction != CopyDirection::kLoad) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(job, ": a store must write whole rows (block runs are for loads only)"));
-    }
-    if (part.gpu_blocks.size() != part.region_blocks.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(job, ": ", part.gpu_blocks.size(),
-                                                     " gpu blocks for ", part.region_blocks.size(),
-                                                     " region blocks"));
-    }
-    const uint64_t region_blocks = geometry_.num_rows * geometry_.blocks_per_row;
-    for (uint64_t b : part.region_blocks) {
-      if (b >= region_blocks) {
-        return absl::OutOfRangeError(absl::StrCat(job, ": region block ", b, " (row ",
-                                                  b / geometry_.blocks_per_row, ") >= num_rows ",
-                                                  geometry_.num_rows));
-      }
-    }
-    if (part.rows != RowsCovered(part.region_blocks, geometry_.blocks_per_row)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(job, ": rows differ from the rows its region blocks lie in"));
-    }
-  } else if (part.gpu_blocks.size() != expected_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        job, ": ", part.gpu_blocks.size(), " gpu blocks for ", part.rows.size(), " rows of ",
-        geometry_.blocks_per_row, " blocks (want ", expected_blocks, ")"));
-  }
-  if (expected_blocks > deps_.max_blocks_per_job) {
-    return absl::InvalidArgumentError(absl::StrCat(job, ": ", expected_blocks,
-                                                   " blocks exceed the limit of ",
-                                                   deps_.max_blocks_per_job, " per job"));
-  }
-  const uint64_t num_blocks = session.memory->num_blocks();
-  for (uint64_t b : part.gpu_blocks) {
-    if (b >= num_blocks) {
-      return absl::OutOfRangeError(
-          absl::StrCat(job, ": gpu block ", b, " >= registered ", num_blocks, " blocks"));
-    }
-  }
-  for (uint64_t r : part.rows) {
-    if (r >= geometry_.num_rows) {
-      return absl::OutOfRangeError(
-          absl::StrCat(job, ": row ", r, " >= num_rows ", geometry_.num_rows));
-    }
-  }
-  if (part.event_index < -1 ||
-      part.event_index >= static_cast<int64_t>(session.memory->num_events())) {
-    return absl::InvalidArgumentError(absl::StrCat(job, ": event index ", part.event_index,
-                                                   " outside the pool of ",
-                                                   session.memory->num_events(), " events"));
-  }
-  return absl::OkStatus();
+  return ValidateJobPart(part, geometry_,
+                         PartBounds{region_epoch_, session.memory->num_blocks(),
+                                    session.memory->num_events(), deps_.max_blocks_per_job},
+                         absl::StrCat("job ", part.job_id, " of mp_rank ", session.mp_rank));
 }
 
 absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
@@ -362,16 +293,13 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
 
       auto jit = jobs_.find(part.job_id);
       if (jit == jobs_.end()) {
-        auto done = finished_.find(part.job_id);
-        if (done != finished_.end()) {
+        if (const RetiredJobs::Outcome* done = retired_.Find(part.job_id)) {
           // A failed job's late part gets the job's verdict (the worker may not have heard it
           // yet); any other part with a retired id is a duplicate.
-          if (!done->second.status.ok() && !done->second.submitted.count(mp_rank)) {
-            return done->second.status;
-          }
+          if (!done->status.ok() && !done->submitted.count(mp_rank)) return done->status;
           return absl::AlreadyExistsError(
               absl::StrCat("job ", part.job_id, " of engine ", key(), " already finished (",
-                           done->second.status.ok() ? "OK" : done->second.status.ToString(),
+                           done->status.ok() ? "OK" : done->status.ToString(),
                            "); job ids must be unique"));
         }
         if (jobs_.size() >= deps_.max_jobs_per_engine) {
@@ -534,12 +462,7 @@ void Engine::MaybeFinish(Job& job, Notices* notices) {
                                           ended.ToString()));
     }
   }
-  finished_.emplace(job.id, Retired{job.status, job.submitted});
-  finished_order_.push_back(job.id);
-  while (finished_order_.size() > deps_.finished_jobs_remembered) {
-    finished_.erase(finished_order_.front());
-    finished_order_.pop_front();
-  }
+  retired_.Remember(job.id, job.status, job.submitted);
   jobs_.erase(job.id);  // `job` is dangling from here on
   MaybeAnnounceClosed(notices);
 }

@@ -39,6 +39,8 @@
 #include "daemon/copy/copy_backend.h"
 #include "daemon/engine/deferred_release.h"
 #include "daemon/engine/job.h"
+#include "daemon/engine/job_part.h"
+#include "daemon/engine/retired_jobs.h"
 #include "daemon/engine/latency_histogram.h"
 #include "daemon/index/slot_index.h"
 #include "daemon/region/memory_budget.h"
@@ -76,27 +78,6 @@ struct EngineDeps {
   // callback's last act): shutdown waits for zero before it frees what callbacks touch.
   std::atomic<int64_t>* callbacks_running = nullptr;
 };
-
-// One worker's part of a job, as submitted.
-struct JobPart {
-  uint64_t job_id = 0;
-  CopyDirection direction = CopyDirection::kStore;
-  std::vector<uint64_t> gpu_blocks;
-  // Whole rows: rows[i] takes gpu_blocks[i × bpr .. (i + 1) × bpr), bpr = blocks_per_row.
-  std::vector<uint64_t> rows;
-  // Loads only, block by block: when not empty, gpu_blocks[i] takes region block
-  // region_blocks[i] (block region_blocks[i] % bpr of row region_blocks[i] / bpr), and `rows`
-  // must be RowsCovered(region_blocks, bpr).
-  std::vector<uint64_t> region_blocks;
-  int32_t event_index = -1;
-  // The region the part was planned against (from OpenEngine or registration); 0 = not checked.
-  // A different value is FAILED_PRECONDITION: the region was re-created and holds no stored data.
-  uint64_t region_epoch = 0;
-};
-
-// The rows that region blocks lie in, in order of appearance, each run of equal rows once.
-std::vector<uint64_t> RowsCovered(const std::vector<uint64_t>& region_blocks,
-                                  uint32_t blocks_per_row);
 
 struct WorkerInfo {
   uint64_t session_id = 0;
@@ -276,13 +257,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Per-tensor page sizes set by the first worker; later workers must match (layout identity).
   std::vector<uint64_t> tensor_pages_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);
-  // Outcomes of retired jobs, bounded, so a late or repeated part gets a precise answer.
-  struct Retired {
-    absl::Status status;
-    std::set<uint32_t> submitted;  // mp_ranks whose part arrived before the job retired
-  };
-  absl::flat_hash_map<uint64_t, Retired> finished_ ABSL_GUARDED_BY(mu_);
-  std::deque<uint64_t> finished_order_ ABSL_GUARDED_BY(mu_);
+  RetiredJobs retired_ ABSL_GUARDED_BY(mu_);
   absl::Time idle_since_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_announced_ ABSL_GUARDED_BY(mu_) = false;  // OnEngineClosed was collected
