@@ -537,12 +537,13 @@ class GenerationTest(unittest.TestCase):
         # vLLM 0.20 completes a preempted request's store (success=True) in
         # build_connector_meta, before any worker submitted it: the rows must stay pending
         # until the copy is done, then read byte-exact (DAEMON_API item 1).
-        _, m = self.manager(self.extra("preempt"))
+        _, m = self.manager(self.extra("preempt"), events=True)
         w, kv = self.worker(self.extra("preempt"))
         k = keys("pre", 2)
         out = G.prepare_store(m, k)
         G.complete_store(m, k)
         self.assertEqual([G.lookup(m, x) for x in k], ["pending", "pending"])
+        self.assertEqual(list(m.take_events()), [])  # not stored yet: no stored event
         self.assertTrue(w.store(7, G.gpu([3, 4]), out.store_spec))
         w.wait({7})
         self.assertTrue(self.done(w, 1)[7].success)
@@ -550,6 +551,8 @@ class GenerationTest(unittest.TestCase):
         while G.hits(m, k) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         self.assertEqual(G.hits(m, k), 2)
+        self.assertEqual([(sorted(e.keys), e.removed) for e in m.take_events()],
+                         [(sorted(k), False)])  # announced once readable
         kv.clobber(3)
         kv.clobber(4)
         load = G.prepare_load(m, k)
@@ -847,6 +850,15 @@ class Generation2026Test(GenerationTest):
         m.reset_cache()
         self.assertEqual(G.hits(m, k), 0)
         self.assertEqual(G.prepare_store(m, k).keys_to_store, k)
+
+    def test_reset_cache_releases_the_stores_vllm_dropped(self):
+        # vLLM's reset_cache discards its in-flight store jobs and never completes them: their
+        # rows must not stay reserved.
+        _, m = self.manager(self.extra("reset2", cpu_bytes_to_use=2 * WORKER_BYTES))
+        self.assertIsNotNone(G.prepare_store(m, keys("a", 2)))
+        self.assertIsNone(G.prepare_store(m, keys("b", 2)))  # both rows being written
+        m.reset_cache()
+        self.assertEqual(G.prepare_store(m, keys("b", 2)).keys_to_store, keys("b", 2))
 
     def test_a_request_that_excludes_cpu_tiers_misses(self):
         _, m = self.manager(self.extra("tiers"))

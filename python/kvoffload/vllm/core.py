@@ -108,6 +108,8 @@ class ManagerCore:
         self._next_reopen = 0.0
         self._salt = b""
         self._closed = False
+        self._outstanding = {}     # salted keys prepared for a store, not completed yet
+        self._pending_stored = []  # salted keys completed but still being written (events)
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -215,7 +217,8 @@ class ManagerCore:
         try:
             self._index.complete_load(k)
         except Exception as e:  # noqa: BLE001 — never into vLLM
-            self._log.warn("complete_load", e)
+            if _code(e) != StatusCode.NOT_FOUND:  # NOT_FOUND: planned before a restart
+                self._log.warn("complete_load", e)
 
     def prepare_store(self, keys):
         """PreparedStore with unsalted keys (request order), or None when the region cannot
@@ -227,6 +230,8 @@ class ManagerCore:
             if _code(e) != StatusCode.RESOURCE_EXHAUSTED:
                 self._log.warn("prepare_store", e)
             return None
+        for key in prepared.keys:
+            self._outstanding[key] = None
         evicted = self._unsalt(prepared.evicted_keys)
         self._event(evicted, removed=True)
         return dataclasses.replace(prepared, keys=self._unsalt(prepared.keys),
@@ -240,17 +245,38 @@ class ManagerCore:
         k = self._k(keys)
         if not k:
             return
+        for key in k:
+            self._outstanding.pop(key, None)
         try:
             self._index.complete_store(k, success=success)
             if success:
-                self._event(self._unsalt(k), removed=False)
+                self._stored(k)
             return
         except Exception as e:  # noqa: BLE001 — never into vLLM
             if not success or _code(e) not in (StatusCode.FAILED_PRECONDITION,
                                              StatusCode.NOT_FOUND):
                 self._log.warn("complete_store", e)
                 return
-        self._event(self._unsalt(self._complete_one_by_one(k)), removed=False)
+        self._stored(self._complete_one_by_one(k))
+
+    def _stored(self, keys):
+        """Stored events for completed keys once they are readable: a commit that arrived
+        before its store job finished (vLLM 0.20's preemption order) is announced when the job
+        is done, and not at all if the job failed."""
+        if self._events is None or not keys:
+            return
+        self._triage(list(keys))
+
+    def _triage(self, keys):
+        try:
+            states = self._index.lookup(keys)
+        except Exception as e:  # noqa: BLE001
+            self._log.warn("lookup for stored events", e)
+            return
+        ready = [k for k, st in zip(keys, states) if st == KeyState.HIT]
+        self._pending_stored.extend(k for k, st in zip(keys, states)
+                                    if st == KeyState.HIT_PENDING)
+        self._event(self._unsalt(ready), removed=False)
 
     def _complete_one_by_one(self, keys):
         """success=True for a batch the daemon refused (some store failed, or a worker already
@@ -276,6 +302,9 @@ class ManagerCore:
             self._events.append(self._make_event(list(keys), removed))
 
     def take_events(self):
+        if self._pending_stored:
+            pending, self._pending_stored = self._pending_stored, []
+            self._triage(pending)
         if not self._events:
             return []
         events, self._events = self._events, []
@@ -283,7 +312,14 @@ class ManagerCore:
 
     def reset(self):
         """vLLM's reset_cache: nothing stored so far is found again (a new key salt)."""
+        outstanding, self._outstanding = list(self._outstanding), {}
+        if outstanding:  # stores vLLM dropped with the reset: never completed otherwise
+            try:
+                self._index.complete_store(outstanding, success=False)
+            except Exception as e:  # noqa: BLE001
+                logger.info("kvoffload: releasing stores dropped by the reset: %s", e)
         self._salt = os.urandom(4)
+        self._pending_stored = []
         if self._events is not None:
             self._events = []
         logger.info("kvoffload: offloaded cache reset (new key salt)")
