@@ -42,10 +42,6 @@ struct kvo_worker {
   std::unique_ptr<kvo::WorkerClient> client;
   int32_t device = -1;
   bool cuda = false;
-
-  // WorkerClient::PollFinished drains everything; jobs beyond a poll's capacity wait here.
-  absl::Mutex mu;
-  std::deque<kvo::FinishedJob> pending ABSL_GUARDED_BY(mu);
 };
 
 struct kvo_scheduler {
@@ -501,14 +497,10 @@ int kvo_worker_poll(kvo_worker* worker, kvo_finished* out, size_t capacity, size
     if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
     if (absl::Status s = Required(n_out, "n_out"); !s.ok()) return s;
     if (absl::Status s = ArrayArg(out, capacity, "out"); !s.ok()) return s;
-    absl::MutexLock lock(&worker->mu);
-    for (kvo::FinishedJob& job : worker->client->PollFinished()) {
-      worker->pending.push_back(std::move(job));
-    }
+    // Jobs beyond `capacity` stay in the client for the next poll or wait: one queue.
     size_t n = 0;
-    while (n < capacity && !worker->pending.empty()) {
-      FinishedToC(worker->pending.front(), &out[n++]);
-      worker->pending.pop_front();
+    for (const kvo::FinishedJob& job : worker->client->PollFinished(capacity)) {
+      FinishedToC(job, &out[n++]);
     }
     *n_out = n;
     return absl::OkStatus();
@@ -522,34 +514,12 @@ int kvo_worker_wait(kvo_worker* worker, uint64_t job_id, int64_t timeout_ms, kvo
     if (absl::Status s = Required(out, "out"); !s.ok()) return s;
     const absl::Duration timeout =
         timeout_ms < 0 ? absl::InfiniteDuration() : absl::Milliseconds(timeout_ms);
-    const absl::Time deadline = absl::Now() + timeout;
-    // A concurrent poll may move the job into `pending` while we wait on the client, so wait in
-    // slices and look there between them (WaitFinished itself returns as soon as the job ends).
-    while (true) {
-      {
-        absl::MutexLock lock(&worker->mu);
-        for (auto it = worker->pending.begin(); it != worker->pending.end(); ++it) {
-          if (it->job_id == job_id) {
-            FinishedToC(*it, out);
-            worker->pending.erase(it);
-            return absl::OkStatus();
-          }
-        }
-      }
-      const absl::Duration left = deadline - absl::Now();
-      const absl::Duration slice = std::max(absl::ZeroDuration(),
-                                            std::min(left, absl::Milliseconds(20)));
-      absl::StatusOr<kvo::FinishedJob> job = worker->client->WaitFinished(job_id, slice);
-      if (job.ok()) {
-        FinishedToC(*job, out);
-        return absl::OkStatus();
-      }
-      if (job.status().code() != absl::StatusCode::kDeadlineExceeded) return job.status();
-      if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "job ", job_id, " not finished after ", absl::FormatDuration(timeout)));
-      }
-    }
+    // Woken by the client's reader the moment the verdict arrives (no polling). A job that a
+    // concurrent poll took is that poll's, as with any other consumer.
+    absl::StatusOr<kvo::FinishedJob> job = worker->client->WaitFinished(job_id, timeout);
+    if (!job.ok()) return job.status();
+    FinishedToC(*job, out);
+    return absl::OkStatus();
   });
 }
 

@@ -328,11 +328,12 @@ absl::Status WorkerClient::Submit(const JobRequest& job) {
   return absl::UnavailableError("the session with kvoffloadd has ended");
 }
 
-std::vector<FinishedJob> WorkerClient::PollFinished() {
+std::vector<FinishedJob> WorkerClient::PollFinished(size_t max) {
   absl::MutexLock lock(&impl_->mu);
   std::vector<FinishedJob> out;
-  for (auto& [id, job] : impl_->finished) out.push_back(std::move(job));
-  impl_->finished.clear();
+  auto it = impl_->finished.begin();
+  for (; it != impl_->finished.end() && out.size() < max; ++it) out.push_back(std::move(it->second));
+  impl_->finished.erase(impl_->finished.begin(), it);
   return out;
 }
 

@@ -154,8 +154,9 @@ class WorkerClient {
   // arrives as a FinishedJob (a refused part finishes with its error code).
   absl::Status Submit(const JobRequest& job);
 
-  // Returns and forgets every finished job received so far (non-blocking).
-  std::vector<FinishedJob> PollFinished();
+  // Returns and forgets the finished jobs received so far, at most `max` of them (lowest job ids
+  // first; the rest stay for the next poll or WaitFinished). Non-blocking.
+  std::vector<FinishedJob> PollFinished(size_t max = SIZE_MAX);
   // Waits for one job; DEADLINE_EXCEEDED after `timeout`; the session's status if it ends first.
   absl::StatusOr<FinishedJob> WaitFinished(uint64_t job_id, absl::Duration timeout);
 
