@@ -253,17 +253,46 @@ class G_2026_08:
             self.offloading_config(extra, tp_rank=tp_rank, **kw))
 
     def ctx(self, **kw):
-        return self.base.ReqContext(req_id="req", **kw)
+        import uuid
+        kw.setdefault("req_id", "req-" + uuid.uuid4().hex[:8])  # a new request each time
+        return self.base.ReqContext(**kw)
 
     def lookup(self, manager, key, ctx=None):
         r = manager.lookup(key, ctx or self.ctx())
         L = self.base.LookupResult
         return {L.HIT: "hit", L.HIT_PENDING: "pending", L.MISS: "miss", L.RETRY: "retry"}[r]
 
+    def attempt(self, manager, ks, ctx):
+        """One of vLLM's scheduling attempts for a request: its maximal-prefix lookup (a
+        pending or retry answer defers the request; scanning goes on but for a miss), then the
+        touch of its keys, then the end of the scheduler step. (hit count, deferred)."""
+        n, deferred = 0, False
+        for k in ks:
+            r = self.lookup(manager, k, ctx)
+            if r == "hit":
+                n += 1
+            elif r == "pending":
+                n, deferred = n + 1, True
+            elif r == "retry":
+                deferred = True
+            else:
+                break
+        manager.touch(ks, ctx)
+        manager.on_schedule_end(self.base.ScheduleEndContext(new_req_ids=(),
+                                                             preempted_req_ids=()))
+        return n, deferred
+
     def hits(self, manager, ks):
+        """Leading hits as vLLM's scheduler finds them: attempts until one is not deferred
+        (a pending key keeps deferring: then the last attempt's count of plain hits)."""
+        ctx = self.ctx()
+        for _ in range(3):
+            n, deferred = self.attempt(manager, ks, ctx)
+            if not deferred:
+                return n
         n = 0
         for k in ks:
-            if self.lookup(manager, k) != "hit":
+            if self.lookup(manager, k, ctx) != "hit":
                 break
             n += 1
         return n
@@ -837,6 +866,28 @@ class Generation2026Test(GenerationTest):
         self.assertFalse(m.has_pending_work())
         self.assertIsNone(m.get_stats())
         m.on_request_finished(ctx)
+
+    def test_a_hot_request_costs_one_daemon_lookup_per_attempt(self):
+        _, m = self.manager(self.extra("hot", cpu_bytes_to_use=64 * WORKER_BYTES))
+        w, _ = self.worker(self.extra("hot", cpu_bytes_to_use=64 * WORKER_BYTES))
+        k = keys("hot", 50)
+        out = G.prepare_store(m, k)
+        self.assertTrue(w.store(1, G.gpu([i % BLOCKS for i in range(50)]), out.store_spec))
+        w.wait({1})
+        G.complete_store(m, k)
+        calls = []
+        one, many = m.core.lookup, m.core.lookup_many
+        m.core.lookup = lambda key: calls.append(1) or one(key)
+        m.core.lookup_many = lambda ks: calls.append(len(ks)) or many(ks)
+        ctx = G.ctx()
+        self.assertEqual(G.attempt(m, k, ctx), (1, True))      # 1 call; deferred one step
+        self.assertEqual(G.attempt(m, k, ctx), (50, False))    # 1 call for all 50
+        self.assertEqual(calls, [1, 50])
+        self.assertEqual(G.attempt(m, k + keys("cold", 3), ctx)[0], 50)
+        cold = G.ctx()
+        self.assertEqual(G.attempt(m, keys("cold", 3), cold), (0, False))  # a miss: no delay
+        m.on_request_finished(ctx)
+        self.assertNotIn(ctx.req_id, m._keys)
 
     def test_reset_cache_forgets_what_was_stored(self):
         _, m = self.manager(self.extra("reset"))

@@ -62,19 +62,54 @@ def _allows_cpu(req_context):
 
 
 class KvoffloadManager(OffloadingManager):
-    """The 2026-08 generation's OffloadingManager over core.ManagerCore."""
+    """The 2026-08 generation's OffloadingManager over core.ManagerCore.
+
+    vLLM asks lookup() one key at a time, and touches the request's keys only after its
+    lookups. So that a request costs one daemon call per scheduling attempt rather than one per
+    block: the first lookup of a request whose keys are not known yet asks the daemon for that
+    key; a hit is answered, and the rest of this attempt's lookups answer RETRY without a call
+    (vLLM keeps scanning, then tries the request again next step). The touch that follows gives
+    the request's keys; the next attempt's first lookup looks up all of them from its position
+    in one call, and that attempt's later lookups are answered from it. Answers are kept only
+    within one attempt (cleared by touch, by every store/load call and at the end of each
+    scheduler step), so they are never staler than the daemon's own answer would be in the
+    same step."""
 
     def __init__(self, core_):
         self.core = core_
+        self._keys = {}        # req_id -> {key: position}, from the request's last touch
+        self._key_lists = {}   # req_id -> [keys], same order
+        self._states = {}      # req_id -> {key: KeyState}, this attempt's batched lookup
+        self._collecting = set()  # req_ids whose attempt answers RETRY until the next touch
+
+    def _forget_states(self):
+        self._states = {}
 
     @gen_common.never_raises(LookupResult.MISS)
     def lookup(self, key, req_context):
         if not _allows_cpu(req_context):
             return LookupResult.MISS
-        return _LOOKUP.get(self.core.lookup(core.as_key(key)), LookupResult.MISS)
+        key = core.as_key(key)
+        rid = getattr(req_context, "req_id", None)
+        states = self._states.get(rid)
+        if states is not None and key in states:
+            return _LOOKUP.get(states[key], LookupResult.MISS)
+        pos = self._keys.get(rid, {}).get(key)
+        if pos is not None:
+            batch = self._key_lists[rid][pos:]
+            states = dict(zip(batch, self.core.lookup_many(batch)))
+            self._states[rid] = states
+            return _LOOKUP.get(states.get(key), LookupResult.MISS)
+        if rid is not None and rid in self._collecting:
+            return LookupResult.RETRY
+        state = self.core.lookup(key)
+        if rid is not None and state in (KeyState.HIT, KeyState.HIT_PENDING):
+            self._collecting.add(rid)
+        return _LOOKUP.get(state, LookupResult.MISS)
 
     @gen_common.never_raises(lambda: KvoffloadLoadStoreSpec([], failed=True))
     def prepare_load(self, keys, req_context):
+        self._forget_states()
         rows = self.core.prepare_load(core.unique(keys))
         if rows is None:
             return KvoffloadLoadStoreSpec([], self.core.region_epoch, self.core.job_nonce,
@@ -83,14 +118,23 @@ class KvoffloadManager(OffloadingManager):
 
     @gen_common.never_raises(None)
     def touch(self, keys, req_context=None):
+        keys = core.unique(keys)
+        rid = getattr(req_context, "req_id", None)
+        if rid is not None:
+            self._key_lists[rid] = keys
+            self._keys[rid] = {k: i for i, k in enumerate(keys)}
+            self._states.pop(rid, None)
+            self._collecting.discard(rid)
         self.core.touch(keys)
 
     @gen_common.never_raises(None)
     def complete_load(self, keys, req_context=None):
+        self._forget_states()
         self.core.complete_load(keys)
 
     @gen_common.never_raises(None)
     def prepare_store(self, keys, req_context):
+        self._forget_states()
         prepared = self.core.prepare_store(keys)
         if prepared is None:
             return None
@@ -102,26 +146,33 @@ class KvoffloadManager(OffloadingManager):
 
     @gen_common.never_raises(None)
     def complete_store(self, keys, req_context=None, success=True):
+        self._forget_states()
         self.core.complete_store(keys, success=success)
 
     def on_new_request(self, req_context):
         return RequestOffloadingContext(policy=OffloadPolicy.BLOCK_LEVEL)
 
     def on_request_finished(self, req_context):
-        return None
+        rid = getattr(req_context, "req_id", None)
+        for table in (self._keys, self._key_lists, self._states):
+            table.pop(rid, None)
+        self._collecting.discard(rid)
 
     @gen_common.never_raises(list)
     def take_events(self):
         return self.core.take_events()
 
     def on_schedule_end(self, context):
-        return None
+        self._states = {}
+        self._collecting = set()
 
     def has_pending_work(self):
         return False
 
     @gen_common.never_raises(None)
     def reset_cache(self):
+        self._forget_states()
+        self._collecting = set()
         self.core.reset()
 
     def get_stats(self):
