@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "client/c_abi/spec_from_c.h"
 #include "client/cuda/cuda_client.h"
+#include "common/limits.h"
 #include "client/daemon_socket.h"
 #include "client/kvoffload_client.h"
 
@@ -36,6 +37,9 @@
 namespace kvo = kvoffload::client;
 
 // The opaque handles. The EventPool belongs to the worker handle and outlives its session.
+// The C header repeats what every layer shares; a second definition that diverges fails here.
+static_assert(KVO_MAX_KEY_BYTES == kvoffload::common::kMaxKeyBytes, "KVO_MAX_KEY_BYTES");
+
 struct kvo_worker {
   // Declared first so that it is destroyed last: the session ends before its events go.
   std::unique_ptr<kvo::cuda::EventPool> events;  // null for host workers or num_events == 0

@@ -7,8 +7,8 @@ kvoffload.vllm is the OffloadingSpec for vLLM's OffloadingConnector (it imports 
 used).
 """
 
-from .client import (DEFAULT_CALL_TIMEOUT_S, DEFAULT_OPEN_TIMEOUT_S, EngineSpec, FinishedJob,
-                     Geometry, KeyState, KvoffloadError, PreparedStore, Scheduler, StatusCode,
+from .client import (DEFAULT_CALL_TIMEOUT_S, DEFAULT_OPEN_TIMEOUT_S, Direction, EngineSpec,
+                     FinishedJob, Geometry, KeyState, KvoffloadError, PreparedStore, Scheduler, StatusCode,
                      Worker, WorkerInfo, code_name, version)
 from .host import HostAllocation, HostTensor
 from .tensors import TensorView, kv_tensor_views
@@ -17,7 +17,7 @@ from ._native import LibraryNotFoundError
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_OPEN_TIMEOUT_S", "EngineSpec", "FinishedJob", "Geometry",
+    "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_OPEN_TIMEOUT_S", "Direction", "EngineSpec", "FinishedJob", "Geometry",
     "HostAllocation", "HostTensor", "KeyState", "KvoffloadError", "LibraryNotFoundError",
     "PreparedStore", "Scheduler", "StatusCode",
     "TensorView", "Worker", "WorkerInfo", "code_name", "kv_tensor_views", "version",

@@ -63,6 +63,22 @@ class KvoffloadError(Exception):
         super().__init__("%s: %s" % (self.name, message))
 
 
+class Direction(enum.IntEnum):
+    """A job's direction (KVO_STORE / KVO_LOAD of kvoffload_c.h)."""
+    STORE = 1  # GPU → host region
+    LOAD = 2   # host region → GPU
+
+    @classmethod
+    def of(cls, direction) -> "Direction":
+        """A Direction from itself or from "store" / "load"."""
+        if isinstance(direction, cls):
+            return direction
+        if direction in ("store", "load"):
+            return cls.STORE if direction == "store" else cls.LOAD
+        raise ValueError("direction must be 'store', 'load' or a Direction, not %r" %
+                         (direction,))
+
+
 class KeyState(enum.IntEnum):
     MISS = 0
     HIT = 1
@@ -397,8 +413,7 @@ class Worker(_Handle):
         """Submits a part as runs (gpu_block, row, num_rows): rows [row, row + num_rows) take GPU
         blocks [gpu_block, gpu_block + num_rows × blocks_per_row). direction: "store" | "load".
         A job of one run costs the same host work at any size."""
-        if direction not in ("store", "load"):
-            raise ValueError("direction must be 'store' or 'load', not %r" % (direction,))
+        direction = Direction.of(direction)
         runs = list(runs)
         arr = (_native.c_block_run * max(1, len(runs)))()
         for i, run in enumerate(runs):
@@ -408,7 +423,7 @@ class Worker(_Handle):
             arr[i] = _native.c_block_run(*(int(x) for x in run))
         err = _err_buffer()
         _raise_for(self._lib.kvo_worker_submit_runs(
-            self._h(), job_id, 1 if direction == "store" else 2, arr, len(runs), event_index,
+            self._h(), job_id, direction, arr, len(runs), event_index,
             region_epoch, err, len(err)), err)
 
     def submit_ranges(self, job_id: int, direction: str, ranges, event_index: int = -1,
@@ -418,8 +433,7 @@ class Worker(_Handle):
         (first_block < blocks_per_row) into GPU blocks [gpu_block, gpu_block + num_blocks). A
         range may start and end inside a row (an offloaded block whose head the engine still
         holds). direction "load" ("store" is INVALID_ARGUMENT: stores write whole rows)."""
-        if direction not in ("store", "load"):
-            raise ValueError("direction must be 'store' or 'load', not %r" % (direction,))
+        direction = Direction.of(direction)
         ranges = list(ranges)
         arr = (_native.c_block_range * max(1, len(ranges)))()
         for i, r in enumerate(ranges):
@@ -429,7 +443,7 @@ class Worker(_Handle):
             arr[i] = _native.c_block_range(*(int(x) for x in r))
         err = _err_buffer()
         _raise_for(self._lib.kvo_worker_submit_ranges(
-            self._h(), job_id, 1 if direction == "store" else 2, arr, len(ranges), event_index,
+            self._h(), job_id, direction, arr, len(ranges), event_index,
             region_epoch, err, len(err)), err)
 
     @property
@@ -449,12 +463,12 @@ class Worker(_Handle):
         Scheduler.region_epoch the rows were planned in (0 = this session's region); a
         re-created region fails the job with FAILED_PRECONDITION. The verdict comes from
         poll/wait."""
-        self._submit(1, job_id, gpu_blocks, rows, event_index, region_epoch)
+        self._submit(Direction.STORE, job_id, gpu_blocks, rows, event_index, region_epoch)
 
     def submit_load(self, job_id: int, gpu_blocks, rows, event_index: int = -1,
                     region_epoch: int = 0) -> None:
         """Sends this worker's part of a load (host → GPU) job (rows from prepare_load)."""
-        self._submit(2, job_id, gpu_blocks, rows, event_index, region_epoch)
+        self._submit(Direction.LOAD, job_id, gpu_blocks, rows, event_index, region_epoch)
 
     def record_event(self, index: int, stream=None) -> None:
         """cudaEventRecord(event[index], stream). FAILED_PRECONDITION on a host worker."""

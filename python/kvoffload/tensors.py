@@ -132,7 +132,10 @@ def kv_tensor_views(kv_caches, num_blocks=None, block_dim=None, merge=True):
 
 
 def as_views(tensors, num_blocks=None, block_dim=None):
-    """Accepts tensors, TensorViews or (data_ptr, num_blocks, stride, page) tuples, mixed."""
+    """Accepts one tensor (e.g. a cross-layer cache), tensors, TensorViews or (data_ptr,
+    num_blocks, stride, page) tuples, mixed."""
+    if _is_tensor(tensors):  # iterating a tensor would walk its first dimension
+        return kv_tensor_views(tensors, num_blocks, block_dim)
     out = []
     pending = []
     items = list(tensors.values()) if isinstance(tensors, dict) else list(tensors)

@@ -91,6 +91,18 @@ class KvTensorViewsTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             kv_tensor_views(t)
 
+    def test_as_views_accepts_one_bare_tensor(self):
+        # A cross-layer cache [num_blocks, layers, 2, block_size, heads, head_dim] passed alone,
+        # iterable like a torch tensor: one view, a whole block's layers per page.
+        class IterableTensor(FakeTensor):
+            def __iter__(self):
+                inner = self.shape[1:]
+                return iter(FakeTensor(self.ptr, inner) for _ in range(self.shape[0]))
+
+        t = IterableTensor(0x10000, (512, 32, 2, 16, 8, 128))
+        page = 32 * 2 * 16 * 8 * 128 * 2
+        self.assertEqual(as_views(t, num_blocks=512), [TensorView(0x10000, 512, page, page)])
+
     def test_as_views_accepts_tuples_and_tensors(self):
         t = FakeTensor(0x8000, (N, BS, 64))
         views = as_views([(1, 2, 3, 3), t])
