@@ -34,6 +34,16 @@ absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions&
     return absl::InvalidArgumentError(absl::StrCat(
         "--copy_path must be auto, copy_engine, staged or kernel (got '", options.copy_path, "')"));
   }
+  if (options.sm_copies == "if_mps") {
+    cuda_options.sm_copies = cuda::SmCopies::kIfMps;
+  } else if (options.sm_copies == "always") {
+    cuda_options.sm_copies = cuda::SmCopies::kAlways;
+  } else if (options.sm_copies == "never") {
+    cuda_options.sm_copies = cuda::SmCopies::kNever;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sm_copies must be if_mps, always or never (got '", options.sm_copies, "')"));
+  }
   absl::StatusOr<std::unique_ptr<CopyBackend>> backend = cuda::CreateCudaCopyBackend(cuda_options);
   if (backend.ok() || options.kind == "cuda") return backend;
   if (backend.status().code() != absl::StatusCode::kUnavailable) return backend.status();

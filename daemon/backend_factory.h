@@ -16,6 +16,7 @@ struct BackendOptions {
   int host_copy_threads = 4;
   int copy_sms = 8;  // CUDA: SMs of one staging gather/scatter launch
   std::string copy_path = "auto";  // CUDA: auto | copy_engine | staged | kernel
+  std::string sm_copies = "if_mps";  // CUDA: if_mps | always | never
   uint64_t staging_mib_per_device = 1024;  // CUDA: staging of all workers on one GPU
 };
 

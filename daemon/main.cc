@@ -51,16 +51,21 @@ ABSL_FLAG(int64_t, first_message_timeout_s, 10,
 ABSL_FLAG(int32_t, populate_threads, 8, "Threads that fault a new region in.");
 ABSL_FLAG(bool, huge_pages, false, "Try hugetlbfs pages for regions (falls back, with a note).");
 ABSL_FLAG(int32_t, host_copy_threads, 4, "Host backend: memcpy threads.");
+ABSL_FLAG(std::string, sm_copies, "if_mps",
+          "CUDA: when the daemon may copy with kernels (the staged and kernel paths) instead of "
+          "copy engines alone: if_mps (on a GPU where its context is an MPS client, so kernels "
+          "share SMs with the model's instead of time-slicing it), always, or never.");
 ABSL_FLAG(int32_t, copy_sms, 8,
-          "CUDA: SMs of one short gather/scatter launch that reorders pages through device "
-          "staging; the copy engines carry the bytes.");
+          "CUDA, SM paths only: SMs of one short gather/scatter launch that reorders pages "
+          "through device staging; the copy engines carry the bytes.");
 ABSL_FLAG(uint64_t, staging_mib_per_device, 1024,
-          "CUDA: device staging of all workers on one GPU together (each worker and direction "
-          "takes 64 MiB while it copies, freed after 30 s idle); a job that finds no room is "
-          "copied by the kernel path instead. 0: never stage.");
+          "CUDA, SM paths only: device staging of all workers on one GPU together (each worker "
+          "and direction takes 64 MiB while it stages, freed after 30 s idle); a job that finds "
+          "no room goes by copy engines. 0: never stage.");
 ABSL_FLAG(std::string, copy_path, "auto",
-          "CUDA: auto (the daemon picks per job), or force copy_engine, staged or kernel "
-          "(diagnostics and benchmarks).");
+          "CUDA: auto (copy engines; with SM paths, the daemon picks per job), or force "
+          "copy_engine, staged or kernel (diagnostics and benchmarks; staged and kernel turn "
+          "the SM paths on).");
 ABSL_FLAG(int64_t, shutdown_grace_s, 10, "On SIGTERM, seconds running copies get to finish.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off. SIGHUP re-reads it.");
@@ -169,6 +174,7 @@ int main(int argc, char** argv) {
   backend_options.host_copy_threads = absl::GetFlag(FLAGS_host_copy_threads);
   backend_options.copy_sms = absl::GetFlag(FLAGS_copy_sms);
   backend_options.copy_path = absl::GetFlag(FLAGS_copy_path);
+  backend_options.sm_copies = absl::GetFlag(FLAGS_sm_copies);
   backend_options.staging_mib_per_device = absl::GetFlag(FLAGS_staging_mib_per_device);
   auto backend = d::CreateBackend(backend_options);
   if (!backend.ok()) return Fail(backend.status());

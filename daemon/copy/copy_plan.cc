@@ -91,6 +91,7 @@ const char* CopyPathName(CopyPath path) {
 
 CopyPath ChooseCopyPath(const DescriptorTable& table, const std::vector<TensorDescriptor>& tensors,
                         const CopyPathPolicy& policy) {
+  if (!policy.sm_paths) return CopyPath::kCopyEngine;
   if (table.blocks.empty() || tensors.empty()) return CopyPath::kStaged;
   uint64_t segment_bytes = kNever;
   if (tensors.size() == 1) {

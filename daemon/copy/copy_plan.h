@@ -5,7 +5,8 @@
 //                              the copy engines, or memcpy in the host backend, move directly);
 //   * PlanStagedChunks       — the staged path's layout: blocks packed into staging chunks laid
 //                              out like the host side, one copy per contiguous host run;
-//   * ChooseCopyPath         — which path moves a job, from the job's shape alone.
+//   * ChooseCopyPath         — which path moves a job: copy engines unless SM paths are allowed,
+//                              then from the job's shape.
 //
 //   ASSIGN_OR_RETURN(DescriptorTable table, BuildDescriptorTable(job, num_blocks, bpb));
 //   switch (ChooseCopyPath(table, tensors, policy)) { ... }
@@ -101,6 +102,11 @@ const char* CopyPathName(CopyPath path);
 inline constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
 
 struct CopyPathPolicy {
+  // Whether the SM paths (staged, kernel) may be used at all: only where the daemon's kernels
+  // share SMs with the model (MPS) or the operator says so. Without them every job goes by copy
+  // engines, whatever its shape: even short staging launches from another process cost the
+  // model a time slice each (issue 17: GEMM +17.6 %, decode +30 % against 0.7 % / 3.4 % by DMA).
+  bool sm_paths = false;
   // Direct DMA when the job's segments average at least this many bytes (one tensor: merged
   // segments; several: the smallest page, since their pages never merge across blocks).
   uint64_t copy_engine_min_segment_bytes = uint64_t{1} << 20;
@@ -111,8 +117,9 @@ struct CopyPathPolicy {
   uint64_t staging_chunk_bytes = uint64_t{32} << 20;
 };
 
-// Picks the path for a job. Host work: O(blocks) when the worker has one tensor, O(tensors)
-// otherwise (plus one pass over the host runs for the staged decision).
+// Picks the path for a job: kCopyEngine without SM paths; else by shape. Host work: O(blocks) when
+// the worker has one tensor, O(tensors) otherwise (plus one pass over the host runs for the
+// staged decision).
 CopyPath ChooseCopyPath(const DescriptorTable& table, const std::vector<TensorDescriptor>& tensors,
                         const CopyPathPolicy& policy);
 

@@ -113,8 +113,9 @@ TEST(PlanStagedChunksTest, PacksWholeBlocksAndOneCopyPerHostRun) {
   EXPECT_TRUE(empty->chunks.empty());
 }
 
-TEST(ChooseCopyPathTest, PicksFromTheJobsShape) {
+TEST(ChooseCopyPathTest, PicksFromTheJobsShapeWhereSmPathsAreAllowed) {
   CopyPathPolicy policy;
+  policy.sm_paths = true;
   policy.copy_engine_min_segment_bytes = 1 << 20;
   policy.staged_min_run_bytes = 64 << 10;
   policy.staging_chunk_bytes = 32 << 20;
@@ -141,6 +142,22 @@ TEST(ChooseCopyPathTest, PicksFromTheJobsShape) {
   policy.staging_chunk_bytes = bpb - 1;
   EXPECT_EQ(ChooseCopyPath(contiguous, layers, policy), CopyPath::kKernel);
   EXPECT_STREQ(CopyPathName(CopyPath::kStaged), "staged");
+}
+
+// No MPS, no explicit flag: every shape goes by copy engines, the ones the SM paths would win too.
+TEST(ChooseCopyPathTest, WithoutSmPathsEveryJobGoesByCopyEngines) {
+  const CopyPathPolicy policy;  // the default: sm_paths = false
+  EXPECT_FALSE(policy.sm_paths);
+  std::vector<TensorDescriptor> layers;
+  for (int l = 0; l < 8; ++l) layers.push_back({uint64_t(l) << 32, 32768, 32768, l * 32768ull});
+  const uint64_t bpb = 8 * 32768;
+  EXPECT_EQ(ChooseCopyPath(Table(bpb, {{0, 0}, {5, bpb}, {9, 2 * bpb}}), layers, policy),
+            CopyPath::kCopyEngine);
+  std::vector<TensorDescriptor> block_first = {{0, 4096, 4096, 0}};
+  std::vector<std::pair<uint64_t, uint64_t>> scattered;
+  for (uint64_t i = 0; i < 1024; ++i) scattered.push_back({i, (1023 - i) * 4096});
+  EXPECT_EQ(ChooseCopyPath(Table(4096, scattered), block_first, policy), CopyPath::kCopyEngine);
+  EXPECT_EQ(ChooseCopyPath(Table(4096, {}), block_first, policy), CopyPath::kCopyEngine);
 }
 
 }  // namespace

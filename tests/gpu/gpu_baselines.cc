@@ -1,10 +1,11 @@
 // GPU copy baselines on one GPU: what the copy backend's kernels achieve against the copy engines
 // and against one big contiguous copy (the link's ceiling), per page size and direction.
-// Results and conclusions: daemon/copy/cuda/TUNING.md.
+// Results and conclusions: docs/TUNING.md.
 //
 //   gpu_baselines [--sweep] [--quick] [--no_layers] [--reps=5] [--mib=1024]
 //                 [--pages=4096,16384,65536,262144,524288,1048576,2097152]
-//                 [--sm=N] [--threads=N] [--unroll=N]   (kernel config; default: backend defaults)
+//                 [--sm=N] [--threads=N] [--unroll=N]   (the `kernel` rows' config; default: the
+//                 backend's kernel path, 16 × 512 × 8)
 //
 // Every measurement moves --mib MiB between a device buffer and a registered (pinned, mapped)
 // host buffer, page by page in a random page order, and is the median of --reps timed runs after
@@ -13,9 +14,9 @@
 //   memcpy_per_page  one cudaMemcpyAsync per page
 //   memcpy_batch     cudaMemcpyBatchAsync, 4096 pages per call
 //   kernel           the backend's gather/scatter kernel (LaunchCopyPages) on raw pointers
-//   kernel_l2pf128/256  the scatter kernel with an L2 prefetch-size hint (loads)
-//   backend          CudaCopyBackend::Submit end to end (descriptor build + upload, kernel or
-//                    staged load, completion polling), wall clock, default options
+//   backend          CudaCopyBackend::Submit end to end (descriptor build, copy, completion
+//                    polling), wall clock, default options (copy engines unless MPS runs);
+//                    backend_kernel / backend_staged force those paths
 //   kernel_duplex    store and load kernels at once on two streams (sum of both directions)
 //   kernel_sweep     (--sweep) the kernel over grid × threads × unroll (× unit bytes)
 //   backend_layers[_staged]  many tensors per block (large slots, small pages): stores, loads on
@@ -198,15 +199,18 @@ class Bench {
  public:
   explicit Bench(const Flags& flags) : flags_(flags) {}
 
-  // Backend options: defaults, with the kernel config flags applied.
-  CudaBackendOptions Options() const {
-    CudaBackendOptions o;
-    if (flags_.sm > 0) o.kernel_sms = flags_.sm;
-    if (flags_.threads > 0) o.threads_per_block = flags_.threads;
-    if (flags_.unroll > 0) o.unroll = flags_.unroll;
-    // `backend` rows: the path the daemon picks itself (ForcedPath::kAuto); `backend_kernel` and
-    // `backend_staged` rows force one path, so each path's win is measured in the same run.
-    return o;
+  // Backend options: the defaults. `backend` rows: the path the daemon picks itself
+  // (ForcedPath::kAuto); `backend_kernel` and `backend_staged` rows force one path, so each
+  // path's win is measured in the same run.
+  CudaBackendOptions Options() const { return CudaBackendOptions(); }
+
+  // The `kernel` rows' config: the backend's kernel path, with the config flags applied.
+  CopyKernelConfig KernelFlagsConfig() const {
+    CopyKernelConfig c;
+    if (flags_.sm > 0) c.max_blocks = flags_.sm;
+    if (flags_.threads > 0) c.threads_per_block = flags_.threads;
+    if (flags_.unroll > 0) c.unroll = flags_.unroll;
+    return c;
   }
 
   void Run() {
@@ -384,11 +388,7 @@ class Bench {
     CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&d_tensor), sizeof(KernelTensor)));
     CHECK_CUDA(cudaMemcpy(d_tensor, &tensor, sizeof(tensor), cudaMemcpyHostToDevice));
 
-    const CudaBackendOptions defaults = Options();
-    CopyKernelConfig config;
-    config.max_blocks = defaults.kernel_sms;
-    config.threads_per_block = defaults.threads_per_block;
-    config.unroll = defaults.unroll;
+    const CopyKernelConfig config = KernelFlagsConfig();
     auto kernel_args = [&](bool store, uint32_t unit_bytes) {
       KernelTensor t = tensor;
       CopyPagesArgs a;
@@ -427,13 +427,13 @@ class Bench {
       Emit("memcpy_batch", store, page, bytes, ms, "\"batch\":4096");
     kernels:
       // kernel (default config)
-      const CopyPagesArgs a = kernel_args(store, defaults.unit_bytes);
+      const CopyPagesArgs a = kernel_args(store, daemon::cuda::kUnitBytes);
       ms = TimeOnStream(stream_, flags_.reps,
                         [&] { CHECK_CUDA(LaunchCopyPages(a, config, stream_)); });
-      Emit("kernel", store, page, bytes, ms, ConfigJson(config, defaults.unit_bytes));
+      Emit("kernel", store, page, bytes, ms, ConfigJson(config, daemon::cuda::kUnitBytes));
       // backend end to end
       ms = TimeBackend(backend_.get(), store, page, n, perm);
-      Emit("backend", store, page, bytes, ms, ConfigJson(config, defaults.unit_bytes));
+      Emit("backend", store, page, bytes, ms, ConfigJson(config, daemon::cuda::kUnitBytes));
       for (daemon::cuda::ForcedPath forced :
            {daemon::cuda::ForcedPath::kKernel, daemon::cuda::ForcedPath::kStaged}) {
         // Another backend needs the registration meanwhile.
@@ -445,21 +445,21 @@ class Bench {
         CHECK_OK((*b)->RegisterRegion(host_, bytes, page));
         ms = TimeBackend(b->get(), store, page, n, perm);
         Emit(forced == daemon::cuda::ForcedPath::kKernel ? "backend_kernel" : "backend_staged",
-             store, page, bytes, ms, ConfigJson(config, defaults.unit_bytes));
+             store, page, bytes, ms, ConfigJson(config, daemon::cuda::kUnitBytes));
         (*b)->UnregisterRegion(host_);
         b->reset();
         CHECK_OK(backend_->RegisterRegion(host_, bytes, page));
       }
     }
     if (!flags_.quick) {
-      VerifyKernel(kernel_args(true, defaults.unit_bytes),
-                   kernel_args(false, defaults.unit_bytes), config, page, n, perm);
+      VerifyKernel(kernel_args(true, daemon::cuda::kUnitBytes),
+                   kernel_args(false, daemon::cuda::kUnitBytes), config, page, n, perm);
     }
 
     // Store and load at once (two streams): the sum of both directions.
     {
-      const CopyPagesArgs s = kernel_args(true, defaults.unit_bytes);
-      const CopyPagesArgs l = kernel_args(false, defaults.unit_bytes);
+      const CopyPagesArgs s = kernel_args(true, daemon::cuda::kUnitBytes);
+      const CopyPagesArgs l = kernel_args(false, daemon::cuda::kUnitBytes);
       cudaEvent_t start, stop, joined;
       CHECK_CUDA(cudaEventCreate(&start));
       CHECK_CUDA(cudaEventCreate(&stop));
@@ -479,7 +479,7 @@ class Bench {
         if (r > 0) times.push_back(t);
       }
       Emit("kernel_duplex", true, page, 2 * bytes, Median(times),
-           ConfigJson(config, defaults.unit_bytes));
+           ConfigJson(config, daemon::cuda::kUnitBytes));
       cudaEventDestroy(start);
       cudaEventDestroy(stop);
       cudaEventDestroy(joined);
@@ -497,10 +497,10 @@ class Bench {
             for (int u : unrolls) {
               if (t > daemon::cuda::MaxThreadsPerBlock(u)) continue;
               CopyKernelConfig c{g, t, u};
-              const CopyPagesArgs a = kernel_args(store, defaults.unit_bytes);
+              const CopyPagesArgs a = kernel_args(store, daemon::cuda::kUnitBytes);
               const double ms = TimeOnStream(stream_, flags_.reps,
                                              [&] { CHECK_CUDA(LaunchCopyPages(a, c, stream_)); });
-              Emit("kernel_sweep", store, page, bytes, ms, ConfigJson(c, defaults.unit_bytes));
+              Emit("kernel_sweep", store, page, bytes, ms, ConfigJson(c, daemon::cuda::kUnitBytes));
             }
           }
         }

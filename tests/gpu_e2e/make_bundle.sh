@@ -20,6 +20,6 @@ mkdir -p bundle/gpu/python && cp -r python/kvoffload python/tests bundle/gpu/pyt
 rm -f bundle/gpu/lib/libstdc++.so* bundle/gpu/lib/libgcc_s.so*
 chmod -R u+w bundle/gpu
 strip --strip-debug bundle/gpu/bin/* bundle/gpu/lib/*.so*
-cp tests/gpu_e2e/run_on_device.sh tests/gpu_e2e/torch_bench.py bundle/gpu/
+cp tests/gpu_e2e/run_on_device.sh tests/gpu_e2e/torch_bench.py tests/gpu_e2e/ttft_bench.py bundle/gpu/
 grep -qx 'bundle/' .git/info/exclude || echo 'bundle/' >> .git/info/exclude
 du -sh bundle/gpu

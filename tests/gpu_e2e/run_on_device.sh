@@ -4,13 +4,14 @@
 #   (device) tests/gpu_e2e/run_on_device.sh bundle/gpu "$OUT" [tests|bench|all]
 # Builds nothing. Writes logs, bench.jsonl (copy baselines), e2e.jsonl (kvoffload end to end, default
 # flags), e2e_sms4.jsonl (the same with --copy_sms=4), torch.jsonl (against PyTorch alone, Python
-# latency, interference, CPU per job) and device.txt to OUT, prints a short table and a final
-# "N passed, N failed" line. The third argument picks stages (quoted, space separated):
-# tests baselines e2e e2e_sms4 torch, or all (the default).
+# latency, interference, CPU per job), ttft.jsonl (the TTFT table: ttft_bench.py) and device.txt
+# to OUT, prints a short table and a final "N passed, N failed" line. The third argument picks
+# stages (quoted, space separated): tests mps_rule ttft baselines e2e e2e_sms4 torch mps, or all
+# (the default).
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
-stages=" ${3:-all} "  # any of: tests baselines e2e e2e_sms4 torch mps, or all
+stages=" ${3:-all} "  # any of: tests mps_rule ttft baselines e2e e2e_sms4 torch mps, or all
 want() { [[ $stages == *" all "* || $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -40,16 +41,55 @@ run() {  # name timeout command...
   grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[       OK \]' "$out/$name.log" | head -40
 }
 
+# An MPS control daemon for this run's processes (pipe and logs under OUT), and its end.
+mps_start() {
+  export CUDA_MPS_PIPE_DIRECTORY="$out/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$out/mps-log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && sleep 1
+}
+mps_stop() {
+  echo quit | nvidia-cuda-mps-control 2>/dev/null
+  sleep 1
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+bench_py() {  # name limit script: a benchmark through the Python package, JSON lines to name.jsonl
+  local name=$1 limit=$2 script=$3
+  if timeout "$limit" env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
+      KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$script" >"$out/$name.jsonl" 2>"$out/$name.err"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "FAILED: $name ($script)"; tail -15 "$out/$name.err"
+  fi
+  cat "$out/$name.jsonl"
+}
+
 if want tests; then
 run cuda_client_test 60 "$bundle/bin/cuda_client_test"
 run cuda_copy_backend_test 60 "$bundle/bin/cuda_copy_backend_test"
-run cuda_copy_backend_gpu_test 240 "$bundle/bin/cuda_copy_backend_gpu_test"
+# No MPS server here: the driver must say so, and the daemon must keep to copy engines.
+run cuda_copy_backend_gpu_test 240 env KVO_EXPECT_MPS=0 "$bundle/bin/cuda_copy_backend_gpu_test"
 run e2e_gpu_test 420 "$bundle/bin/e2e_gpu_test"
 run python_torch_gpu 240 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_smoke.py"
 run python_vllm_spec_gpu 240 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_vllm_smoke.py"
 
+fi
+if want mps_rule; then
+  # The SM-path rule under a running MPS server: cudaDevAttrMpsEnabled must report it, and the
+  # default (if_mps) must then enable the SM paths. The server is stopped again afterwards.
+  echo "=== SM-path rule under MPS"
+  if mps_start; then
+    run sm_paths_under_mps 60 env KVO_EXPECT_MPS=1 "$bundle/bin/cuda_copy_backend_gpu_test" \
+      --gtest_filter='*SmPathsOnlyWithMpsOrTheOperatorsWord*'
+  else
+    failed=$((failed + 1)); echo "FAILED: nvidia-cuda-mps-control did not start"
+  fi
+  mps_stop
+fi
+if want ttft; then
+echo "=== TTFT: recompute against loading the prefix's KV"
+bench_py ttft 400 "$bundle/ttft_bench.py"
 fi
 if want baselines; then
 echo "=== copy baselines (same run)"
@@ -82,24 +122,14 @@ grep -E '"store"|interference' "$out/e2e_sms4.jsonl"
 fi
 if want torch; then
 echo "=== against PyTorch alone (Python package)"
-if timeout 500 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
-    KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/torch_bench.py" \
-    >"$out/torch.jsonl" 2>"$out/torch.err"; then
-  passed=$((passed + 1))
-else
-  failed=$((failed + 1)); echo "FAILED: torch_bench"; tail -15 "$out/torch.err"
-fi
-cat "$out/torch.jsonl"
+bench_py torch 500 "$bundle/torch_bench.py"
 fi
 if want mps; then
   # The same end-to-end and PyTorch benchmarks with every process an MPS client (kernels of the
   # daemon and of the model then share SMs instead of time-slicing the GPU). Experimental: only
   # if nvidia-cuda-mps-control starts here; it is stopped again afterwards.
   echo "=== under MPS"
-  export CUDA_MPS_PIPE_DIRECTORY="$out/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$out/mps-log"
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d; then
-    sleep 1
+  if mps_start; then
     (cd "$tree" && timeout 400 "$bundle/bin/e2e_bench" --daemon=daemon/kvoffloadd \
         --worker=tests/gpu_e2e/kvoffload_cuda_worker) >"$out/e2e_mps.jsonl" 2>"$out/e2e_mps.err" \
       && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAILED: e2e_bench under MPS"; tail -5 "$out/e2e_mps.err"; }
@@ -109,11 +139,10 @@ if want mps; then
         >"$out/torch_mps.jsonl" 2>"$out/torch_mps.err" \
       && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAILED: torch_bench under MPS"; tail -5 "$out/torch_mps.err"; }
     cat "$out/torch_mps.jsonl"
-    echo quit | nvidia-cuda-mps-control
   else
     echo "SKIPPED: nvidia-cuda-mps-control did not start"
   fi
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  mps_stop
 fi
 rm -rf "$tree"
 echo "$passed passed, $failed failed"

@@ -5,29 +5,8 @@
 
 #include <cuda_runtime.h>
 
-#include <type_traits>
-
 namespace kvoffload::daemon::cuda {
 namespace {
-
-template <typename V, int kPrefetch>
-__device__ __forceinline__ V LoadStreaming(const V* p) {
-  if constexpr (kPrefetch == 256) {
-    uint4 v;
-    asm("ld.global.cs.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-  } else if constexpr (kPrefetch == 128) {
-    uint4 v;
-    asm("ld.global.cs.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-  } else {
-    return __ldcs(p);
-  }
-}
 
 // Host destination (store): streaming stores, nothing on the GPU reads these lines again.
 // Device destination (load): ordinary stores, the engine reads the blocks next.
@@ -42,7 +21,7 @@ __device__ __forceinline__ void StoreTo(V* p, const V& v) {
 
 // Copies n elements of V; the 32 lanes of a warp take interleaved elements (coalesced), each lane
 // keeping kUnroll loads in flight before its stores.
-template <typename V, int kUnroll, bool kToHost, int kPrefetch>
+template <typename V, int kUnroll, bool kToHost>
 __device__ __forceinline__ void CopyWarp(V* __restrict__ dst, const V* __restrict__ src, uint64_t n,
                                          uint32_t lane) {
   for (uint64_t i = lane; i < n; i += 32u * kUnroll) {
@@ -50,7 +29,7 @@ __device__ __forceinline__ void CopyWarp(V* __restrict__ dst, const V* __restric
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
       const uint64_t idx = i + 32u * k;
-      if (idx < n) r[k] = LoadStreaming<V, kPrefetch>(src + idx);
+      if (idx < n) r[k] = __ldcs(src + idx);
     }
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
@@ -60,36 +39,14 @@ __device__ __forceinline__ void CopyWarp(V* __restrict__ dst, const V* __restric
   }
 }
 
-// Returns true when the host cancelled the job before this block started (JobGate protocol).
-// A block that passes the gate stores `release_value` at `release` (when given).
-__device__ __forceinline__ bool GateCancelled(JobGate* gate, uint32_t* release,
-                                              uint32_t release_value) {
-  __shared__ uint32_t cancelled;
-  if (threadIdx.x == 0) {
-    uint32_t c;
-    asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(&gate->started), "r"(1u) : "memory");
-    asm volatile("fence.sc.sys;" ::: "memory");
-    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(c) : "l"(&gate->cancelled) : "memory");
-    cancelled = c;
-    if (c == 0 && release != nullptr) {
-      asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(release), "r"(release_value)
-                   : "memory");
-    }
-  }
-  __syncthreads();
-  return cancelled != 0;
-}
-
 template <int kUnroll>
 struct UnrollTraits {
   static constexpr int kMaxThreads = kUnroll >= 16 ? 512 : 1024;
 };
 
-template <typename V, int kUnroll, bool kStore, int kPrefetch = 0>
+template <typename V, int kUnroll, bool kStore>
 __global__ void __launch_bounds__(UnrollTraits<kUnroll>::kMaxThreads)
     CopyPagesKernel(const CopyPagesArgs a) {
-  if (a.gate != nullptr && GateCancelled(a.gate, a.release, a.release_value)) return;
-
   const uint32_t lane = threadIdx.x & 31u;
   const uint64_t warps_per_block = blockDim.x >> 5;
   const uint64_t num_warps = gridDim.x * warps_per_block;
@@ -128,10 +85,10 @@ __global__ void __launch_bounds__(UnrollTraits<kUnroll>::kMaxThreads)
     char* gpu = reinterpret_cast<char*>(base + gpu_block * stride + offset);
     char* mapped = reinterpret_cast<char*>(host + host_offset + offset);
     if constexpr (kStore) {
-      CopyWarp<V, kUnroll, true, 0>(reinterpret_cast<V*>(mapped), reinterpret_cast<const V*>(gpu),
+      CopyWarp<V, kUnroll, true>(reinterpret_cast<V*>(mapped), reinterpret_cast<const V*>(gpu),
                                  bytes / sizeof(V), lane);
     } else {
-      CopyWarp<V, kUnroll, false, kPrefetch>(reinterpret_cast<V*>(gpu),
+      CopyWarp<V, kUnroll, false>(reinterpret_cast<V*>(gpu),
                                              reinterpret_cast<const V*>(mapped),
                                   bytes / sizeof(V), lane);
     }
@@ -142,14 +99,6 @@ template <typename V, int kUnroll>
 cudaError_t LaunchTyped(const CopyPagesArgs& a, int grid, int threads, cudaStream_t stream) {
   if (a.store) {
     CopyPagesKernel<V, kUnroll, true><<<grid, threads, 0, stream>>>(a);
-  } else if constexpr (std::is_same_v<V, uint4>) {
-    if (a.l2_prefetch_bytes == 256) {
-      CopyPagesKernel<V, kUnroll, false, 256><<<grid, threads, 0, stream>>>(a);
-    } else if (a.l2_prefetch_bytes == 128) {
-      CopyPagesKernel<V, kUnroll, false, 128><<<grid, threads, 0, stream>>>(a);
-    } else {
-      CopyPagesKernel<V, kUnroll, false><<<grid, threads, 0, stream>>>(a);
-    }
   } else {
     CopyPagesKernel<V, kUnroll, false><<<grid, threads, 0, stream>>>(a);
   }
@@ -176,12 +125,6 @@ cudaError_t LoadTyped() {
   cudaFuncAttributes attr;
   cudaError_t err = cudaFuncGetAttributes(&attr, CopyPagesKernel<V, kUnroll, true>);
   if (err != cudaSuccess) return err;
-  if constexpr (std::is_same_v<V, uint4>) {
-    err = cudaFuncGetAttributes(&attr, CopyPagesKernel<V, kUnroll, false, 128>);
-    if (err != cudaSuccess) return err;
-    err = cudaFuncGetAttributes(&attr, CopyPagesKernel<V, kUnroll, false, 256>);
-    if (err != cudaSuccess) return err;
-  }
   return cudaFuncGetAttributes(&attr, CopyPagesKernel<V, kUnroll, false>);
 }
 
@@ -206,8 +149,7 @@ cudaError_t LaunchCopyPages(const CopyPagesArgs& a, const CopyKernelConfig& c,
     return cudaErrorInvalidValue;
   }
   if (a.unit_bytes == 0 || a.unit_bytes % 16 != 0 || a.num_tensors == 0 ||
-      a.tensors == nullptr ||
-      (a.l2_prefetch_bytes != 0 && a.l2_prefetch_bytes != 128 && a.l2_prefetch_bytes != 256)) {
+      a.tensors == nullptr) {
     return cudaErrorInvalidValue;
   }
   const uint64_t total = a.num_pairs * a.units_per_pair;

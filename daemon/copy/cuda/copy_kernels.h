@@ -39,14 +39,9 @@ struct PagePair {
   uint64_t host = 0;
 };
 
-// Cancellation handshake in mapped pinned host memory (Dekker style). Every thread block of a
-// launch stores started = 1, fences at system scope, then reads `cancelled`; the host stores
-// cancelled = 1 (seq_cst), then reads `started`. If the host reads started == 0, no block will
-// touch memory: every block will read cancelled == 1 and return at once.
-struct JobGate {
-  uint32_t started = 0;
-  uint32_t cancelled = 0;
-};
+// Bytes a warp copies at a time. Measured (docs/TUNING.md, run 1): 4, 16 and 64 KiB
+// units, like every grid, thread and unroll choice swept, give the same link-bound rates.
+inline constexpr uint32_t kUnitBytes = 16384;
 
 struct CopyPagesArgs {
   bool store = true;                      // true: GPU → host (gather); false: host → GPU (scatter)
@@ -55,18 +50,8 @@ struct CopyPagesArgs {
   uint64_t units_per_pair = 0;            // Σ over tensors of ceil(page_bytes / unit_bytes)
   const PagePair* pairs = nullptr;        // device memory
   uint64_t num_pairs = 0;
-  uint32_t unit_bytes = 16384;            // multiple of 16
+  uint32_t unit_bytes = kUnitBytes;       // multiple of 16
   uint32_t vector_bytes = 16;             // 16, 8, 4, 2 or 1; must divide every address and size
-  JobGate* gate = nullptr;                // device-visible address of mapped host memory, or null
-  // Staged stores: every thread block that passes the gate (not cancelled) stores
-  // `release_value` here (device-visible address of mapped host memory, or null). The copy
-  // engines' D2H copies of the job wait for it (cuStreamWaitValue32), so a cancelled gather
-  // also keeps its D2H copies from ever running.
-  uint32_t* release = nullptr;
-  uint32_t release_value = 0;
-  // Loads from host memory (scatter) with 16-byte accesses: L2 prefetch size hint (PTX
-  // .L2::128B / .L2::256B) so that the L2 may fetch larger pieces over PCIe; 0 = no hint.
-  uint32_t l2_prefetch_bytes = 0;
 };
 
 struct CopyKernelConfig {

@@ -92,42 +92,28 @@ class CopyBatcher {
   std::vector<size_t> sizes_;
 };
 
+// Fixed choices, measured (docs/TUNING.md): every grid, thread and unroll setting of
+// the kernel gave the same link-bound rates.
+constexpr int kKernelSms = 16;  // the kernel path's grid (resident for the whole transfer)
+// Bound on one cudaMemcpyBatchAsync call (vLLM #49276: one of ~52K descriptors crashed).
+constexpr size_t kMaxCopiesPerBatch = 4096;
+// How often a device's completion thread looks at its jobs.
+constexpr absl::Duration kPollInterval = absl::Microseconds(10);
+// RegisterRegion pins in chunks of at most this many bytes, each ending on a row boundary
+// (vLLM #51080: one cudaHostRegister over >= 512 GiB fails).
+constexpr uint64_t kMaxRegisterChunkBytes = uint64_t{64} << 30;
+
 absl::Status ValidateOptions(const CudaBackendOptions& o) {
-  if (o.copy_sms < 1 || o.kernel_sms < 1) {
-    return absl::InvalidArgumentError("copy_sms and kernel_sms must be at least 1");
-  }
-  if (o.unroll != 4 && o.unroll != 8 && o.unroll != 16) {
-    return absl::InvalidArgumentError(absl::StrCat("unroll must be 4, 8 or 16, not ", o.unroll));
-  }
-  if (o.threads_per_block < 32 || o.threads_per_block % 32 != 0 ||
-      o.threads_per_block > MaxThreadsPerBlock(o.unroll)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("threads_per_block must be a multiple of 32 in [32, ",
-                     MaxThreadsPerBlock(o.unroll), "] for unroll ", o.unroll, ", not ",
-                     o.threads_per_block));
-  }
-  if (o.unit_bytes < 512 || o.unit_bytes % 512 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unit_bytes must be a positive multiple of 512, not ", o.unit_bytes));
-  }
-  if (o.max_copies_per_batch < 1) {
-    return absl::InvalidArgumentError("max_copies_per_batch must be at least 1");
-  }
-  if (o.max_register_chunk_bytes < 4096) {
-    return absl::InvalidArgumentError("max_register_chunk_bytes must be at least 4096");
-  }
-  if (o.poll_interval < absl::ZeroDuration() || o.max_event_wait < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("poll_interval and max_event_wait must not be negative");
-  }
+  if (o.copy_sms < 1) return absl::InvalidArgumentError("copy_sms must be at least 1");
   if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes % 4096 != 0) {
     return absl::InvalidArgumentError("staging_chunk_bytes must be a positive multiple of 4096");
   }
   if (o.staging_idle_release < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("staging_idle_release must not be negative");
   }
-  if (o.staging_buffers < 2 || o.staging_buffers > kMaxStagingBuffers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("staging_buffers must be in [2, ", kMaxStagingBuffers, "]"));
+  if (o.sm_copies == SmCopies::kNever &&
+      (o.forced_path == ForcedPath::kStaged || o.forced_path == ForcedPath::kKernel)) {
+    return absl::InvalidArgumentError("a forced staged or kernel path needs SM copies");
   }
   return absl::OkStatus();
 }
@@ -157,9 +143,7 @@ class CudaCopyBackend::Impl {
   Impl(const CudaBackendOptions& options, std::vector<std::string> uuids)
       : options_(options),
         uuids_(std::move(uuids)),
-        orphans_(nullptr, options.poll_interval) {
-    policy_.copy_engine_min_segment_bytes = options.copy_engine_min_segment_bytes;
-    policy_.staged_min_run_bytes = options.staged_min_run_bytes;
+        orphans_(nullptr, kPollInterval) {
     policy_.staging_chunk_bytes = options.staging_chunk_bytes;
   }
 
@@ -183,14 +167,32 @@ class CudaCopyBackend::Impl {
 
   const CudaBackendOptions& options() const { return options_; }
 
+  bool SmPathsEnabled(int ordinal) const {
+    absl::MutexLock lock(&devices_mu_);
+    auto it = devices_.find(ordinal);
+    return it != devices_.end() && it->second.device->sm_paths();
+  }
+
   absl::StatusOr<DeviceState*> GetDevice(int ordinal) {
     absl::MutexLock lock(&devices_mu_);
     auto it = devices_.find(ordinal);
     if (it != devices_.end()) return &it->second;
     ASSIGN_OR_RETURN(std::unique_ptr<Device> device, Device::Create(ordinal));
-    device->set_staging_limit(options_.staging_bytes_per_device);
+    const bool forced_sm = options_.forced_path == ForcedPath::kStaged ||
+                           options_.forced_path == ForcedPath::kKernel;
+    const bool sm_paths = forced_sm || options_.sm_copies == SmCopies::kAlways ||
+                          (options_.sm_copies == SmCopies::kIfMps && device->mps());
+    if (sm_paths) {
+      RETURN_IF_ERROR(device->EnableSmPaths(options_.descriptor_bytes_per_device));
+      device->set_staging_limit(options_.staging_bytes_per_device);
+    }
+    Log()->info("device {}: {}", ordinal,
+                sm_paths ? (forced_sm ? "SM copy paths on (a forced path)"
+                                      : device->mps() ? "SM copy paths on (MPS)"
+                                                      : "SM copy paths on (--sm_copies=always)")
+                         : "copy engines only (no MPS: kernels would time-slice the model)");
     DeviceState state;
-    state.queue = std::make_unique<CompletionQueue>(device.get(), options_.poll_interval);
+    state.queue = std::make_unique<CompletionQueue>(device.get(), kPollInterval);
     state.device = std::move(device);
     return &devices_.emplace(ordinal, std::move(state)).first->second;
   }
@@ -231,12 +233,12 @@ class CudaCopyBackend::Impl {
     if (base == nullptr || bytes == 0 || row_bytes == 0) {
       return absl::InvalidArgumentError("RegisterRegion needs a base, a size and a row size");
     }
-    if (row_bytes > options_.max_register_chunk_bytes) {
+    if (row_bytes > kMaxRegisterChunkBytes) {
       return absl::InvalidArgumentError(absl::StrCat("row_bytes ", row_bytes,
                                                      " exceeds the registration chunk of ",
-                                                     options_.max_register_chunk_bytes, " bytes"));
+                                                     kMaxRegisterChunkBytes, " bytes"));
     }
-    const uint64_t chunk_bytes = options_.max_register_chunk_bytes / row_bytes * row_bytes;
+    const uint64_t chunk_bytes = kMaxRegisterChunkBytes / row_bytes * row_bytes;
     auto region = std::make_shared<PinnedRegion>(base, bytes, row_bytes, chunk_bytes);
     absl::MutexLock pin(&pin_mu_);
     {
@@ -396,7 +398,7 @@ class CudaCopyBackend::Impl {
       memory->events_.push_back(event);
       memory->owns_events_ = true;
     }
-    RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks, options_.unit_bytes));
+    RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks));
     memory->ReleaseStagingWhenIdle(options_.staging_idle_release);
     Log()->info("opened worker on device {}: {} tensors in {} allocations, {} bytes per block, "
                 "{} events",
@@ -426,7 +428,7 @@ class CudaCopyBackend::Impl {
     RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
     auto memory = std::make_unique<CudaWorkerMemory>(this, state->device.get());
     memory->events_ = events;
-    RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks, options_.unit_bytes));
+    RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks));
     memory->ReleaseStagingWhenIdle(options_.staging_idle_release);
     return std::unique_ptr<WorkerMemory>(std::move(memory));
   }
@@ -463,11 +465,7 @@ class CudaCopyBackend::Impl {
       return;
     }
     p->bytes = prepared->table.total_bytes();
-    absl::Duration timeout = job.timeout;
-    if (options_.max_event_wait > absl::ZeroDuration()) {
-      timeout = std::min(timeout, options_.max_event_wait);
-    }
-    p->deadline = p->submitted + timeout;
+    p->deadline = p->submitted + job.timeout;
     p->worker_event = job.event_index >= 0 ? memory->events_[job.event_index] : nullptr;
     if (job.direction == CopyDirection::kLoad) prepared->load_event = p->worker_event;
     p->start = [this, prepared](PendingJob* j) { Start(*prepared, j); };
@@ -508,9 +506,12 @@ class CudaCopyBackend::Impl {
                                                      out->region->bytes()));
     }
     switch (options_.forced_path) {
-      case ForcedPath::kAuto:
-        out->path = ChooseCopyPath(out->table, m->tensors_, policy_);
+      case ForcedPath::kAuto: {
+        CopyPathPolicy policy = policy_;
+        policy.sm_paths = m->device_->sm_paths();
+        out->path = ChooseCopyPath(out->table, m->tensors_, policy);
         break;
+      }
       case ForcedPath::kCopyEngine:
         out->path = CopyPath::kCopyEngine;
         break;
@@ -524,7 +525,7 @@ class CudaCopyBackend::Impl {
     }
     if (out->path == CopyPath::kStaged) {
       ASSIGN_OR_RETURN(out->staged, PlanStagedChunks(out->table, options_.staging_chunk_bytes,
-                                                     options_.staging_buffers, 0));
+                                                     kStagingBuffers, 0));
     }
     return absl::OkStatus();
   }
@@ -536,21 +537,20 @@ class CudaCopyBackend::Impl {
     Device* device = job.memory->device_;
     absl::Status s = CudaStatus(cudaSetDevice(device->ordinal()), "cudaSetDevice");
     if (s.ok()) {
+      bool no_room = false;
       switch (job.path) {
         case CopyPath::kCopyEngine:
           s = EnqueueCopyEngine(job, j);
           break;
-        case CopyPath::kStaged: {
-          bool no_room = false;
+        case CopyPath::kStaged:
           s = EnqueueStaged(job, j, &no_room);
-          // The device's staging budget is spent by other workers: the kernel path needs none.
-          if (no_room) s = EnqueueKernel(job, j);
           break;
-        }
         case CopyPath::kKernel:
-          s = EnqueueKernel(job, j);
+          s = EnqueueKernel(job, j, &no_room);
           break;
       }
+      // The device's staging or descriptor budget is spent by other jobs: DMA needs neither.
+      if (no_room) s = EnqueueCopyEngine(job, j);
     }
     if (!s.ok() && j->status.ok()) j->status = std::move(s);
   }
@@ -596,7 +596,7 @@ class CudaCopyBackend::Impl {
     Lane& lane = store ? m->store_ : m->load_;
     absl::MutexLock lock(&lane.mu);
     absl::Status status;
-    CopyBatcher batcher(options_.max_copies_per_batch, lane.dma, &batch_unsupported_);
+    CopyBatcher batcher(kMaxCopiesPerBatch, lane.dma, &batch_unsupported_);
     uint8_t* base = job.region->base();
     VisitSegments(job.table.blocks.data(), job.table.blocks.data() + job.table.blocks.size(),
                   m->tensors_, [&](const Segment& seg) {
@@ -623,16 +623,14 @@ class CudaCopyBackend::Impl {
     args.units_per_pair = m.units_per_pair_;
     args.pairs = reinterpret_cast<const PagePair*>(buffer.device) + pair_begin;
     args.num_pairs = num_pairs;
-    args.unit_bytes = options_.unit_bytes;
+    args.unit_bytes = kUnitBytes;
     args.vector_bytes = VectorBytesFor(align_bits);
     return args;
   }
 
-  CopyKernelConfig KernelConfig(int sms) const {
-    CopyKernelConfig config;
+  static CopyKernelConfig KernelConfig(int sms) {
+    CopyKernelConfig config;  // 512 threads, unroll 8
     config.max_blocks = sms;
-    config.threads_per_block = options_.threads_per_block;
-    config.unroll = options_.unroll;
     return config;
   }
 
@@ -640,7 +638,7 @@ class CudaCopyBackend::Impl {
   // the worker's pages and staging buffer b, and the copy engines between b and the region.
   // Buffers rotate over jobs; `filled`/`drained` events order each buffer's writer and reader.
   // Sets *no_room, with nothing enqueued, when the lane has no staging and the device's staging
-  // limit leaves no room for it.
+  // limit leaves no room for it, or the descriptor pool none for the job's table.
   absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, bool* no_room) {
     CudaWorkerMemory* m = job.memory;
     Device* device = m->device_;
@@ -650,13 +648,19 @@ class CudaCopyBackend::Impl {
     const uint64_t bpb = job.table.bytes_per_block;
     absl::MutexLock lock(&lane.mu);
     absl::Status staging =
-        m->EnsureStaging(lane, options_.staging_chunk_bytes, options_.staging_buffers);
+        m->EnsureStaging(lane, options_.staging_chunk_bytes);
     if (absl::IsResourceExhausted(staging)) {
       *no_room = true;
       return absl::OkStatus();
     }
     RETURN_IF_ERROR(staging);
-    ASSIGN_OR_RETURN(j->buffer, device->AcquireBuffer(num_pairs * sizeof(PagePair)));
+    absl::StatusOr<Device::Buffer> buffer = device->AcquireBuffer(num_pairs * sizeof(PagePair));
+    if (absl::IsResourceExhausted(buffer.status())) {
+      *no_room = true;
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(buffer.status());
+    j->buffer = *buffer;
     const uint32_t n = lane.num_staging;
     const uint64_t first = lane.next_staging;
     lane.next_staging += job.staged.chunks.size();
@@ -682,7 +686,7 @@ class CudaCopyBackend::Impl {
       const uint32_t b = (c.buffer + first) % n;
       uint8_t* staging = lane.staging[b];
       auto dma = [&]() -> absl::Status {
-        CopyBatcher batcher(options_.max_copies_per_batch, lane.dma, &batch_unsupported_);
+        CopyBatcher batcher(kMaxCopiesPerBatch, lane.dma, &batch_unsupported_);
         for (size_t k = c.copy_begin; k < c.copy_end; ++k) {
           const StagedCopy& copy = job.staged.copies[k];
           RETURN_IF_ERROR(store ? batcher.Add(base + copy.host_offset,
@@ -728,9 +732,10 @@ class CudaCopyBackend::Impl {
     return status;
   }
 
-  // Kernel path: one launch on kernel_sms SMs reads (store) or writes (load) the mapped region
-  // directly. Only for host runs too short for the copy engines.
-  absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j) {
+  // Kernel path: one launch on kKernelSms SMs reads (store) or writes (load) the mapped region
+  // directly. Only for host runs too short for the copy engines. Sets *no_room, with nothing
+  // enqueued, when the descriptor pool has no room for the job's table.
+  absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, bool* no_room) {
     CudaWorkerMemory* m = job.memory;
     Device* device = m->device_;
     const bool store = job.direction == CopyDirection::kStore;
@@ -738,7 +743,13 @@ class CudaCopyBackend::Impl {
     const uint64_t num_pairs = job.table.blocks.size();
     ASSIGN_OR_RETURN(const std::vector<uint64_t>* chunks,
                      job.region->DevicePointers(device->ordinal()));
-    ASSIGN_OR_RETURN(j->buffer, device->AcquireBuffer(num_pairs * sizeof(PagePair)));
+    absl::StatusOr<Device::Buffer> buffer = device->AcquireBuffer(num_pairs * sizeof(PagePair));
+    if (absl::IsResourceExhausted(buffer.status())) {
+      *no_room = true;
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(buffer.status());
+    j->buffer = *buffer;
     auto* pairs = reinterpret_cast<PagePair*>(j->buffer.host);
     const uint64_t chunk_bytes = job.region->chunk_bytes();
     uint64_t align_bits = m->align_bits_;
@@ -755,7 +766,7 @@ class CudaCopyBackend::Impl {
         "uploading the descriptor table");
     if (status.ok()) {
       CopyPagesArgs args = KernelArgs(store, *m, j->buffer, 0, num_pairs, align_bits);
-      status = device->Check(LaunchCopyPages(args, KernelConfig(options_.kernel_sms), lane.kernel),
+      status = device->Check(LaunchCopyPages(args, KernelConfig(kKernelSms), lane.kernel),
                              store ? "gather kernel launch" : "scatter kernel launch");
     }
     if (status.ok() && job.load_event != nullptr) {
@@ -868,6 +879,8 @@ std::map<int32_t, std::string> CudaCopyBackend::FailedDevices() const {
 }
 
 const CudaBackendOptions& CudaCopyBackend::options() const { return impl_->options(); }
+
+bool CudaCopyBackend::SmPathsEnabled(int device) const { return impl_->SmPathsEnabled(device); }
 
 absl::StatusOr<std::unique_ptr<CopyBackend>> CreateCudaCopyBackend(
     const CudaBackendOptions& options) {

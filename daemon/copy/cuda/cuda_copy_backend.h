@@ -5,20 +5,21 @@
 //   absl::StatusOr<std::unique_ptr<CopyBackend>> backend = CreateCudaCopyBackend(options);
 //   if (absl::IsUnavailable(backend.status())) { /* no driver or GPU: use the host backend */ }
 //
-// Data path per job (DESIGN.md §3). The job's descriptor table is built once on the host
-// (copy_plan.h picks the path from the job's shape, unit-tested without a GPU):
-//   * copy_engine — every segment (pages merged where contiguous on both sides) averages at least
-//     `copy_engine_min_segment_bytes`: the copy engines move them directly (cudaMemcpyBatchAsync in
-//     bounded batches). No SM at all.
-//   * staged (the default for everything else) — pages are gathered into (stores) or scattered
-//     from (loads) device staging buffers by short kernel launches, one per staging chunk, on at
-//     most `copy_sms` SMs; the copy engines carry each chunk's contiguous host runs over the link.
-//     `staging_buffers` buffers of `staging_chunk_bytes` per worker and direction pipeline the
-//     kernels with the DMA, job after job (the SMs work ~1/50 of the transfer time: device memory
-//     moves at TB/s).
-//   * kernel — only when the host runs are too short for the copy engines (scattered rows of a
-//     small slot: a DMA per 4 KiB run moves ~5 GB/s): a kernel on at most `kernel_sms` SMs reads or
-//     writes the mapped region for the whole transfer.
+// Data path per job (DESIGN.md §3). The job's descriptor table is built once on the host:
+//   * copy_engine — the default, and the only path on a device without SM paths (SmCopies):
+//     every segment (pages merged where contiguous on both sides) is one DMA, batched
+//     (cudaMemcpyBatchAsync, bounded batches). No SM, and no device memory beyond the context.
+// Where SM paths are enabled, copy_plan.h picks per job from its shape (unit-tested without a GPU):
+//   * staged — pages gathered into (stores) or scattered from (loads) device staging by short
+//     launches on `copy_sms` SMs, one per staging chunk; the copy engines carry each chunk's
+//     contiguous host runs. Wins where pages are small but host runs long (per-layer layouts;
+//     docs/runs/2026-12-01-7100043/bench.jsonl: 64 × 4 KiB pages, random rows, 53.3 GB/s stores
+//     staged, 52.1 by the kernel path, 10.96 for batched DMA of 4 KiB pages, memcpy_batch).
+//   * kernel — host runs too short for DMA (scattered rows of a small slot): a kernel on 16 SMs
+//     reads or writes the mapped region (same file: 4 KiB random pages, backend_kernel 43.9 GB/s
+//     stores against 10.96 by batched DMA and 9.4 staged).
+// Both draw on bounded per-device memory (staging, descriptor tables); a job that finds none left
+// goes by copy engines, never fails for it.
 //
 // Worker events are watched from the host (completion.h): no daemon stream ever waits on a
 // worker's event, so a worker that dies at any point wedges nothing; a job whose event does not
@@ -46,36 +47,37 @@
 
 namespace kvoffload::daemon::cuda {
 
-// Which path moves every job; kAuto lets the daemon choose per job (tests and benchmarks force).
+// When the SM copy paths (staged, kernel) may move a job on a device. Without MPS, kernels of
+// different processes time-slice the GPU: measured on the H200 (issue 17), the daemon's short
+// staging gathers cost a graph-captured GEMM 17.6 % and a decode step 30 %, plain DMA 0.7 % and
+// 3.4 % (the copy's own HBM traffic). So by default a kernel runs only where it can share SMs.
+enum class SmCopies {
+  kIfMps,   // only on a device where the daemon's context is an MPS client (cudaDevAttrMpsEnabled)
+  kAlways,  // the operator's word that kernels may run (MPS the driver does not report, or a GPU
+            // the model does not use)
+  kNever,
+};
+
+// Which path moves every job; kAuto lets the daemon choose per job. Forcing staged or kernel
+// enables the SM paths on every device whatever `sm_copies` says (diagnostics and benchmarks).
 enum class ForcedPath { kAuto, kCopyEngine, kStaged, kKernel };
 
 struct CudaBackendOptions {
-  // SMs (thread blocks) of one staging gather/scatter launch. Measured on H200 (docs/
-  // benchmarks.md): 8 keeps the gathers well ahead of the link at every page size.
+  SmCopies sm_copies = SmCopies::kIfMps;
+  ForcedPath forced_path = ForcedPath::kAuto;
+  // SM paths only. SMs (thread blocks) of one staging gather/scatter launch: 8 keeps the gathers
+  // well ahead of the link at every page size (docs/runs/2026-12-01-7de445c, e2e_sms4.jsonl).
   int copy_sms = 8;
-  // SMs of the kernel path (resident for the whole transfer: only for short scattered runs).
-  int kernel_sms = 16;
-  int threads_per_block = 512;
-  int unroll = 8;  // 4, 8 or 16 16-byte accesses in flight per thread (16 needs ≤ 512 threads)
-  uint32_t unit_bytes = 16 * 1024;  // a warp copies one unit (multiple of 512) at a time
-  uint64_t copy_engine_min_segment_bytes = uint64_t{1} << 20;
-  uint64_t staged_min_run_bytes = uint64_t{64} << 10;
   uint64_t staging_chunk_bytes = uint64_t{32} << 20;
-  uint32_t staging_buffers = 2;  // per worker and direction, allocated on first staged job
-  // Staging of all workers on one device together; a staged job that finds no room goes by the
-  // kernel path (slower at large pages, never failed for it). Default: 16 lanes' worth.
+  // Staging of all workers on one device together (two chunks per worker and direction while it
+  // stages); a staged job that finds no room goes by copy engines.
   uint64_t staging_bytes_per_device = uint64_t{1} << 30;
   // A worker's staging is freed after this long without a staged job (zero: kept).
   absl::Duration staging_idle_release = absl::Seconds(30);
-  ForcedPath forced_path = ForcedPath::kAuto;
-  // Bound on one cudaMemcpyBatchAsync call (vLLM #49276: one of ~52K descriptors crashed).
-  size_t max_copies_per_batch = 4096;
-  // Upper bound on every job's wait for its worker's event; zero: CopyJob::timeout alone.
-  absl::Duration max_event_wait = absl::ZeroDuration();
-  // How often a device's completion thread looks at its jobs.
-  absl::Duration poll_interval = absl::Microseconds(10);
-  // RegisterRegion pins in chunks of at most this many bytes, each ending on a row boundary.
-  uint64_t max_register_chunk_bytes = uint64_t{64} << 30;
+  // Descriptor tables of SM-path jobs in flight on one device (BufferPool; 16 bytes a block,
+  // pinned host plus device memory): 64 MiB holds four 2^20-block jobs at once. A job whose table
+  // finds no room goes by copy engines.
+  uint64_t descriptor_bytes_per_device = uint64_t{64} << 20;
 };
 
 // Validates options (INVALID_ARGUMENT) and finds the GPUs. UNAVAILABLE when there is no usable
@@ -119,6 +121,8 @@ class CudaCopyBackend final : public CopyBackend {
       int device, const std::vector<LocalTensor>& tensors, const std::vector<cudaEvent_t>& events);
 
   const CudaBackendOptions& options() const;
+  // Whether jobs on `device` may use the SM paths (false for a device without a context yet).
+  bool SmPathsEnabled(int device) const;
 
   class Impl;
 

@@ -29,21 +29,20 @@ TEST(CudaCopyBackendTest, UnavailableWithoutGpuOrOkWithOne) {
 
 TEST(CudaCopyBackendTest, RejectsBadOptionsBeforeLookingForGpus) {
   CudaBackendOptions options;
-  options.unroll = 3;
-  EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
-  options = CudaBackendOptions();
-  options.threads_per_block = 1024;
-  options.unroll = 16;  // needs at most 512 threads
-  EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
-  options = CudaBackendOptions();
   options.copy_sms = 0;
   EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
   options = CudaBackendOptions();
-  options.staging_buffers = 1;  // no pipelining: refused
+  options.staging_chunk_bytes = 1000;
   EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  // A forced SM path contradicts "never".
   options = CudaBackendOptions();
-  options.unit_bytes = 1000;
+  options.sm_copies = SmCopies::kNever;
+  options.forced_path = ForcedPath::kStaged;
   EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.forced_path = ForcedPath::kKernel;
+  EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.forced_path = ForcedPath::kCopyEngine;
+  EXPECT_NE(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 class CudaCopyBackendGpuTest : public ::testing::Test {

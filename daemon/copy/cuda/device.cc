@@ -14,17 +14,9 @@
 namespace kvoffload::daemon::cuda {
 namespace {
 
-constexpr size_t kMinBufferBytes = size_t{64} << 10;
-
 spdlog::logger* Log() {
   static spdlog::logger* const log = common::Logger("cuda");
   return log;
-}
-
-size_t RoundUpPow2(size_t n) {
-  size_t c = kMinBufferBytes;
-  while (c < n) c <<= 1;
-  return c;
 }
 
 }  // namespace
@@ -123,8 +115,17 @@ Device::Device(int ordinal)
 absl::StatusOr<std::unique_ptr<Device>> Device::Create(int ordinal) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
   RETURN_IF_ERROR(CudaStatus(cudaFree(nullptr), "creating the CUDA context"));
-  RETURN_IF_ERROR(CudaStatus(LoadCopyKernels(), "loading the copy kernels"));
   auto device = std::unique_ptr<Device>(new Device(ordinal));
+  int mps = 0;
+  const cudaError_t mps_err = cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, ordinal);
+  if (mps_err != cudaSuccess) {
+    // A driver that cannot say: taken as no MPS, so no kernel of ours can time-slice the model.
+    cudaGetLastError();
+    Log()->warn("device {}: {}; taking it as no MPS", ordinal,
+                CudaStatus(mps_err, "cudaDeviceGetAttribute(cudaDevAttrMpsEnabled)").ToString());
+    mps = 0;
+  }
+  device->mps_ = mps != 0;
   absl::StatusOr<uint64_t> context_bytes = MeasureContextBytes(ordinal);
   if (context_bytes.ok()) {
     device->context_bytes_ = *context_bytes;
@@ -144,25 +145,30 @@ absl::StatusOr<std::unique_ptr<Device>> Device::Create(int ordinal) {
   if (!device->stream_ordered_) {
     Log()->warn("device {}: no stream-ordered allocator; using cudaMalloc/cudaFree", ordinal);
   }
-  Log()->info("device {}: CUDA context of about {} MiB", ordinal, device->context_bytes_ >> 20);
+  Log()->info("device {}: CUDA context of about {} MiB; MPS {}", ordinal,
+              device->context_bytes_ >> 20, device->mps_ ? "on" : "off");
   return device;
 }
 
+absl::Status Device::EnableSmPaths(uint64_t descriptor_bytes) {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
+  RETURN_IF_ERROR(CudaStatus(LoadCopyKernels(), "loading the copy kernels"));
+  descriptors_ = std::make_unique<BufferPool>(
+      descriptor_bytes,
+      BufferPool::Allocator{[this](size_t capacity) { return AllocateDescriptorBuffer(capacity); },
+                            [this](const Buffer& b) { FreeDescriptorBuffer(b); }});
+  return absl::OkStatus();
+}
+
 Device::~Device() {
-  if (!health().ok()) return;  // a broken context frees nothing; the process is ending anyway
+  if (!health().ok()) {  // a broken context frees nothing; the process is ending anyway
+    descriptors_.release();
+    return;
+  }
   releaser_.Drain(absl::Seconds(10));
   cudaSetDevice(ordinal_);
+  descriptors_.reset();  // frees the cached buffers (every job has been reported)
   absl::MutexLock lock(&mu_);
-  for (auto& [capacity, buffers] : free_buffers_) {
-    for (Buffer& b : buffers) {
-      if (stream_ordered_) {
-        cudaFreeAsync(b.device, alloc_stream_);
-      } else {
-        cudaFree(b.device);
-      }
-      cudaFreeHost(b.host);
-    }
-  }
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   if (alloc_stream_ != nullptr) {
     cudaStreamSynchronize(alloc_stream_);
@@ -248,19 +254,20 @@ uint64_t Device::staging_limit() const {
 }
 
 absl::StatusOr<Device::Buffer> Device::AcquireBuffer(size_t bytes) {
-  const size_t capacity = RoundUpPow2(bytes);
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = free_buffers_.find(capacity);
-    if (it != free_buffers_.end() && !it->second.empty()) {
-      Buffer b = it->second.back();
-      it->second.pop_back();
-      return b;
-    }
+  if (!sm_paths()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device ", ordinal_, ": descriptor buffers exist only for SM copy paths"));
   }
+  return descriptors_->Acquire(bytes);
+}
+
+void Device::ReleaseBuffer(const Buffer& b) {
+  if (b.host != nullptr) descriptors_->Release(b);
+}
+
+absl::StatusOr<Device::Buffer> Device::AllocateDescriptorBuffer(size_t capacity) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal_), "cudaSetDevice"));
   Buffer b;
-  b.capacity = capacity;
   void* host = nullptr;
   RETURN_IF_ERROR(CudaStatus(cudaHostAlloc(&host, capacity, cudaHostAllocPortable),
                              absl::StrCat("cudaHostAlloc of a ", capacity,
@@ -275,10 +282,9 @@ absl::StatusOr<Device::Buffer> Device::AcquireBuffer(size_t bytes) {
   return b;
 }
 
-void Device::ReleaseBuffer(const Buffer& b) {
-  if (b.host == nullptr) return;
-  absl::MutexLock lock(&mu_);
-  free_buffers_[b.capacity].push_back(b);
+void Device::FreeDescriptorBuffer(const Buffer& b) {
+  Free(b.device, b.capacity, nullptr);
+  cudaFreeHost(b.host);
 }
 
 absl::StatusOr<cudaEvent_t> Device::AcquireEvent() {
@@ -316,6 +322,7 @@ void Device::RemoveIdleHook(uint64_t id) {
 }
 
 void Device::RunIdleHooks(absl::Time now) {
+  if (sm_paths()) descriptors_->TrimIfUnused();
   absl::MutexLock lock(&hooks_mu_);
   for (auto& [id, hook] : hooks_) hook(now);
 }

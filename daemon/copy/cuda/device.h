@@ -1,7 +1,9 @@
-// Per-device state of the CUDA backend: the daemon's context on one GPU, its stream-ordered
-// allocations, pooled descriptor buffers and completion events, the device's health (a sticky
-// CUDA error fails the device, visibly and for good), and a release thread that closes what
-// workers leave behind without ever blocking a caller. Internal to the CUDA backend.
+// Per-device state of the CUDA backend: the daemon's context on one GPU, whether kernels of that
+// context can share SMs with the model (MPS), its stream-ordered allocations, completion events,
+// and — only where SM copy paths are enabled — the copy kernels and a bounded pool of descriptor
+// buffers; the device's health (a sticky CUDA error fails the device, visibly and for good), and
+// a release thread that closes what workers leave behind without ever blocking a caller.
+// Internal to the CUDA backend.
 //
 // Thread-safety: every method may be called from any thread.
 // Ownership: created by the backend on first use of a device; lives as long as the backend.
@@ -25,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/copy/cuda/buffer_pool.h"
 
 namespace kvoffload::daemon::cuda {
 
@@ -66,20 +69,26 @@ class Releaser {
 
 class Device {
  public:
-  // Pinned host memory (mapped) for a job's descriptor table, and its device copy.
-  struct Buffer {
-    uint8_t* host = nullptr;
-    uint8_t* device = nullptr;
-    size_t capacity = 0;
-  };
+  // Pinned host memory for a job's descriptor table, and its device copy.
+  using Buffer = BufferPool::Buffer;
 
-  // Creates the context, loads the kernels, measures the context's memory.
+  // Creates the context and measures its memory; loads no kernel (lazy loading: a context that
+  // never launches one holds no module).
   static absl::StatusOr<std::unique_ptr<Device>> Create(int ordinal);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
   int ordinal() const { return ordinal_; }
+  // cudaDevAttrMpsEnabled: the driver's word that this process's contexts on the device are
+  // MPS clients, so their kernels run beside other clients' (the model's, when it is one too)
+  // instead of taking the GPU a time slice each.
+  bool mps() const { return mps_; }
+  // Loads the copy kernels and creates the descriptor pool (at most `descriptor_bytes`, pinned
+  // host plus as much device memory). Called once, right after Create, before any job; without
+  // it every job goes by copy engines and the device holds no memory beyond its context.
+  absl::Status EnableSmPaths(uint64_t descriptor_bytes);
+  bool sm_paths() const { return descriptors_ != nullptr; }
   uint64_t context_bytes() const { return context_bytes_; }
   uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
   Releaser& releaser() { return releaser_; }
@@ -105,13 +114,16 @@ class Device {
   uint64_t staging_reserved() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t staging_limit() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A descriptor buffer from the pool (SM paths only): RESOURCE_EXHAUSTED when the pool's limit
+  // leaves no room (the job then goes by copy engines), FAILED_PRECONDITION without SM paths.
   absl::StatusOr<Buffer> AcquireBuffer(size_t bytes);
   void ReleaseBuffer(const Buffer& b);
+  uint64_t descriptor_bytes() const { return sm_paths() ? descriptors_->bytes() : 0; }
   absl::StatusOr<cudaEvent_t> AcquireEvent();
   void ReleaseEvent(cudaEvent_t e);
 
-  // Idle work (e.g. freeing staging nobody used for a while), run about once a second from the
-  // device's completion thread. RemoveIdleHook waits for a running hook, so a hook's owner may
+  // Idle work (e.g. freeing staging nobody used for a while; the descriptor pool's own trim runs
+  // here too), run about once a second from the device's completion thread. RemoveIdleHook waits for a running hook, so a hook's owner may
   // be destroyed right after removing it.
   uint64_t AddIdleHook(std::function<void(absl::Time now)> hook);
   void RemoveIdleHook(uint64_t id);
@@ -120,8 +132,13 @@ class Device {
  private:
   explicit Device(int ordinal);
 
+  // Device memory and pinned host memory of one descriptor buffer (the pool's allocator).
+  absl::StatusOr<Buffer> AllocateDescriptorBuffer(size_t capacity);
+  void FreeDescriptorBuffer(const Buffer& b);
+
   const int ordinal_;
   uint64_t context_bytes_ = 0;
+  bool mps_ = false;
   cudaStream_t alloc_stream_ = nullptr;
   bool stream_ordered_ = true;  // cudaMallocAsync/cudaFreeAsync (no device-wide sync)
   std::atomic<uint64_t> allocated_bytes_{0};
@@ -129,11 +146,11 @@ class Device {
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   uint64_t staging_limit_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
   uint64_t staging_reserved_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<size_t, std::vector<Buffer>> free_buffers_ ABSL_GUARDED_BY(mu_);
   std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(mu_);
   absl::Mutex hooks_mu_;
   uint64_t next_hook_ ABSL_GUARDED_BY(hooks_mu_) = 1;
   std::map<uint64_t, std::function<void(absl::Time)>> hooks_ ABSL_GUARDED_BY(hooks_mu_);
+  std::unique_ptr<BufferPool> descriptors_;  // set once by EnableSmPaths, before any job
   Releaser releaser_;  // last: drains before the members above go
 };
 

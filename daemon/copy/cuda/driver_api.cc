@@ -16,7 +16,6 @@ using DeviceGetFn = CUresult (*)(CUdevice*, int);
 using CtxCreateFn = CUresult (*)(CUcontext*, unsigned int, CUdevice);  // cuCtxCreate_v2
 using CtxDestroyFn = CUresult (*)(CUcontext);
 using MemGetInfoFn = CUresult (*)(size_t*, size_t*);
-using StreamWaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 template <typename Fn>
 absl::StatusOr<Fn> Lookup(const char* symbol, unsigned int version) {
@@ -41,15 +40,6 @@ absl::StatusOr<AddressRange> GetAddressRange(uint64_t device_ptr) {
   RETURN_IF_ERROR(CuResultStatus(fn(&base, &bytes, static_cast<CUdeviceptr>(device_ptr)),
                                  "cuMemGetAddressRange"));
   return AddressRange{static_cast<uint64_t>(base), static_cast<uint64_t>(bytes)};
-}
-
-absl::Status StreamWaitValueGeq(cudaStream_t stream, uint64_t device_address, uint32_t value) {
-  static const absl::StatusOr<StreamWaitValue32Fn> fn =
-      Lookup<StreamWaitValue32Fn>("cuStreamWaitValue32", 12000);
-  if (!fn.ok()) return fn.status();
-  return CuResultStatus((*fn)(static_cast<CUstream>(stream), static_cast<CUdeviceptr>(device_address),
-                              value, CU_STREAM_WAIT_VALUE_GEQ),
-                        "cuStreamWaitValue32");
 }
 
 absl::StatusOr<uint64_t> MeasureContextBytes(int device) {

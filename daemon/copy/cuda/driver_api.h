@@ -21,11 +21,6 @@ struct AddressRange {
 // cuMemGetAddressRange: the allocation that contains `device_ptr` (needs a current context).
 absl::StatusOr<AddressRange> GetAddressRange(uint64_t device_ptr);
 
-// cuStreamWaitValue32(stream, device_address, value, CU_STREAM_WAIT_VALUE_GEQ): `stream` waits
-// until the 32-bit word at `device_address` (device memory or mapped pinned host memory, as the
-// device addresses it) reaches `value` (cyclic comparison: (int32_t)(*addr - value) >= 0).
-absl::Status StreamWaitValueGeq(cudaStream_t stream, uint64_t device_address, uint32_t value);
-
 // Device memory one CUDA context costs on `device`: the drop of cuMemGetInfo's free bytes while a
 // second, temporary context exists (the primary context must already be current on this thread;
 // it is current again on return). An estimate: other processes allocating meanwhile skew it.

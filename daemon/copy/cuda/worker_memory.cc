@@ -29,7 +29,7 @@ LaneLeftovers TakeLane(Lane& lane) {
   absl::MutexLock lock(&lane.mu);
   out.streams[0] = lane.kernel;
   out.streams[1] = lane.dma;
-  for (uint32_t i = 0; i < kMaxStagingBuffers; ++i) {
+  for (uint32_t i = 0; i < kStagingBuffers; ++i) {
     if (lane.staging[i] != nullptr) out.staging.push_back(lane.staging[i]);
     if (lane.filled[i] != nullptr) out.events.push_back(lane.filled[i]);
     if (lane.drained[i] != nullptr) out.events.push_back(lane.drained[i]);
@@ -83,8 +83,8 @@ CudaWorkerMemory::~CudaWorkerMemory() {
   });
 }
 
-absl::Status CudaWorkerMemory::Finish(std::vector<TensorDescriptor> tensors, uint64_t num_blocks,
-                                      uint32_t unit_bytes) {
+absl::Status CudaWorkerMemory::Finish(std::vector<TensorDescriptor> tensors,
+                                      uint64_t num_blocks) {
   if (tensors.size() > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError("too many tensors");
   }
@@ -104,7 +104,7 @@ absl::Status CudaWorkerMemory::Finish(std::vector<TensorDescriptor> tensors, uin
     align_bits_ |= t.gpu_address | t.page_bytes | t.host_offset | t.block_stride_bytes;
   }
   units_per_pair_ = AssignUnits(kernel_tensors.data(),
-                                static_cast<uint32_t>(kernel_tensors.size()), unit_bytes);
+                                static_cast<uint32_t>(kernel_tensors.size()), kUnitBytes);
   tensors_ = std::move(tensors);
   bytes_per_block_ = host_offset;
   num_blocks_ = num_blocks;
@@ -114,6 +114,7 @@ absl::Status CudaWorkerMemory::Finish(std::vector<TensorDescriptor> tensors, uin
     RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&lane->dma, cudaStreamNonBlocking),
                                "cudaStreamCreateWithFlags"));
   }
+  if (!device_->sm_paths()) return absl::OkStatus();  // copy engines need no device table
   const size_t bytes = kernel_tensors.size() * sizeof(KernelTensor);
   ASSIGN_OR_RETURN(void* d, device_->Allocate(bytes));
   absl::Status s = CudaStatus(cudaMemcpy(d, kernel_tensors.data(), bytes, cudaMemcpyHostToDevice),
@@ -140,27 +141,28 @@ void CudaWorkerMemory::ReleaseStagingWhenIdle(absl::Duration idle) {
   });
 }
 
-absl::Status CudaWorkerMemory::EnsureStaging(Lane& lane, size_t bytes, uint32_t count) {
+absl::Status CudaWorkerMemory::EnsureStaging(Lane& lane, size_t bytes) {
   lane.last_staged = absl::Now();
-  if (lane.num_staging == count && lane.staging_bytes == bytes) return absl::OkStatus();
+  if (lane.num_staging == kStagingBuffers && lane.staging_bytes == bytes) return absl::OkStatus();
   if (lane.num_staging != 0) FreeStaging(lane);
   if (lane.num_staging != 0) {
     return absl::InternalError(absl::StrCat("device ", device_->ordinal(),
                                             ": the lane's old staging could not be released"));
   }
-  const uint64_t total = uint64_t{bytes} * count;
+  const uint64_t total = uint64_t{bytes} * kStagingBuffers;
   if (!device_->TryReserveStaging(total)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "device ", device_->ordinal(), ": ", total, " bytes of staging do not fit the device's ",
         device_->staging_limit(), "-byte staging limit (", device_->staging_reserved(),
         " in use)"));
   }
-  absl::Status status = AllocateStaging(lane, bytes, count);
+  absl::Status status = AllocateStaging(lane, bytes);
   if (!status.ok()) device_->ReleaseStaging(total);
   return status;
 }
 
-absl::Status CudaWorkerMemory::AllocateStaging(Lane& lane, size_t bytes, uint32_t count) {
+absl::Status CudaWorkerMemory::AllocateStaging(Lane& lane, size_t bytes) {
+  const uint32_t count = kStagingBuffers;
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_->ordinal()), "cudaSetDevice"));
   for (uint32_t i = 0; i < count; ++i) {
     if (lane.filled[i] == nullptr) {

@@ -28,7 +28,8 @@
 
 namespace kvoffload::daemon::cuda {
 
-inline constexpr int kMaxStagingBuffers = 4;
+// Staging buffers per lane: two pipeline a chunk's kernel with the previous chunk's DMA.
+inline constexpr uint32_t kStagingBuffers = 2;
 
 // The streams of one direction. Stores: `kernel` gathers into staging, `dma` copies staging (or
 // pages) to the region. Loads: `dma` fills staging from the region, `kernel` scatters it. Staging
@@ -38,9 +39,9 @@ struct Lane {
   absl::Mutex mu;
   cudaStream_t kernel = nullptr;
   cudaStream_t dma = nullptr;
-  uint8_t* staging[kMaxStagingBuffers] = {};
-  cudaEvent_t filled[kMaxStagingBuffers] = {};
-  cudaEvent_t drained[kMaxStagingBuffers] = {};
+  uint8_t* staging[kStagingBuffers] = {};
+  cudaEvent_t filled[kStagingBuffers] = {};
+  cudaEvent_t drained[kStagingBuffers] = {};
   size_t staging_bytes ABSL_GUARDED_BY(mu) = 0;
   uint32_t num_staging ABSL_GUARDED_BY(mu) = 0;
   uint64_t next_staging ABSL_GUARDED_BY(mu) = 0;
@@ -57,19 +58,17 @@ class CudaWorkerMemory final : public WorkerMemory {
   size_t num_events() const override { return events_.size(); }
 
   // Tensor tables and streams, once the tensors are known (mappings opened; `num_blocks` is the
-  // minimum over tensors). The current device is the worker's.
-  absl::Status Finish(std::vector<TensorDescriptor> tensors, uint64_t num_blocks,
-                      uint32_t unit_bytes);
+  // minimum over tensors). The kernels' device copy of the table only where the device has SM
+  // paths. The current device is the worker's.
+  absl::Status Finish(std::vector<TensorDescriptor> tensors, uint64_t num_blocks);
   // Frees each lane's staging once unused for `idle` (checked about once a second by the
   // device); the next staged job allocates it again. Zero: never.
   void ReleaseStagingWhenIdle(absl::Duration idle);
-  // Staging buffers of `lane` (first staged job, or after an idle release), reserved against
-  // the device's staging limit first: RESOURCE_EXHAUSTED when they do not fit, with nothing
-  // allocated. Caller holds lane.mu.
-  absl::Status EnsureStaging(Lane& lane, size_t bytes, uint32_t count)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
-  absl::Status AllocateStaging(Lane& lane, size_t bytes, uint32_t count)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
+  // kStagingBuffers buffers of `bytes` for `lane` (first staged job, or after an idle release),
+  // reserved against the device's staging limit first: RESOURCE_EXHAUSTED when they do not fit,
+  // with nothing allocated. Caller holds lane.mu.
+  absl::Status EnsureStaging(Lane& lane, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
+  absl::Status AllocateStaging(Lane& lane, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
   // Frees `lane`'s staging once its queued work is done. Caller holds lane.mu.
   void FreeStaging(Lane& lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
 
@@ -79,7 +78,7 @@ class CudaWorkerMemory final : public WorkerMemory {
   std::vector<cudaEvent_t> events_;
   bool owns_events_ = false;
   std::vector<TensorDescriptor> tensors_;  // gpu_address = mapped base + offset
-  KernelTensor* kernel_table_ = nullptr;   // device memory, every tensor
+  KernelTensor* kernel_table_ = nullptr;   // device memory, every tensor; SM paths only
   size_t kernel_table_bytes_ = 0;
   uint64_t units_per_pair_ = 0;
   uint64_t align_bits_ = 0;  // OR of every tensor's addresses and sizes (vector width)

@@ -1,0 +1,341 @@
+"""TTFT table (issue 17 item 5): what a recomputed prefix costs against bringing its KV back.
+
+A random-initialised Llama-3-8B-shaped model (transformers, bf16, 32 layers, 32 query heads,
+8 KV heads, head dim 128; no download) and prompts of 4k, 16k and 32k random tokens. Per prompt:
+
+  recompute_ms   prefill of the prompt (the base model over every token, then the LM head on the
+                 last one): what a prefix that is not cached costs; median of 3 after a warm-up
+  kvoffload_ms   the prefix's KV (vLLM's cross-layer layout, [num_blocks, 32 layers, K/V, 16
+                 tokens, 8 heads, 128]: 2 MiB blocks) stored once through the kvoffload Python
+                 package, then loaded back into other (random) block ids: submit -> finished,
+                 median of 5 after a warm-up. Daemon default flags (no MPS here: copy engines).
+  inprocess_ms   the same bytes from pinned host memory into the same block ids inside the model's
+                 process: one non_blocking copy_ per 2 MiB block on a side stream (what vLLM's
+                 swap_blocks does), median of 5 after a warm-up
+  link_ms        kv_bytes / the H2D ceiling of the same run (one contiguous pinned copy of 1 GiB,
+                 torch_bench.ceiling)
+  logits_bitwise the next token's logits computed from the loaded blocks equal, bit for bit, the
+                 ones computed from the original blocks (both caches built the same way: the
+                 prefix's KV gathered from paged blocks, one decode step of the prompt's last
+                 token); the loaded blocks are also compared byte for byte first
+
+The blocks hold the KV of the prompt's first T-1 tokens (T/16 blocks of 2 MiB: 512 MiB at 4k).
+Also measured, after every job: the daemon's GPU memory (nvidia-smi, the daemon's pid) against a
+bare CUDA context (a process that only calls cudaFree(0), lazy module loading).
+
+    KVOFFLOAD_DAEMON=.../kvoffloadd KVOFFLOAD_LIB=.../libkvoffload_c.so \
+        PYTHONPATH=python python3 tests/gpu_e2e/ttft_bench.py > ttft.jsonl
+    # here, from the run's files: merge into docs/benchmarks.{json,md}
+    python3 tests/gpu_e2e/ttft_bench.py --merge docs/runs/<run>/ttft.jsonl --commit C --date D
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+GIB = 1 << 30
+LAYERS, HEADS, KV_HEADS, HEAD_DIM = 32, 32, 8, 128
+BLOCK_TOKENS = 16  # 32 layers x K/V x 16 tokens x 8 heads x 128 x 2 bytes = 2 MiB
+PROMPTS = (4096, 16384, 32768)
+
+
+def emit(**row):
+    print(json.dumps(row), flush=True)
+
+
+def gpu_mib_of(pid):
+    """GPU memory nvidia-smi attributes to `pid` (MiB), or None."""
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                          "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid) and fields[1].isdigit():
+            return int(fields[1])
+    return None
+
+
+FLOOR = r"""
+import ctypes, sys, time
+for name in sys.argv[1:]:
+    try:
+        rt = ctypes.CDLL(name)
+        break
+    except OSError:
+        rt = None
+if rt is None or rt.cudaFree(ctypes.c_void_p(0)) != 0:
+    sys.exit(3)
+print("ready", flush=True)
+time.sleep(30)
+"""
+
+
+def context_floor_mib():
+    """A bare CUDA context: a process that calls cudaFree(0) and nothing else."""
+    import glob
+    import torch
+    candidates = sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia",
+                                               "cu*", "lib", "libcudart.so*")))
+    candidates += sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia",
+                                                "cuda_runtime", "lib", "libcudart.so*")))
+    candidates += ["/usr/local/cuda/lib64/libcudart.so", "libcudart.so"]
+    p = subprocess.Popen([sys.executable, "-c", FLOOR] + candidates, stdout=subprocess.PIPE,
+                         text=True, env=dict(os.environ, CUDA_MODULE_LOADING="LAZY"))
+    try:
+        if p.stdout.readline().strip() != "ready":
+            return None
+        time.sleep(0.5)
+        return gpu_mib_of(p.pid)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def build_model():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                      num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                      num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, rope_theta=500000.0,
+                      max_position_embeddings=65536, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                      attn_implementation="sdpa")
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):  # initialised on the GPU: seconds, not minutes on the CPU
+        model = LlamaForCausalLM(cfg)
+    torch.set_default_dtype(torch.float32)
+    attn = getattr(model.config, "_attn_implementation", None)
+    if attn not in ("sdpa", "flash_attention_2"):
+        # Eager attention would materialise 32k x 32k scores per head and run out of memory.
+        raise RuntimeError("attention implementation %r, not sdpa" % attn)
+    return model.eval()
+
+
+def layer_kv(cache, l):
+    """(K, V) of layer l, each [1, KV_HEADS, tokens, HEAD_DIM], across transformers versions."""
+    if hasattr(cache, "layers"):
+        return cache.layers[l].keys, cache.layers[l].values
+    if hasattr(cache, "key_cache"):
+        return cache.key_cache[l], cache.value_cache[l]
+    return cache[l][0], cache[l][1]
+
+
+def next_logits(model, kv, blocks, prefix, last_token):
+    """Logits of the token after the prompt: the prefix's KV gathered from paged `blocks`, one
+    decode step of the prompt's last token."""
+    import torch
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    paged = kv[blocks]  # [n, LAYERS, 2, BLOCK_TOKENS, KV_HEADS, HEAD_DIM]
+    for l in range(LAYERS):
+        k = paged[:, l, 0].reshape(-1, KV_HEADS, HEAD_DIM)[:prefix].transpose(0, 1)[None]
+        v = paged[:, l, 1].reshape(-1, KV_HEADS, HEAD_DIM)[:prefix].transpose(0, 1)[None]
+        cache.update(k.contiguous(), v.contiguous(), l)
+    ids = torch.tensor([[last_token]], device="cuda")
+    pos = torch.tensor([[prefix]], device="cuda")
+    with torch.no_grad():
+        try:
+            out = model(input_ids=ids, past_key_values=cache, position_ids=pos,
+                        cache_position=pos[0], use_cache=True)
+        except TypeError:  # a transformers without cache_position derives it from the cache
+            out = model(input_ids=ids, past_key_values=cache, position_ids=pos, use_cache=True)
+    return out.logits[0, -1].clone()
+
+
+def run():
+    import torch
+    import kvoffload as kvo
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    # Default daemon flags (a 12 GiB region cap covers the 4 GiB here); medians after a warm-up.
+    from torch_bench import ceiling, start_daemon, timed
+
+    def median_ms(fn, reps):
+        return timed(fn, reps) * 1e3
+
+    torch.cuda.init()
+    dev = torch.cuda.get_device_name(0)
+    max_blocks = PROMPTS[-1] // BLOCK_TOKENS
+    block_bytes = LAYERS * 2 * BLOCK_TOKENS * KV_HEADS * HEAD_DIM * 2
+    assert block_bytes == 2 << 20
+    # H2D ceiling of this run: one contiguous pinned copy of 1 GiB.
+    ceiling_gbps = ceiling(GIB)[1]
+    emit(device=dev, torch=torch.__version__, ceiling_h2d_gbps=round(ceiling_gbps, 2))
+
+    model = build_model()
+    import transformers
+    emit(transformers=transformers.__version__)
+    # Paged cache: room for the largest prompt twice (original and loaded blocks) and a few more;
+    # a block count no other dim has, so the block dim is unambiguous.
+    num_blocks = 2 * max_blocks + 11
+    kv = torch.empty(num_blocks, LAYERS, 2, BLOCK_TOKENS, KV_HEADS, HEAD_DIM,
+                     dtype=torch.bfloat16, device="cuda")
+    kv.normal_()  # random bytes in every block, padding included
+    proc, sock = start_daemon()
+    try:
+        spec = kvo.EngineSpec(engine_id="ttft", num_layers=LAYERS, page_bytes=block_bytes // LAYERS,
+                              budget_bytes=max_blocks * block_bytes, rows_assigned_by_engine=True)
+        w = kvo.Worker.connect_cuda(sock, spec, 0,
+                                    [(kv.data_ptr(), num_blocks, block_bytes, block_bytes)],
+                                    num_events=1)
+        job = 0
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(17)
+        for tokens in PROMPTS:
+            prompt = torch.randint(0, 128256, (1, tokens), generator=gen).cuda()
+            prefix = tokens - 1
+            n = (prefix + BLOCK_TOKENS - 1) // BLOCK_TOKENS
+            perm = torch.randperm(num_blocks, generator=gen)
+            src, dst_blocks = perm[:n].cuda(), perm[n:2 * n].cuda()
+            rows = list(range(n))
+
+            def prefill():
+                with torch.no_grad():
+                    out = model.model(input_ids=prompt, use_cache=True)
+                    logits = model.lm_head(out.last_hidden_state[:, -1:])
+                return out, logits
+
+            recompute_ms = median_ms(prefill, 3)
+            out, prefill_logits = prefill()
+            # The prefix's KV into the source blocks, cross-layer layout.
+            with torch.no_grad():
+                for l in range(LAYERS):
+                    k, v = layer_kv(out.past_key_values, l)
+                    for which, t in ((0, k), (1, v)):
+                        flat = t[0, :, :prefix].transpose(0, 1)  # [prefix, KV_HEADS, HEAD_DIM]
+                        paged = torch.zeros(n * BLOCK_TOKENS, KV_HEADS, HEAD_DIM,
+                                            dtype=t.dtype, device="cuda")
+                        paged[:prefix] = flat
+                        kv[src, l, which] = paged.view(n, BLOCK_TOKENS, KV_HEADS, HEAD_DIM)
+            del out
+            torch.cuda.synchronize()
+            kv_bytes = n * block_bytes
+            src_list, dst_list = src.tolist(), dst_blocks.tolist()
+
+            job += 1
+            w.submit_store(job, src_list, rows)
+            w.wait(job, timeout_s=120).check()
+
+            def kvo_load():
+                nonlocal job
+                job += 1
+                w.submit_load(job, dst_list, rows)
+                w.wait(job, timeout_s=120).check()
+
+            kvoffload_ms = median_ms(kvo_load, 5)
+
+            pinned = torch.empty((n,) + tuple(kv.shape[1:]), dtype=kv.dtype, pin_memory=True)
+            pinned.copy_(kv[src])
+            side = torch.cuda.Stream()
+
+            def inprocess_load():
+                with torch.cuda.stream(side):
+                    for i, b in enumerate(dst_list):
+                        kv[b].copy_(pinned[i], non_blocking=True)
+                side.synchronize()
+
+            inprocess_ms = median_ms(inprocess_load, 5)
+            inprocess_exact = bool(torch.equal(kv[dst_blocks].view(torch.int16),
+                                               kv[src].view(torch.int16)))
+            del pinned
+
+            # Bitwise check: poison the destination, load once more through kvoffload.
+            kv[dst_blocks] = float("nan")
+            torch.cuda.synchronize()
+            kvo_load()
+            blocks_exact = bool(torch.equal(kv[dst_blocks].view(torch.int16),
+                                            kv[src].view(torch.int16)))
+            last = int(prompt[0, -1])
+            original = next_logits(model, kv, src, prefix, last)
+            loaded = next_logits(model, kv, dst_blocks, prefix, last)
+            logits_bitwise = bool(torch.equal(original.view(torch.int16), loaded.view(torch.int16)))
+            link_ms = kv_bytes / (ceiling_gbps * 1e9) * 1e3
+            emit(ttft={"tokens": tokens, "kv_bytes": kv_bytes,
+                       "recompute_ms": round(recompute_ms, 2),
+                       "kvoffload_ms": round(kvoffload_ms, 2),
+                       "inprocess_ms": round(inprocess_ms, 2), "link_ms": round(link_ms, 2),
+                       "logits_bitwise": logits_bitwise and blocks_exact},
+                 blocks_exact=blocks_exact, inprocess_exact=inprocess_exact,
+                 first_token=int(loaded.argmax()),
+                 matches_prefill_token=int(loaded.argmax()) == int(prefill_logits[0, -1].argmax()),
+                 kvoffload_gbps=round(kv_bytes / kvoffload_ms / 1e6, 2),
+                 inprocess_gbps=round(kv_bytes / inprocess_ms / 1e6, 2))
+            del prefill_logits
+            torch.cuda.empty_cache()
+        emit(daemon_gpu_mib={"0": gpu_mib_of(proc.pid)}, context_floor_mib=context_floor_mib())
+        w.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def merge(path, commit, date):
+    """Adds the run's `ttft` rows (and `ttft_run`) to docs/benchmarks.json, keeping every other
+    key, and writes its table into docs/benchmarks.md between the ttft markers."""
+    rows, run = [], {"commit": commit, "date": date, "run": os.path.dirname(path)}
+    for line in open(path):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        if "ttft" in r:
+            rows.append(r["ttft"])
+        for key in ("device", "ceiling_h2d_gbps", "transformers", "torch", "daemon_gpu_mib",
+                    "context_floor_mib"):
+            if key in r:
+                run[key] = r[key]
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs")
+    jpath = os.path.join(root, "benchmarks.json")
+    report = json.load(open(jpath))
+    report["ttft"] = rows
+    report["ttft_run"] = run
+    with open(jpath, "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+    lines = ["<!-- ttft-begin -->",
+             "Run of commit `%s` on %s, device: %s (%s/ttft.jsonl, tests/gpu_e2e/ttft_bench.py). "
+             "Random-initialised Llama-3-8B-shaped model (bf16, 32 layers, GQA 8 KV heads), "
+             "random prompts; KV in vLLM's cross-layer layout (2 MiB blocks of 16 tokens), "
+             "loaded into other block ids. Link = bytes / this run's H2D ceiling (%.2f GB/s). "
+             "Medians (prefill of 3, loads of 5)." % (commit, date, run.get("device"), run["run"],
+                                                      run.get("ceiling_h2d_gbps", 0)),
+             "",
+             "| prompt tokens | KV | prefill (recompute) ms | kvoffload load ms | in-process "
+             "copy ms | link ms | kvoffload / link | kvoffload / in-process | prefill / "
+             "kvoffload | first token bitwise |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append("| %d | %d MiB | %.1f | %.1f | %.1f | %.1f | %.3f× | %.3f× | %.1f× | %s |" % (
+            r["tokens"], r["kv_bytes"] >> 20, r["recompute_ms"], r["kvoffload_ms"],
+            r["inprocess_ms"], r["link_ms"], r["kvoffload_ms"] / r["link_ms"],
+            r["kvoffload_ms"] / r["inprocess_ms"], r["recompute_ms"] / r["kvoffload_ms"],
+            "yes" if r["logits_bitwise"] else "NO"))
+    if run.get("daemon_gpu_mib"):
+        lines += ["", "Daemon GPU memory after these jobs (nvidia-smi, the daemon's process): "
+                  "%s MiB on device 0; a bare CUDA context (cudaFree(0) alone, lazy loading): "
+                  "%s MiB." % (run["daemon_gpu_mib"].get("0"), run.get("context_floor_mib"))]
+    lines.append("<!-- ttft-end -->")
+    mpath = os.path.join(root, "benchmarks.md")
+    md = open(mpath).read()
+    block = "\n".join(lines)
+    if "<!-- ttft-begin -->" in md:
+        head, rest = md.split("<!-- ttft-begin -->", 1)
+        md = head + block + rest.split("<!-- ttft-end -->", 1)[1]
+    else:
+        md = md.rstrip("\n") + "\n\n## Time to first token: recompute or load (issue 17)\n\n" + \
+            block + "\n"
+    with open(mpath, "w") as f:
+        f.write(md)
+
+
+def main():
+    if "--merge" in sys.argv:
+        args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+        merge(args["--merge"], args["--commit"], args["--date"])
+        return
+    run()
+
+
+if __name__ == "__main__":
+    main()
