@@ -315,6 +315,7 @@ def worker_main(conn, cfg, rank):
         return
     conn.send(out)
     fwd = stubs.ForwardContext()
+    crank = 0 if cfg.use_mla else rank  # MLA: every rank holds the same latent KV
     while True:
         msg = conn.recv()
         op = msg[0]
@@ -332,7 +333,7 @@ def worker_main(conn, cfg, rank):
                 calls("bind_connector_metadata", connector.bind_connector_metadata, meta)
                 calls("start_load_kv", connector.start_load_kv, fwd)
                 for b, key, tag in writes:  # the forward pass
-                    mem.write(b, content(key if key is not None else tag, rank, cfg.block_bytes))
+                    mem.write(b, content(key if key is not None else tag, crank, cfg.block_bytes))
                 if cfg.device == "cuda":
                     pass  # writes are on the current stream, which the store's event follows
                 calls("wait_for_save", connector.wait_for_save)
@@ -358,7 +359,7 @@ def worker_main(conn, cfg, rank):
             bad = []
             for b, key in msg[1]:
                 got = mem.read(b)
-                exp = content(key, rank, cfg.block_bytes)
+                exp = content(key, crank, cfg.block_bytes)
                 if not (got == exp).all():
                     bad.append((b, int((got != exp).sum())))
             conn.send({"bad": bad, "errors": []})
@@ -406,7 +407,7 @@ class Daemon:
         self.binary = os.environ.get("KVOFFLOAD_DAEMON", "/work/stable/kvoffloadd")
         self.dir = tempfile.mkdtemp(prefix="kvo-real-", dir="/tmp")
         self.args = [self.binary, "--backend=" + backend, "--runtime_dir=" + self.dir,
-                     "--metrics_address=", "--max_region_bytes=256MiB", "--populate_threads=1",
+                     "--metrics_address=", "--max_region_bytes=512MiB", "--populate_threads=1",
                      "--host_copy_threads=2", "--log_level=warn", "--job_timeout_s=5"] + list(extra)
         self.log = open(os.path.join(self.dir, "daemon.log"), "ab")
         self.start()
@@ -511,6 +512,7 @@ class Engine:
         self.load_info = {}  # req id -> [(block id, hash)] expected after its load
         self.hits = {}  # req id -> [(local tokens, external tokens)] per lookup
         self.failed_recving = set()
+        self.reuse_seen = 0
         self.policy = cfg.kv_load_failure_policy
         self.events = []
         self.stepno = 0
@@ -553,6 +555,8 @@ class Engine:
         for _ in range(n):
             b, _ = self.free.popitem(last=False)
             h = self.hash_of[b]
+            if h is not None:
+                self.reuse_seen += 1
             if h is not None and self.cached.get(h) == b:
                 del self.cached[h]
             self.hash_of[b] = None
@@ -572,11 +576,14 @@ class Engine:
         self.known[b] = h
         self.cached.setdefault(h, b)
 
-    def drop_gpu_cache(self, keep=()):
+    def drop_gpu_cache(self, keep=(), in_use=False):
         """GPU memory pressure (as if other requests evicted them): forget every cached block
-        hash except `keep`."""
+        hash except `keep`; in_use: also unshare blocks running requests hold."""
         for h, b in list(self.cached.items()):
             if h in keep:
+                continue
+            if in_use and self.ref[b] > 0:
+                del self.cached[h]
                 continue
             if self.ref[b] == 0:
                 del self.cached[h]
@@ -1377,6 +1384,107 @@ def sc_shutdown(run, rep):
         rep.note("kvoffloadctl engines: %s" % (line or out.strip()[:300]))
 
 
+def sc_block_reuse(run, rep):
+    """A finished request's blocks are given to the next request in the very step its last
+    store is planned (2026-08: freed at once, fenced by jobs_to_flush; 0.20: held until the
+    store finished): what kvoffload stored must still be a's bytes."""
+    e = run.engine(rep, "reuse", num_blocks=12)
+    A = prompt(20, 6 * 16 + 5)   # 7 blocks
+    X = prompt(21, 9 * 16 + 5)   # 10 blocks: needs a's
+    e.add_request("a", A, max_tokens=1)
+    e.add_request("x", X, max_tokens=2)
+    rep.check("drained", e.drain(30))
+    reused = e.reuse_seen
+    rep.note("x was given %d of a's blocks" % reused)
+    e.drop_gpu_cache()
+    e.add_request("a2", A, max_tokens=2)
+    rep.check("a2 drained", e.drain())
+    local, ext = _hit(e, "a2")
+    rep.check("a2: a's 96 tokens from kvoffload, byte-exact", (local, ext) == (0, 96),
+              "local=%s external=%s" % (local, ext))
+    e.verify_all()
+    e.shutdown()
+
+
+def sc_pending_lookup(run, rep):
+    """b (a's prompt) is looked up while a's store is still in flight: pending rows are never
+    served as a hit before the copy is done (0.20: miss or retry; 2026-08: HIT_PENDING)."""
+    e = run.engine(rep, "pending")
+    A = prompt(22, 5 * 16 + 5)
+    e.add_request("a", A, max_tokens=6)
+    e.step()  # a's prefill; its store goes out at the start of the next step
+    st = e.lookup_keys(e.reqs["a"])
+    names = sorted({getattr(x, "name", repr(x)) for x in st})
+    rep.note("manager.lookup of a's 5 keys, store planned but not yet submitted: %s" % names)
+    want = "None" if run.gen == "v0_20_2" else "HIT_PENDING"
+    rep.check("rows being written look up as pending (%s), not as a hit or a miss" % want,
+              names == [want], str(names))
+    e.drop_gpu_cache(in_use=True)
+    e.add_request("b", A, max_tokens=2)
+    rep.check("drained", e.drain(30))
+    rep.note("b's lookups (local, external): %s" % e.hits.get("b"))
+    e.verify_all()
+    e.shutdown()
+
+
+def sc_huge_request(run, rep):
+    """One request of 66,000 blocks (> 65,536 keys in one index call: store, touch, complete,
+    lookup, load), tiny pages; stored, then hit and loaded byte-exact."""
+    nblk = 66000
+    e = run.engine(rep, "huge", num_blocks=nblk + 8, num_layers=1, num_kv_heads=2, head_size=32,
+                   budget_bytes=(nblk + 64) * 4096)  # 4 KiB pages: the daemon's row granule
+    P = prompt(23, nblk * 16 + 3)
+    e.add_request("a", P, max_tokens=1)
+    rep.check("a drained", e.drain(300))
+    e.drop_gpu_cache()
+    e.add_request("b", P, max_tokens=1)
+    rep.check("b drained", e.drain(300))
+    local, ext = _hit(e, "b")
+    rep.check("b: all %d blocks from kvoffload" % nblk, (local, ext) == (0, nblk * 16),
+              "local=%s external=%s" % (local, ext))
+    e.shutdown()
+
+
+def sc_mla_tp2(run, rep):
+    """MLA with TP2 (replicated layout: one copy; 2026-08 lets only rank 0 store): stored once,
+    loaded byte-exact by both ranks."""
+    sc_store_hit_load(run, rep, world=2, use_mla=True)
+
+
+def sc_stalled_daemon(run, rep):
+    """The daemon stops answering (SIGSTOP) while a preempted request's store is flushed
+    (handle_preemptions → wait) and while the scheduler plans: wait_timeout_s / call_timeout_s
+    2 s. Nothing may raise into vLLM and nothing wrong may be served once it answers again."""
+    e = run.engine(rep, "stall", num_blocks=16,
+                   extra={"wait_timeout_s": 2, "call_timeout_s": 2, "open_timeout_s": 2})
+    A = prompt(30, 6 * 16 + 5)
+    e.add_request("a", A, max_tokens=4)
+    e.step()  # a's prefill; its store is deferred to the next step
+    e.force_preempt.add("a")
+    import signal
+    run.daemon.proc.send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        e.step()  # a preempted: the workers submit its store and wait for it
+        e.step()
+    finally:
+        run.daemon.proc.send_signal(signal.SIGCONT)
+    rep.note("two steps with the daemon stopped took %.1f s" % (time.monotonic() - t0))
+    rep.check("drained after the daemon answers again", e.drain(60))
+    rep.note("a's lookups (local, external): %s" % e.hits.get("a"))
+    st = e.lookup_keys(e.reqs["a"])
+    rep.note("a's keys after the stall: %s" % [getattr(x, "name", x) for x in st])
+    e.drop_gpu_cache()
+    e.add_request("a2", A, max_tokens=2)
+    ok = e.drain(60)
+    rep.check("a2 (a's prompt) is served within 60 s: hit, or computed after a miss", ok,
+              "" if ok else "a2 still waiting: every lookup deferred it (%s)" %
+              [getattr(x, "name", x) for x in e.lookup_keys(e.reqs["a"])])
+    rep.note("a2: local/ext = %s" % (_hit(e, "a2"),))
+    e.verify_all()
+    e.shutdown()
+
+
 SCENARIOS = collections.OrderedDict([
     ("store_hit_load", sc_store_hit_load),
     ("tp2", sc_tp2),
@@ -1389,6 +1497,11 @@ SCENARIOS = collections.OrderedDict([
     ("daemon_restart_recompute", sc_daemon_restart_recompute),
     ("budget_refusal", sc_budget_refusal),
     ("lru_eviction", sc_lru),
+    ("block_reuse", sc_block_reuse),
+    ("pending_lookup", sc_pending_lookup),
+    ("mla_tp2", sc_mla_tp2),
+    ("stalled_daemon", sc_stalled_daemon),
+    ("huge_request", sc_huge_request),
     ("shutdown", sc_shutdown),
 ])
 
