@@ -512,6 +512,7 @@ class Engine:
         self.load_info = {}  # req id -> [(block id, hash)] expected after its load
         self.hits = {}  # req id -> [(local tokens, external tokens)] per lookup
         self.failed_recving = set()
+        self.delayed_recv = set()
         self.reuse_seen = 0
         self.policy = cfg.kv_load_failure_policy
         self.events = []
@@ -792,13 +793,40 @@ class Engine:
         return done_s, done_r, wm, invalid
 
     def update_from_output(self, so, outs):
+        """vLLM's Scheduler.update_from_output, in its order: invalid blocks, sampled tokens and
+        stops, requests failed by a KV load (policy "fail"), then the connector's output
+        (_update_from_kv_xfer_finished: update_connector_output, finished_recving,
+        finished_sending), then the connector's KV events."""
         S = stubs
         fs, fr, wm, invalid = self._aggregate(outs)
         failed = self._handle_invalid_blocks(invalid, so.num_scheduled_tokens) if invalid else []
+        skip = {r.request_id for r in failed}
+        for rid, n in so.num_scheduled_tokens.items():
+            req = self.reqs[rid]
+            if rid in skip or req.status != S.RequestStatus.RUNNING or \
+                    req.num_computed_tokens < req.num_tokens:
+                continue
+            tok = int.from_bytes(hashlib.sha256(b"%s/%d" % (rid.encode(), req.num_tokens)).digest()[:2], "little")
+            req.append_output_token_ids(tok)
+            if req.num_output_tokens >= req.max_tokens:
+                self.finish(req)
+        if self.policy == "fail":
+            for req in failed:
+                if not req.is_finished():
+                    if req in self.waiting:
+                        self.waiting.remove(req)
+                    self.finish(req, S.RequestStatus.FINISHED_ERROR)
         out = S.KVConnectorOutput(finished_sending=fs or None, finished_recving=fr or None,
                                   kv_connector_worker_meta=wm, invalid_block_ids=invalid)
         self.calls("update_connector_output", self.conn.update_connector_output, out)
         for rid in fr:
+            req = self.reqs[rid]
+            if req.is_finished():  # finished (aborted, failed) while loading: blocks go now
+                if rid in self.delayed_recv:
+                    self.delayed_recv.discard(rid)
+                    self._free_blocks(self.blocks[rid])
+                    self.blocks[rid] = []
+                continue
             self.recv_done.add(rid)
             self.verify_load(rid)
         for rid in fs:
@@ -806,28 +834,23 @@ class Engine:
                 self.delayed_free.discard(rid)
                 self._free_blocks(self.blocks[rid])
                 self.blocks[rid] = []
-        if self.policy == "fail":
-            for req in failed:
-                if not req.is_finished():
-                    if req in self.waiting:
-                        self.waiting.remove(req)
-                    self.finish(req, S.RequestStatus.FINISHED_ERROR)
-        for rid, n in so.num_scheduled_tokens.items():
-            req = self.reqs[rid]
-            if req.status != S.RequestStatus.RUNNING or req.num_computed_tokens < req.num_tokens:
-                continue
-            tok = int.from_bytes(hashlib.sha256(b"%s/%d" % (rid.encode(), req.num_tokens)).digest()[:2], "little")
-            req.append_output_token_ids(tok)
-            if req.num_output_tokens >= req.max_tokens:
-                self.finish(req)
         self.events.extend(self.calls("take_events", lambda: list(self.conn.take_events()),
                                       default=[]) or [])
 
     def finish(self, req, status=None):
+        """Scheduler.finish_requests / _free_request: the connector's request_finished may
+        delay the free (until finished_sending); a request still loading keeps its blocks until
+        its load is reported (finished_recving)."""
         S = stubs
+        loading = (req.status == S.RequestStatus.WAITING_FOR_REMOTE_KVS and
+                   req.request_id not in self.recv_done)
+        self.recv_done.discard(req.request_id)
+        self.failed_recving.discard(req.request_id)
         req.status = status or S.RequestStatus.FINISHED_LENGTH_CAPPED
         if req in self.running:
             self.running.remove(req)
+        if req in self.waiting:
+            self.waiting.remove(req)
         rid = req.request_id
         if self.hma:
             r = self.calls("request_finished_all_groups", self.conn.request_finished_all_groups,
@@ -838,10 +861,15 @@ class Engine:
         delay = bool(r and r[0])
         if delay:
             self.delayed_free.add(rid)
-        else:
+        if loading:
+            self.delayed_recv.add(rid)
+        if not delay and not loading:
             self._free_blocks(self.blocks[rid])
             self.blocks[rid] = []
         self.finished_pending.add(rid)
+
+    def abort(self, rid):
+        self.finish(self.reqs[rid], stubs.RequestStatus.FINISHED_ABORTED)
 
     def _update_waiting_for_remote_kv(self, req):
         """vLLM: cache the blocks that loaded (all, or those before the first invalid one);
@@ -926,7 +954,8 @@ class Engine:
             self.verify(pairs, what)
 
     def idle(self):
-        return not self.waiting and not self.running and not self.delayed_free
+        return not self.waiting and not self.running and not self.delayed_free and \
+            not self.delayed_recv
 
     def run(self, max_steps=200, until=None):
         for _ in range(max_steps):
@@ -1485,6 +1514,63 @@ def sc_stalled_daemon(run, rep):
     e.shutdown()
 
 
+def sc_decode_blocks(run, rep):
+    """Blocks filled by decoding: 0.20 stores them too (the next turn hits prompt + output);
+    2026-08 stores prompt blocks only (offload_prompt_only, its default)."""
+    e = run.engine(rep, "decode")
+    P = prompt(40, 5 * 16 + 5)
+    a = e.add_request("a", P, max_tokens=30)  # 85 + 30 tokens: blocks 5 and 6 filled by decode
+    rep.check("a drained", e.drain())
+    e.drop_gpu_cache()
+    turn2 = list(a.all_token_ids) + prompt(41, 10)
+    e.add_request("b", turn2, max_tokens=2)
+    rep.check("b drained", e.drain())
+    local, ext = _hit(e, "b")
+    want = 112 if run.gen == "v0_20_2" else 80
+    rep.check("b: %d tokens from kvoffload" % want, (local, ext) == (0, want),
+              "local=%s external=%s" % (local, ext))
+    e.verify_all()
+    e.shutdown()
+
+
+def sc_concurrent_loads(run, rep):
+    """b and c (the same stored prompt) arrive together: one loads, the other waits for those
+    blocks (vLLM's blocks-being-loaded rule), then both run; bytes checked."""
+    e = run.engine(rep, "concurrent")
+    P = prompt(42, 5 * 16 + 5)
+    e.add_request("a", P, max_tokens=2)
+    rep.check("a drained", e.drain())
+    e.drop_gpu_cache()
+    e.add_request("b", P, max_tokens=2)
+    e.add_request("c", P, max_tokens=2)
+    rep.check("b, c drained", e.drain())
+    rep.note("b: %s, c: %s" % (e.hits.get("b"), e.hits.get("c")))
+    rep.check("b loaded 80 tokens", _hit(e, "b") == (0, 80), str(_hit(e, "b")))
+    e.verify_all()
+    e.shutdown()
+
+
+def sc_abort_during_load(run, rep):
+    """b is aborted while its load is in flight: its blocks are kept until the load is
+    reported, then freed; the next request still hits and loads byte-exact."""
+    e = run.engine(rep, "abort", num_blocks=24)
+    P = prompt(43, 5 * 16 + 5)
+    e.add_request("a", P, max_tokens=2)
+    rep.check("a drained", e.drain())
+    e.drop_gpu_cache()
+    e.add_request("b", P, max_tokens=2)
+    e.step()  # b's load planned and submitted
+    e.abort("b")
+    e.add_request("x", prompt(44, 12 * 16 + 5), max_tokens=2)  # wants the freed blocks
+    rep.check("drained", e.drain())
+    e.drop_gpu_cache()
+    e.add_request("c", P, max_tokens=2)
+    rep.check("c drained", e.drain())
+    rep.check("c: 80 tokens from kvoffload", _hit(e, "c") == (0, 80), str(_hit(e, "c")))
+    e.verify_all()
+    e.shutdown()
+
+
 SCENARIOS = collections.OrderedDict([
     ("store_hit_load", sc_store_hit_load),
     ("tp2", sc_tp2),
@@ -1498,6 +1584,9 @@ SCENARIOS = collections.OrderedDict([
     ("budget_refusal", sc_budget_refusal),
     ("lru_eviction", sc_lru),
     ("block_reuse", sc_block_reuse),
+    ("decode_blocks", sc_decode_blocks),
+    ("concurrent_loads", sc_concurrent_loads),
+    ("abort_during_load", sc_abort_during_load),
     ("pending_lookup", sc_pending_lookup),
     ("mla_tp2", sc_mla_tp2),
     ("stalled_daemon", sc_stalled_daemon),
