@@ -260,7 +260,20 @@ absl::Status Engine::ValidatePart(const Session& session, const JobPart& part) c
                          absl::StrCat("job ", part.job_id, " of mp_rank ", session.mp_rank));
 }
 
-absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
+absl::Status Engine::Submit(uint64_t session_id, JobPart part) {
+  // Rows come back as the index handed them out, with their tickets (SlotIndex::StoreHandle):
+  // split them, so that a part planned against a row that has since been handed to another key
+  // is refused rather than copied into or out of that key's row. (Region blocks are plain.)
+  std::vector<uint32_t> tickets;
+  if (!spec_.rows_assigned_by_engine) {
+    for (size_t i = 0; i < part.rows.size(); ++i) {
+      const uint32_t ticket = SlotIndex::TicketOfHandle(part.rows[i]);
+      if (ticket == 0) continue;
+      if (tickets.empty()) tickets.resize(part.rows.size(), 0);
+      tickets[i] = ticket;
+      part.rows[i] = SlotIndex::RowOfHandle(part.rows[i]);
+    }
+  }
   CopyJob copy;
   std::shared_ptr<WorkerMemory> memory;
   uint32_t mp_rank = 0;
@@ -317,12 +330,14 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
         // the job retires (no eviction or reuse while a copy may still touch them). Engines that
         // assign rows themselves own that bookkeeping.
         if (!spec_.rows_assigned_by_engine) {
-          RETURN_IF_ERROR(index_->BeginCopy(part.direction, part.rows));
+          RETURN_IF_ERROR(index_->BeginCopy(part.direction, part.rows, tickets));
         }
         Job job;
         job.id = part.job_id;
         job.direction = part.direction;
         job.rows = part.rows;
+        job.tickets = tickets;
+        job.region_blocks = part.region_blocks;
         job.started = absl::Now();
         job.deadline = job.started + deps_.job_timeout;
         jit = jobs_.emplace(part.job_id, std::move(job)).first;
@@ -332,7 +347,10 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
           return absl::AlreadyExistsError(absl::StrCat("job ", part.job_id, ": mp_rank ", mp_rank,
                                                        " already submitted its part"));
         }
-        if (job.direction != part.direction || job.rows != part.rows) {
+        // Every part of a job names the same rows (and tickets, and blocks of rows): the ranks
+        // of a replicated layout must load the same bytes.
+        if (job.direction != part.direction || job.rows != part.rows || job.tickets != tickets ||
+            job.region_blocks != part.region_blocks) {
           return absl::InvalidArgumentError(
               absl::StrCat("job ", part.job_id, ": mp_rank ", mp_rank, " submitted a ",
                            CopyDirectionName(part.direction), " of ", part.rows.size(),

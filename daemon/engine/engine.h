@@ -172,7 +172,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // Validates and applies one worker's part of a job. A rejected part changes nothing and returns
   // the error (INVALID_ARGUMENT, OUT_OF_RANGE, ALREADY_EXISTS, FAILED_PRECONDITION, ...).
-  absl::Status Submit(uint64_t session_id, const JobPart& part);
+  absl::Status Submit(uint64_t session_id, JobPart part);
 
   // Fails jobs past their deadline (DEADLINE_EXCEEDED). Called by the registry's maintenance.
   void ExpireJobs(absl::Time now);

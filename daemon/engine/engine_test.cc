@@ -675,5 +675,31 @@ TEST_F(EngineTest, LoadsOfSingleBlocksOfRows) {
   EXPECT_TRUE(engine_->index().CheckInvariants().ok());
 }
 
+// A store part whose rows were freed and handed to another key since it was planned (it came
+// late, or again after a lost session) is refused by the rows' store tickets, changing nothing.
+TEST_F(EngineTest, AStorePartForARowReusedSinceIsRefused) {
+  Open(PerRankSpec(1));
+  AttachWorkers(1);
+  auto k1 = engine_->index().PrepareStore({"k1"});
+  ASSERT_TRUE(k1.ok());
+  ASSERT_TRUE(engine_->index().CompleteStore({"k1"}, false).ok());
+  auto k2 = engine_->index().PrepareStore({"k2"});
+  ASSERT_TRUE(k2.ok());
+  ASSERT_EQ(k2->rows, k1->rows);
+  const std::vector<uint64_t> stale = {SlotIndex::StoreHandle(k1->ticket, k1->rows[0])};
+  const std::vector<uint64_t> fresh = {SlotIndex::StoreHandle(k2->ticket, k2->rows[0])};
+  const absl::Status refused = Submit(0, 1, CopyDirection::kStore, {4}, stale);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_EQ(engine_->Snapshot().jobs_in_flight, 0u);
+  ASSERT_TRUE(Submit(0, 2, CopyDirection::kStore, {5}, fresh).ok());
+  ASSERT_TRUE(workers_[0]->listener.WaitForResults(1));
+  ASSERT_TRUE(workers_[0]->listener.ResultsFor(2)[0].status.ok());
+  ASSERT_TRUE(engine_->index().CompleteStore({"k2"}, true).ok());
+  auto rows = engine_->index().PrepareLoad({"k2"});
+  ASSERT_TRUE(rows.ok());
+  const std::string stored = workers_[0]->memory->Block(5);
+  EXPECT_EQ(LoadBack(0, 3, *rows, {9}), std::vector<std::string>{stored});
+}
+
 }  // namespace
 }  // namespace kvoffload::daemon

@@ -19,6 +19,8 @@ struct Job {
   uint64_t id = 0;
   CopyDirection direction = CopyDirection::kStore;
   std::vector<uint64_t> rows;  // shared by every part
+  std::vector<uint32_t> tickets;        // stores: the rows' store tickets, or empty (unchecked)
+  std::vector<uint64_t> region_blocks;  // loads by block: shared by every part
   std::set<uint32_t> voted;    // mp_ranks whose part is counted
   // Slots whose part is counted. A per-rank job needs every slot: a rank that voted and left
   // must not be counted again through a newcomer in the same slot.

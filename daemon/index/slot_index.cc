@@ -124,19 +124,12 @@ void SlotIndex::MarkStoreFailedLocked(const std::vector<uint64_t>& rows) {
   }
 }
 
-absl::Status SlotIndex::MarkStoreWritten(const std::vector<uint64_t>& rows) {
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckRowNumbers("MarkStoreWritten", rows));
-  MarkStoreWrittenLocked(rows);
-  return absl::OkStatus();
-}
-
 void SlotIndex::MarkStoreWrittenLocked(const std::vector<uint64_t>& rows) {
   std::vector<uint32_t> ready;
   for (uint64_t row : rows) {
     Row& r = rows_[row];
     // A row a failed job touched stays failed: another job's success cannot vouch for it.
-    if (r.state != RowState::kWriting || r.store_failed || r.written) continue;
+    if (r.state != RowState::kWriting || r.store_failed || r.written || r.copies > 0) continue;
     r.written = true;
     if (r.committed) ready.push_back(static_cast<uint32_t>(row));
   }
@@ -182,6 +175,7 @@ std::string SlotIndex::DropWritingKey(uint32_t row) {
   r.state = RowState::kFree;
   r.store_failed = r.written = r.committed = false;
   r.prev = kNil;
+  r.ticket = 0;
   --rows_writing_;
   FreeOrQuarantine(row);
   return key;
@@ -281,6 +275,7 @@ void SlotIndex::DropReadyKey(uint32_t row) {
   assert(r.state == RowState::kReady && r.readers == 0 && r.copies == 0);
   key_to_row_.erase(KeyOf(r));
   r.state = RowState::kFree;
+  r.ticket = 0;
   --rows_ready_;
 }
 
@@ -398,6 +393,8 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
 
   // Pass 2: allocate. Cannot fail: `available` rows exist.
   PrepareStoreResult result;
+  result.ticket = next_ticket_;
+  next_ticket_ = next_ticket_ == kMaxTicket ? 1 : next_ticket_ + 1;
   result.keys.reserve(needed);
   result.rows.reserve(needed);
   result.evicted_keys.reserve(needed > rows_free_ ? needed - rows_free_ : 0);
@@ -421,6 +418,7 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     r.state = RowState::kWriting;
     r.store_failed = r.written = r.committed = false;
     r.prev = store_seq_++;  // WRITING rows are on no list: prev holds the store order
+    r.ticket = result.ticket;
     ++rows_writing_;
     key_to_row_.insert(row);
     result.keys.push_back(keys[i]);
@@ -468,7 +466,8 @@ absl::Status SlotIndex::CompleteStore(const std::vector<std::string>& keys, bool
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<uint64_t>> SlotIndex::PrepareLoad(const std::vector<std::string>& keys) {
+absl::StatusOr<std::vector<uint64_t>> SlotIndex::PrepareLoad(const std::vector<std::string>& keys,
+                                                             std::vector<uint32_t>* tickets) {
   constexpr absl::string_view kOp = "PrepareLoad";
   absl::MutexLock lock(&mu_);
   absl::Status status =
@@ -487,6 +486,10 @@ absl::StatusOr<std::vector<uint64_t>> SlotIndex::PrepareLoad(const std::vector<s
       });
   if (!status.ok()) return status;
   std::vector<uint64_t> rows(scratch_rows_.begin(), scratch_rows_.end());
+  if (tickets != nullptr) {
+    tickets->clear();
+    for (uint32_t row : scratch_rows_) tickets->push_back(rows_[row].ticket);
+  }
   for (uint32_t row : scratch_rows_) {
     Row& r = rows_[row];
     if (r.state == RowState::kReady) {
@@ -558,33 +561,53 @@ uint64_t SlotIndex::Reset() {
 // ---- Copy-path guards ------------------------------------------------------------------------
 
 absl::Status SlotIndex::CheckRowsLocked(CopyDirection direction,
-                                        const std::vector<uint64_t>& rows) const {
+                                        const std::vector<uint64_t>& rows,
+                                        const std::vector<uint32_t>& tickets) const {
   const bool store = direction == CopyDirection::kStore;
   const RowState wanted = store ? RowState::kWriting : RowState::kReading;
-  for (uint64_t row : rows) {
+  if (!tickets.empty() && tickets.size() != rows.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(store ? "store" : "load", " copy: ",
+                                                   tickets.size(), " tickets for ", rows.size(),
+                                                   " rows"));
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const uint64_t row = rows[i];
     if (row >= num_rows_) {
       return absl::OutOfRangeError(absl::StrFormat("%s copy: row %d is out of range (num_rows %d)",
                                                    store ? "store" : "load", row, num_rows_));
     }
-    const RowState state = rows_[row].state;
-    if (state != wanted) {
+    const Row& r = rows_[row];
+    if (r.state != wanted) {
       return absl::FailedPreconditionError(absl::StrCat(store ? "store" : "load", " copy: row ",
-                                                        row, " is ", RowStateName(state), ", not ",
-                                                        RowStateName(wanted)));
+                                                        row, " is ", RowStateName(r.state),
+                                                        ", not ", RowStateName(wanted)));
+    }
+    if (!tickets.empty() && tickets[i] != 0 && tickets[i] != r.ticket) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          store ? "store" : "load", " copy: row ", row,
+          " was handed to another key since this job was planned (ticket ", tickets[i],
+          ", the row's is ", r.ticket, "): the part came late or again"));
+    }
+    if (!store) continue;
+    if (r.copies > 0 || r.written) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "store copy: row ", row, r.copies > 0 ? " has a store job in flight" : " was written",
+          " already; a row takes one store job"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status SlotIndex::CheckRows(CopyDirection direction,
-                                  const std::vector<uint64_t>& rows) const {
+absl::Status SlotIndex::CheckRows(CopyDirection direction, const std::vector<uint64_t>& rows,
+                                  const std::vector<uint32_t>& tickets) const {
   absl::ReaderMutexLock lock(&mu_);
-  return CheckRowsLocked(direction, rows);
+  return CheckRowsLocked(direction, rows, tickets);
 }
 
-absl::Status SlotIndex::BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows) {
+absl::Status SlotIndex::BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows,
+                                  const std::vector<uint32_t>& tickets) {
   absl::MutexLock lock(&mu_);
-  absl::Status status = CheckRowsLocked(direction, rows);
+  absl::Status status = CheckRowsLocked(direction, rows, tickets);
   if (!status.ok()) return status;
   // WRITING and READING rows are on no list, so counting a copy moves nothing.
   for (uint64_t row : rows) ++rows_[row].copies;
@@ -730,6 +753,7 @@ absl::Status SlotIndex::CheckInvariants() const {
     if (r.state == RowState::kFree) {
       if (r.readers != 0) return fail("FREE row ", row, " has readers");
       if (r.key_size != 0) return fail("FREE row ", row, " holds a key");
+      if (r.ticket != 0) return fail("FREE row ", row, " holds ticket ", r.ticket);
       if (r.copies > 0) {
         ++quarantined;
         if (on_list[row]) return fail("quarantined row ", row, " is on a list");
@@ -739,11 +763,14 @@ absl::Status SlotIndex::CheckInvariants() const {
       continue;
     }
     if (r.key_size == 0) return fail("row ", row, " in use without a key");
+    if (r.ticket == 0 || r.ticket > kMaxTicket) return fail("row ", row, " has ticket ", r.ticket);
     if (FindRow(KeyOf(r)) != row) return fail("row ", row, "'s key does not map back to it");
     switch (r.state) {
       case RowState::kWriting:
         ++writing;
         if (r.readers != 0 || on_list[row]) return fail("WRITING row ", row, " read or listed");
+        if (r.written && r.copies != 0) return fail("written row ", row, " still has copies");
+        if (r.store_failed && r.committed) return fail("failed row ", row, " still committed");
         break;
       case RowState::kReady:
         ++ready;

@@ -32,7 +32,7 @@
 //
 // A WRITING row becomes READY when two things have happened, in either order (DESIGN.md §7:
 // vLLM 0.20 commits a preempted request's store before any worker submitted it):
-//   - written: a store job on the row finished OK on this node (MarkStoreWritten);
+//   - written: a store job on the row finished OK on this node (EndStoreCopy(rows, true));
 //   - commit:  the scheduler called CompleteStore(success=true) for its key.
 // A commit that arrives first is recorded and the row stays WRITING (Lookup: HIT_PENDING,
 // PrepareLoad: refused) until its store job finishes; if that job fails (MarkStoreFailed), the
@@ -44,7 +44,7 @@
 //
 // Recency (LRU order) — only READY rows with no reader and no copy in flight can be evicted, least
 // recently used first. A row becomes most recently used when
-//   - it becomes READY (CompleteStore or MarkStoreWritten, whichever came second),
+//   - it becomes READY (CompleteStore or EndStoreCopy, whichever came second),
 //   - Touch names it (while it is READY and idle),
 //   - its last reader leaves (CompleteLoad) or its last copy ends (EndCopy) and it is READY again.
 // Within one call the keys are applied back to front, so keys[0] ends up the most recently used
@@ -52,6 +52,16 @@
 // after it useless). Rows that become READY together are ordered by their PrepareStore order, not
 // by the order of the call that completed them (vLLM hands CompleteStore a set): the key that came
 // first in PrepareStore ends up the most recent, so a prefix is evicted from its tail.
+//
+// Row handles: each PrepareStore call takes a ticket (31 bits, never 0) that its new rows keep as
+// long as they hold that key; the wire hands rows out (PrepareStore and PrepareLoad) as
+// StoreHandle(ticket, row). A copy that names a ticket is refused when its row holds another
+// one — the row was freed and handed to another key since the job was planned (a part that came
+// late, or again after a lost session) — so a stale part can never write or read another key's
+// row.
+//
+// One store job per row: a store copy is refused on a row that already has a store copy in flight
+// or was written, so a row's written bytes are those of exactly one job.
 //
 // Every operation is all-or-nothing: when it returns an error, nothing changed (no key, no row
 // state, no counter, no LRU position). When several keys are wrong, the first one in request
@@ -115,7 +125,17 @@ class SlotIndex {
     std::vector<std::string> keys;          // keys that were not present, in request order
     std::vector<uint64_t> rows;             // rows[i] now belongs to keys[i], in state WRITING
     std::vector<std::string> evicted_keys;  // keys dropped to make room, least recent first
+    uint32_t ticket = 0;                    // the call's store ticket, held by every new row
   };
+
+  // A row as the wire hands it out for a store: ticket << 32 | row (below 2^63, so it fits a
+  // signed 64-bit block id). A handle with ticket 0 is a plain row: its ticket is not checked.
+  static uint64_t StoreHandle(uint32_t ticket, uint64_t row) {
+    return (uint64_t{ticket} << 32) | row;
+  }
+  static uint64_t RowOfHandle(uint64_t handle) { return handle & 0xffffffffu; }
+  static uint32_t TicketOfHandle(uint64_t handle) { return static_cast<uint32_t>(handle >> 32); }
+  static constexpr uint32_t kMaxTicket = (uint32_t{1} << 31) - 1;
 
   // A snapshot of the index. Rows: free + quarantined + writing + ready + reading == num_rows.
   struct Counts {
@@ -183,7 +203,9 @@ class SlotIndex {
   //   NOT_FOUND            a key is not in the index
   //   FAILED_PRECONDITION  a key is WRITING (not readable yet)
   //   RESOURCE_EXHAUSTED   a row has 2^32 − 1 readers already
-  absl::StatusOr<std::vector<uint64_t>> PrepareLoad(const std::vector<std::string>& keys);
+  // `tickets`, when given, gets each row's ticket (for the wire's row handles).
+  absl::StatusOr<std::vector<uint64_t>> PrepareLoad(const std::vector<std::string>& keys,
+                                                    std::vector<uint32_t>* tickets = nullptr);
 
   // Drops one reader from each key; a key whose last reader leaves is READY again.
   //   INVALID_ARGUMENT     a key of invalid length or a duplicate
@@ -203,16 +225,22 @@ class SlotIndex {
 
   // ---- Copy-path guards (job engine). --------------------------------------------------------
 
-  // Checks that every row may be copied in `direction`: kStore needs WRITING, kLoad READING.
+  // Checks that every row may be copied in `direction`: kStore needs WRITING rows with no store
+  // copy in flight and not written yet, kLoad READING rows; each holding `tickets[i]` when
+  // `tickets` is not empty (a 0 ticket is not checked).
   //   OUT_OF_RANGE         a row >= num_rows
-  //   FAILED_PRECONDITION  a row is in another state (the message names row and state)
-  absl::Status CheckRows(CopyDirection direction, const std::vector<uint64_t>& rows) const;
+  //   FAILED_PRECONDITION  a row is in another state, has a store in flight or done, or holds
+  //                        another ticket (the message names row and state)
+  //   INVALID_ARGUMENT     not one ticket per row
+  absl::Status CheckRows(CopyDirection direction, const std::vector<uint64_t>& rows,
+                         const std::vector<uint32_t>& tickets = {}) const;
 
   // CheckRows and, in the same critical section, one more copy in flight on every row (a row may
   // appear more than once). Call before the copy touches the region; every successful BeginCopy
   // must be matched by EndCopy with the same rows once the copy has really finished or is known
   // never to touch the region again — not when it timed out. Same errors as CheckRows.
-  absl::Status BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows);
+  absl::Status BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows,
+                         const std::vector<uint32_t>& tickets = {});
 
   // Records that a store job on `rows` failed (a copy failed, a worker left, the job timed out):
   // each row still WRITING is marked, and CompleteStore(success=true) of its key is refused with
@@ -223,10 +251,6 @@ class SlotIndex {
   // OUT_OF_RANGE for a row >= num_rows (nothing is marked).
   absl::Status MarkStoreFailed(const std::vector<uint64_t>& rows);
 
-  // Records that a store job on `rows` finished OK on this node: every row still WRITING is
-  // written, and one whose commit was recorded becomes READY (recency as above). Call before the
-  // job's EndCopy. OUT_OF_RANGE for a row >= num_rows (nothing changes).
-  absl::Status MarkStoreWritten(const std::vector<uint64_t>& rows);
 
   // Drops the keys of rows whose commit was recorded before `cutoff` while no store job has
   // written them and none is in flight (the store was never submitted: a worker died, or an
@@ -239,8 +263,9 @@ class SlotIndex {
   //   FAILED_PRECONDITION  more EndCopy than BeginCopy on a row (a bug in the caller)
   absl::Status EndCopy(const std::vector<uint64_t>& rows);
 
-  // The end of a store job on this node, in one critical section: EndCopy(rows), then
-  // MarkStoreWritten(rows) when `ok`, else MarkStoreFailed(rows). No other call can see the rows
+  // The end of a store job on this node, in one critical section: EndCopy(rows), then, when
+  // `ok`, every row still WRITING is written (and one whose commit was recorded becomes READY),
+  // else MarkStoreFailed(rows). No other call can see the rows
   // between the two (a row freed in between could be handed to another key). Same errors as
   // EndCopy; on error nothing changed.
   absl::Status EndStoreCopy(const std::vector<uint64_t>& rows, bool ok);
@@ -277,10 +302,14 @@ class SlotIndex {
     uint32_t copies = 0;    // BeginCopy − EndCopy
     uint16_t key_size = 0;  // 0: no key
     RowState state = RowState::kFree;
-    bool marked = false;  // scratch: "seen in this request" (duplicates, protection)
-    bool store_failed = false;  // WRITING only: a store job on this row failed
-    bool written = false;       // WRITING only: a store job on this row finished OK
-    bool committed = false;     // WRITING only: CompleteStore(true) came before `written`
+    // Bit-fields take no initializers in C++17; rows_ is value-initialized, so they start false.
+    bool marked : 1;        // scratch: "seen in this request" (duplicates, protection)
+    bool store_failed : 1;  // WRITING only: a store job on this row failed
+    bool written : 1;       // WRITING only: a store job on this row finished OK
+    bool committed : 1;     // WRITING only: CompleteStore(true) came before `written`
+    // The ticket of the PrepareStore that gave the row its key (kept while it holds the key;
+    // 0 when FREE): the wire names the row as StoreHandle(ticket, row).
+    uint32_t ticket = 0;
   };
   static_assert(sizeof(Row) == 64, "a row's metadata is one cache line");
 
@@ -316,7 +345,8 @@ class SlotIndex {
   absl::Status ResolvePresentKeys(absl::string_view operation, const std::vector<std::string>& keys,
                                   AllowedFn allowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Status CheckRowsLocked(CopyDirection direction, const std::vector<uint64_t>& rows) const
+  absl::Status CheckRowsLocked(CopyDirection direction, const std::vector<uint64_t>& rows,
+                               const std::vector<uint32_t>& tickets) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   void LruUnlink(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -339,6 +369,7 @@ class SlotIndex {
       const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status EndCopyLocked(const std::vector<uint64_t>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkStoreFailedLocked(const std::vector<uint64_t>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rows still WRITING with no copy in flight are written; committed ones become READY.
   void MarkStoreWrittenLocked(const std::vector<uint64_t>& rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a WRITING row's key and frees (or quarantines) the row; returns the key.
@@ -368,6 +399,7 @@ class SlotIndex {
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t commits_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t store_seq_ ABSL_GUARDED_BY(mu_) = 0;  // next PrepareStore sequence number (wraps)
+  uint32_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;  // 1..kMaxTicket, then 1 again
   // Rows whose commit is recorded (Row::committed), with the time of the commit.
   absl::flat_hash_map<uint32_t, absl::Time> committed_since_ ABSL_GUARDED_BY(mu_);
 

@@ -653,6 +653,64 @@ TEST(SlotIndexTest, StaleCommitsAreDropped) {
   EXPECT_TRUE(index->CheckInvariants().ok());
 }
 
+// A store part planned against a row that was freed and handed to another key since (it came
+// late, or again after a lost session) is refused by its ticket: it can never make the new key
+// READY with the old key's bytes.
+TEST(SlotIndexTest, StoreTicketsRefuseAPartForARowReusedSince) {
+  std::unique_ptr<SlotIndex> index = MakeIndex(1);
+  absl::StatusOr<SlotIndex::PrepareStoreResult> k1 = index->PrepareStore({"k1"});
+  ASSERT_TRUE(k1.ok());
+  const uint32_t t1 = k1->ticket;
+  EXPECT_NE(t1, 0u);
+  const absl::Time t0 = absl::FromUnixSeconds(100);
+  ASSERT_TRUE(index->CompleteStore({"k1"}, true, t0).ok());  // commit first ...
+  EXPECT_EQ(index->DropStaleCommits(t0 + absl::Seconds(1)), 1);  // ... its store never came
+  absl::StatusOr<SlotIndex::PrepareStoreResult> k2 = index->PrepareStore({"k2"});
+  ASSERT_TRUE(k2.ok());
+  ASSERT_EQ(k2->rows, k1->rows);  // the same row, under a new ticket
+  EXPECT_NE(k2->ticket, t1);
+  ASSERT_TRUE(index->CompleteStore({"k2"}, true).ok());
+  // k1's store arrives now.
+  const Keys probe = {"k1", "k2"};
+  Snapshot before = Take(*index, probe);
+  absl::Status late = index->BeginCopy(CopyDirection::kStore, k1->rows, {t1});
+  EXPECT_EQ(late.code(), Code::kFailedPrecondition) << late;
+  EXPECT_THAT(late.message(), HasSubstr("handed to another key"));
+  EXPECT_EQ(Take(*index, probe), before);
+  EXPECT_THAT(index->Lookup({"k2"}), ElementsAre(kPending));
+  // k2's own store is accepted and publishes it.
+  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, k2->rows, {k2->ticket}).ok());
+  ASSERT_TRUE(index->EndStoreCopy(k2->rows, true).ok());
+  EXPECT_THAT(index->Lookup({"k2"}), ElementsAre(kHit));
+  // Handles: ticket << 32 | row, below 2^63.
+  EXPECT_EQ(SlotIndex::StoreHandle(t1, 5), (uint64_t{t1} << 32) | 5);
+  EXPECT_EQ(SlotIndex::RowOfHandle(SlotIndex::StoreHandle(t1, 5)), 5u);
+  EXPECT_EQ(SlotIndex::TicketOfHandle(SlotIndex::StoreHandle(t1, 5)), t1);
+  EXPECT_LT(SlotIndex::StoreHandle(SlotIndex::kMaxTicket, SlotIndex::kMaxRows), uint64_t{1} << 63);
+  // One ticket per row.
+  EXPECT_EQ(index->CheckRows(CopyDirection::kStore, {0}, {1, 2}).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(index->CheckInvariants().ok());
+}
+
+// A row takes one store job: a second one while the first is in flight, or after it wrote the
+// row, is refused (its bytes and its failure could not be told apart from the first's).
+TEST(SlotIndexTest, OneStoreJobPerRow) {
+  std::unique_ptr<SlotIndex> index = MakeIndex(2);
+  absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore({"a"});
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, w->rows).ok());
+  absl::Status second = index->BeginCopy(CopyDirection::kStore, w->rows);
+  EXPECT_EQ(second.code(), Code::kFailedPrecondition);
+  EXPECT_THAT(second.message(), HasSubstr("in flight"));
+  ASSERT_TRUE(index->EndStoreCopy(w->rows, true).ok());
+  second = index->BeginCopy(CopyDirection::kStore, w->rows);
+  EXPECT_EQ(second.code(), Code::kFailedPrecondition);
+  EXPECT_THAT(second.message(), HasSubstr("was written"));
+  ASSERT_TRUE(index->CompleteStore({"a"}, true).ok());
+  EXPECT_THAT(index->Lookup({"a"}), ElementsAre(kHit));
+  EXPECT_EQ(index->counts().copies_in_flight, 0u);
+}
+
 // vLLM hands CompleteStore a set: recency follows PrepareStore's order, so a prefix loses its
 // tail first whatever order the set iterates in.
 TEST(SlotIndexTest, RecencyFollowsStoreOrderNotCompletionOrder) {
@@ -908,7 +966,7 @@ class Model {
       if (!ok) {
         key.failed = true;
         if (key.committed) Drop(k);
-      } else if (!key.failed && !key.written) {
+      } else if (!key.failed && !key.written && copies_[row] == 0) {
         key.written = true;
         if (key.committed) {
           key.committed = false;
@@ -970,6 +1028,10 @@ class Model {
                                              ? SlotIndex::RowState::kWriting
                                              : SlotIndex::RowState::kReading;
       if (owner_[row].empty() || keys.at(owner_[row]).state != wanted) {
+        return Code::kFailedPrecondition;
+      }
+      // One store job per row: none in flight, none done.
+      if (direction == CopyDirection::kStore && (copies_[row] > 0 || keys.at(owner_[row]).written)) {
         return Code::kFailedPrecondition;
       }
     }

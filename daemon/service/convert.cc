@@ -62,7 +62,7 @@ absl::StatusOr<JobPart> FromProto(const v1::Submit& p, uint32_t blocks_per_row,
     if (r.num_blocks() > 0) {
       uint64_t first = 0;
       if (r.num_rows() != 0 || r.first_block() >= bpr ||
-          __builtin_mul_overflow(r.row(), bpr, &first) ||
+          __builtin_mul_overflow(SlotIndex::RowOfHandle(r.row()), bpr, &first) ||
           __builtin_add_overflow(first, uint64_t{r.first_block()}, &first) ||
           __builtin_add_overflow(first, r.num_blocks(), &end) ||
           __builtin_add_overflow(r.gpu_block(), r.num_blocks(), &end) ||
@@ -115,30 +115,35 @@ absl::StatusOr<JobPart> FromProto(const v1::Submit& p, uint32_t blocks_per_row,
     for (uint64_t b = 0; b < blocks; ++b) part.gpu_blocks.push_back(r.gpu_block() + b);
   }
   if (range_blocks > 0) {
-    // Block by block: every entry gets its region block, and rows become the rows covered.
+    // Block by block: every entry gets its region block (of the row without its handle's
+    // ticket), and rows become the rows covered, as handles with the tickets they came with.
     if (part.gpu_blocks.size() != part.rows.size() * bpr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "job ", p.job_id(), ": ", part.gpu_blocks.size(), " gpu blocks for ", part.rows.size(),
           " rows of ", bpr, " blocks (want ", part.rows.size() * bpr, ")"));
     }
+    std::vector<uint32_t> block_tickets;
     part.region_blocks.reserve(total_blocks);
-    for (uint64_t row : part.rows) {
-      uint64_t first = 0;
-      if (__builtin_mul_overflow(row, bpr, &first)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("job ", p.job_id(), ": row ", row, " overflows"));
+    block_tickets.reserve(total_blocks);
+    auto add = [&](uint64_t handle, uint64_t first, uint64_t n) {
+      const uint64_t start = SlotIndex::RowOfHandle(handle) * bpr + first;  // < 2^32 × 2^32
+      for (uint64_t b = 0; b < n; ++b) {
+        part.region_blocks.push_back(start + b);
+        block_tickets.push_back(SlotIndex::TicketOfHandle(handle));
       }
-      for (uint64_t j = 0; j < bpr; ++j) part.region_blocks.push_back(first + j);
-    }
+    };
+    for (uint64_t row : part.rows) add(row, 0, bpr);
     for (const v1::BlockRun& r : p.runs()) {
       if (r.num_blocks() == 0) continue;
-      const uint64_t first = r.row() * bpr + r.first_block();  // checked above
-      for (uint64_t b = 0; b < r.num_blocks(); ++b) {
-        part.gpu_blocks.push_back(r.gpu_block() + b);
-        part.region_blocks.push_back(first + b);
-      }
+      for (uint64_t b = 0; b < r.num_blocks(); ++b) part.gpu_blocks.push_back(r.gpu_block() + b);
+      add(r.row(), r.first_block(), r.num_blocks());
     }
-    part.rows = RowsCovered(part.region_blocks, bpr);
+    part.rows.clear();
+    for (size_t i = 0; i < part.region_blocks.size(); ++i) {
+      const uint64_t row = part.region_blocks[i] / bpr;
+      if (!part.rows.empty() && SlotIndex::RowOfHandle(part.rows.back()) == row) continue;
+      part.rows.push_back(SlotIndex::StoreHandle(block_tickets[i], row));
+    }
   }
   part.event_index = p.event_index();
   part.region_epoch = p.region_epoch();

@@ -68,7 +68,7 @@ TEST(ConvertSubmitTest, BadBlockRunsAreInvalidArgument) {
       {Part(v1::DIRECTION_LOAD, {MakeRun(0, 1, 0, 4, 1)}), "first_block"},      // past the row
       {Part(v1::DIRECTION_LOAD, {MakeRun(0, 1, 1, 0, 2)}), "num_rows 0"},       // both counts
       {Part(v1::DIRECTION_LOAD, {MakeRun(0, 1, 1, 1, 0)}), "first_block 0"},    // offset, rows
-      {Part(v1::DIRECTION_LOAD, {MakeRun(0, UINT64_MAX / 2, 0, 0, 1)}), "overflow"},
+      {Part(v1::DIRECTION_LOAD, {MakeRun(1, 0, 0, 0, UINT64_MAX)}), "overflow"},
       {Part(v1::DIRECTION_LOAD, {MakeRun(0, 0, 0, 0, 101)}), "exceed the limit"},
   };
   for (const Case& c : cases) {

@@ -81,7 +81,9 @@ grpc::Status EngineService::PrepareStore(grpc::ServerContext* context,
   auto result = req->engine->index().PrepareStore(req->keys);
   if (!result.ok()) return ToGrpcStatus(result.status());
   for (const std::string& k : result->keys) response->add_keys(k);
-  for (uint64_t r : result->rows) response->add_rows(r);
+  // Rows go out as handles with the call's ticket: a part naming them is refused once a row has
+  // been handed to another key (SlotIndex, "Row handles").
+  for (uint64_t r : result->rows) response->add_rows(SlotIndex::StoreHandle(result->ticket, r));
   for (const std::string& k : result->evicted_keys) response->add_evicted_keys(k);
   return grpc::Status::OK;
 }
@@ -100,9 +102,13 @@ grpc::Status EngineService::PrepareLoad(grpc::ServerContext* context,
   auto req = ResolveIndexRequest(context, "prepare a load in", request->engine_id(),
                                  request->dp_rank(), request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
-  auto rows = req->engine->index().PrepareLoad(req->keys);
+  std::vector<uint32_t> tickets;
+  auto rows = req->engine->index().PrepareLoad(req->keys, &tickets);
   if (!rows.ok()) return ToGrpcStatus(rows.status());
-  for (uint64_t r : *rows) response->add_rows(r);
+  // The same handles PrepareStore gave out for these rows (SlotIndex, "Row handles").
+  for (size_t i = 0; i < rows->size(); ++i) {
+    response->add_rows(SlotIndex::StoreHandle(tickets[i], (*rows)[i]));
+  }
   return grpc::Status::OK;
 }
 

@@ -28,8 +28,11 @@ inline constexpr uint64_t kMaxSubmitBytesPerBlock = 2 + 4 * (kMaxVarintBytes + 1
 
 // A Submit of `max_blocks_per_job` blocks, however they are written (lists, runs of rows, runs
 // of single blocks): every block costs at most kMaxSubmitBytesPerBlock.
+// Saturates instead of wrapping for absurd block limits (the daemon refuses those at start).
 constexpr uint64_t MaxSubmitBytes(uint64_t max_blocks_per_job) {
-  return max_blocks_per_job * kMaxSubmitBytesPerBlock + 64;
+  return max_blocks_per_job > (UINT64_MAX - 64) / kMaxSubmitBytesPerBlock
+             ? UINT64_MAX
+             : max_blocks_per_job * kMaxSubmitBytesPerBlock + 64;
 }
 
 // A KeysRequest (or a PrepareStoreResponse's keys): every key at its longest.

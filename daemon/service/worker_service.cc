@@ -247,7 +247,8 @@ grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream
     }
     auto part = FromProto(message.submit(), engine->geometry().blocks_per_row,
                           engine->max_blocks_per_job());
-    absl::Status status = part.ok() ? engine->Submit(info.session_id, *part) : part.status();
+    absl::Status status =
+        part.ok() ? engine->Submit(info.session_id, *std::move(part)) : part.status();
     if (!status.ok()) writer.OnJobFinished(JobResult{message.submit().job_id(), status, 0});
   }
   engine->Detach(info.session_id);

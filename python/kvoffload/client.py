@@ -171,6 +171,9 @@ class EngineSpec:
         c.secondary_tiers = tiers
         c.rows_assigned_by_engine = 1 if self.rows_assigned_by_engine else 0
         c.stores_by_writer_only = 1 if self.stores_by_writer_only else 0
+        for what, ids in (("member_uids", self.member_uids), ("member_gids", self.member_gids)):
+            if any(not 0 <= int(i) < 1 << 32 for i in ids):
+                raise ValueError("%s must be 32-bit unsigned ids, got %r" % (what, ids))
         uids = (ctypes.c_uint32 * max(1, len(self.member_uids)))(*self.member_uids)
         gids = (ctypes.c_uint32 * max(1, len(self.member_gids)))(*self.member_gids)
         c.member_uids = ctypes.cast(uids, ctypes.POINTER(ctypes.c_uint32))
@@ -417,7 +420,7 @@ class Worker(_Handle):
         runs = list(runs)
         arr = (_native.c_block_run * max(1, len(runs)))()
         for i, run in enumerate(runs):
-            if len(run) != 3 or any(int(x) < 0 for x in run):
+            if len(run) != 3 or any(not 0 <= int(x) < 1 << 64 for x in run):
                 raise ValueError("a run is (gpu_block, row, num_rows) of non-negative ints, got %r"
                                  % (run,))
             arr[i] = _native.c_block_run(*(int(x) for x in run))
@@ -437,9 +440,10 @@ class Worker(_Handle):
         ranges = list(ranges)
         arr = (_native.c_block_range * max(1, len(ranges)))()
         for i, r in enumerate(ranges):
-            if len(r) != 4 or any(int(x) < 0 for x in r):
+            if (len(r) != 4 or any(not 0 <= int(x) < 1 << 64 for x in r) or
+                    int(r[2]) >= 1 << 32):
                 raise ValueError("a range is (gpu_block, row, first_block, num_blocks) of "
-                                 "non-negative ints, got %r" % (r,))
+                                 "non-negative 64-bit ints (first_block 32-bit), got %r" % (r,))
             arr[i] = _native.c_block_range(*(int(x) for x in r))
         err = _err_buffer()
         _raise_for(self._lib.kvo_worker_submit_ranges(

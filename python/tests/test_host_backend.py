@@ -251,6 +251,10 @@ class HostBackendTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, StatusCode.INVALID_ARGUMENT)
         with self.assertRaises(ValueError):
             worker.submit_ranges(43, "load", [(0, rows[0], 1)])
+        with self.assertRaises(ValueError):  # ctypes would keep the low 32 bits: block 1
+            worker.submit_ranges(44, "load", [(0, rows[0], (1 << 32) + 1, 1)])
+        with self.assertRaises(ValueError):
+            spec("py-bad-uid", member_uids=[-1])._to_c()
 
     def test_index_calls_above_the_request_limit(self):
         # 65536 keys a request: the library splits larger calls (here 70000 keys).
@@ -360,11 +364,21 @@ class HostBackendTest(unittest.TestCase):
         keys = [b"p%d" % i for i in range(BLOCKS)]
         prepared = scheduler.prepare_store(keys)
         jobs = set()
-        # More jobs than one C poll call returns (64): poll() must gather them all.
+        # More jobs than one C poll call returns (64): poll() must gather them all. A row takes
+        # one store job; the other rounds load it back.
+        for i, row in enumerate(prepared.rows):
+            worker.submit_store(1000 + i, [i], [row])
+            jobs.add(1000 + i)
+        for i in range(BLOCKS):
+            worker.wait(1000 + i, 30)
+        jobs.clear()
+        scheduler.complete_store(keys)
+        rows = scheduler.prepare_load(keys)
+        self.assertEqual(rows, prepared.rows)  # the same row handles
         for round_ in range(3):
-            for i, row in enumerate(prepared.rows):
-                job = 1000 * (round_ + 1) + i
-                worker.submit_store(job, [i], [row])
+            for i, row in enumerate(rows):
+                job = 1000 * (round_ + 2) + i
+                worker.submit_load(job, [i], [row])
                 jobs.add(job)
         seen = {}
         deadline = time.monotonic() + 30
@@ -376,7 +390,7 @@ class HostBackendTest(unittest.TestCase):
         self.assertEqual(set(seen), jobs)
         self.assertTrue(all(j.ok and j.bytes == WORKER_BYTES_PER_BLOCK for j in seen.values()))
         self.assertEqual(worker.poll(), [])
-        scheduler.complete_store(keys)
+        scheduler.complete_load(keys)
 
     def test_failed_job_carries_its_status(self):
         s = spec("py-jobfail")
