@@ -7,119 +7,10 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "daemon/service/convert.h"
+#include "daemon/service/session_writer.h"
 
 namespace kvoffload::daemon {
-namespace {
-
-using Stream = grpc::ServerReaderWriter<v1::DaemonMessage, v1::WorkerMessage>;
-
-// Queues messages for one session and writes them from its own thread, so engine threads never
-// block on a slow worker's flow control (gRPC allows one writer at a time). Nothing is written
-// before `registered`, so a verdict that races the registration cannot overtake it; when the
-// engine closes, the queue is drained, a SessionClosed with the reason is written, and only then
-// is the call cancelled (which unblocks the session's Read).
-class SessionWriter final : public JobListener {
- public:
-  // `max_queued`: see WaitForRoom.
-  SessionWriter(grpc::ServerContext* context, Stream* stream, size_t max_queued)
-      : context_(context), stream_(stream), max_queued_(max_queued), thread_([this] { Run(); }) {}
-
-  ~SessionWriter() override {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    thread_.join();
-  }
-
-  // The registration reply: written before anything queued so far.
-  void SendRegistered(v1::DaemonMessage message) {
-    absl::MutexLock lock(&mu_);
-    queue_.push_front(std::move(message));
-    ready_ = true;
-  }
-
-  void OnJobFinished(const JobResult& result) override {
-    v1::DaemonMessage message;
-    v1::JobFinished* f = message.mutable_finished();
-    f->set_job_id(result.job_id);
-    f->set_code(static_cast<int32_t>(result.status.code()));
-    f->set_message(std::string(result.status.message()));
-    f->set_bytes(result.bytes);
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(message));
-  }
-
-  void OnEngineClosed(const absl::Status& why) override {
-    absl::MutexLock lock(&mu_);
-    closed_why_ = why;
-    closing_ = true;
-  }
-
-  absl::Status closed_why() {
-    absl::MutexLock lock(&mu_);
-    return closed_why_;
-  }
-
-  // Blocks while `max_queued` or more messages wait to be written and the session is live: a
-  // worker that does not read its verdicts stops being read, instead of growing this queue.
-  void WaitForRoom() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &SessionWriter::HasRoom));
-  }
-
- private:
-  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return queue_.size() < max_queued_ || stop_ || closing_ || write_failed_;
-  }
-
-  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stop_ || (ready_ && (!queue_.empty() || (closing_ && !close_sent_)));
-  }
-
-  void Run() {
-    for (;;) {
-      v1::DaemonMessage message;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &SessionWriter::HasWork));
-        if (stop_ && (queue_.empty() || !ready_)) return;
-        if (!queue_.empty()) {
-          message = std::move(queue_.front());
-          queue_.pop_front();
-        } else {
-          v1::SessionClosed* closed = message.mutable_closed();
-          closed->set_code(static_cast<int32_t>(closed_why_.code()));
-          closed->set_message(std::string(closed_why_.message()));
-          close_sent_ = true;
-        }
-      }
-      const bool last = message.has_closed();
-      if (!stream_->Write(message)) {
-        // The worker is gone; the reader side notices and detaches. Drop what is queued.
-        absl::MutexLock lock(&mu_);
-        queue_.clear();
-        write_failed_ = true;
-      }
-      if (last) context_->TryCancel();
-    }
-  }
-
-  grpc::ServerContext* const context_;
-  Stream* const stream_;
-  const size_t max_queued_;
-  absl::Mutex mu_;
-  std::deque<v1::DaemonMessage> queue_ ABSL_GUARDED_BY(mu_);
-  bool ready_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  bool close_sent_ ABSL_GUARDED_BY(mu_) = false;
-  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status closed_why_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
-};
-
-}  // namespace
+using Stream = WorkerService::Stream;
 
 WorkerService::WorkerService(EngineRegistry* registry, const PeerTable* peers,
                              const WorkerServiceOptions& options)
@@ -149,7 +40,6 @@ void WorkerService::WatchFirstMessages() {
 }
 
 grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream) {
-  static spdlog::logger* log = common::Logger("worker");
   // The session's caller, fixed for its lifetime: looked up once, while its connection is live.
   const absl::StatusOr<Caller> caller = peers_->CallerOf(context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
@@ -175,7 +65,14 @@ grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream
   } count{this, context};
 
   v1::WorkerMessage first;
-  const bool got_first = stream->Read(&first);
+  grpc::Status read = ReadRegistration(context, stream, &first);
+  if (!read.ok()) return read;
+  return Serve(context, stream, *caller, first.register_());
+}
+
+grpc::Status WorkerService::ReadRegistration(grpc::ServerContext* context, Stream* stream,
+                                             v1::WorkerMessage* first) {
+  const bool got_first = stream->Read(first);
   bool timed_out = false;
   {
     absl::MutexLock lock(&mu_);
@@ -192,31 +89,36 @@ grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream
     }
     return grpc::Status(grpc::StatusCode::CANCELLED, "session ended before registering");
   }
-  if (!first.has_register_()) {
+  if (!first->has_register_()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the first message of a worker session must be `register`");
   }
-  const v1::RegisterWorker& reg = first.register_();
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Serve(grpc::ServerContext* context, Stream* stream,
+                                  const Caller& caller, const v1::RegisterWorker& reg) {
+  static spdlog::logger* log = common::Logger("worker");
   auto spec = SpecFromProto(reg.spec());
   if (!spec.ok()) return ToGrpcStatus(spec.status());
   auto registration = FromProto(reg);
   if (!registration.ok()) return ToGrpcStatus(registration.status());
   // The backend opens memory of the connecting process only; a worker claiming another pid is
   // either confused or borrowing someone else's memory.
-  if (static_cast<int64_t>(reg.pid()) != caller->pid) {
+  if (static_cast<int64_t>(reg.pid()) != caller.pid) {
     return grpc::Status(
         grpc::StatusCode::PERMISSION_DENIED,
-        absl::StrCat(caller->Describe(), " registered as pid ", reg.pid(),
+        absl::StrCat(caller.Describe(), " registered as pid ", reg.pid(),
                      ": a worker must register from the process it declares"));
   }
-  registration->caller_pid = caller->pid;
-  registration->caller_uid = caller->uid;
+  registration->caller_pid = caller.pid;
+  registration->caller_uid = caller.uid;
 
   SessionWriter writer(context, stream, options_.max_queued_verdicts);
   // Validates the registration and opens the worker's memory before the engine is created or
   // joined: a refused registration leaves nothing behind.
   auto attached = registry_->AttachWorker(*spec, reg.region_epoch(), reg.mp_rank(), *registration,
-                                         &writer, &*caller);
+                                         &writer, &caller);
   if (!attached.ok()) {
     log->warn("engine {}: registration of mp_rank {} (pid {}) refused: {}", spec->Key(),
               reg.mp_rank(), reg.pid(), attached.status().ToString());
@@ -236,6 +138,7 @@ grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream
     writer.SendRegistered(std::move(message));
   }
 
+  // Parts until the worker leaves; a refused part is answered with its error as a verdict.
   v1::WorkerMessage message;
   for (;;) {
     writer.WaitForRoom();

@@ -45,11 +45,17 @@ class WorkerService final : public v1::Worker::Service {
   WorkerService(const WorkerService&) = delete;
   WorkerService& operator=(const WorkerService&) = delete;
 
-  grpc::Status Session(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::DaemonMessage, v1::WorkerMessage>* stream) override;
+  using Stream = grpc::ServerReaderWriter<v1::DaemonMessage, v1::WorkerMessage>;
+
+  grpc::Status Session(grpc::ServerContext* context, Stream* stream) override;
 
  private:
+  // The session's first message, within first_message_timeout; it must be `register`.
+  grpc::Status ReadRegistration(grpc::ServerContext* context, Stream* stream,
+                                v1::WorkerMessage* first) ABSL_LOCKS_EXCLUDED(mu_);
+  // Registers the worker as `caller`, then takes its parts until it leaves.
+  grpc::Status Serve(grpc::ServerContext* context, Stream* stream, const Caller& caller,
+                     const v1::RegisterWorker& reg);
   void WatchFirstMessages();
   bool WatchHasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; }
 
