@@ -1,7 +1,6 @@
 #include "daemon/index/slot_index.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cstring>
 #include <utility>
 
@@ -10,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/check.h"
 #include "common/status_macros.h"
 
 namespace kvoffload::daemon {
@@ -238,7 +238,8 @@ void SlotIndex::FreePush(uint32_t row) {
 
 uint32_t SlotIndex::FreePop() {
   const uint32_t row = free_head_;
-  assert(row != kNil);
+  KVO_CHECK(row != kNil, "the free list is empty although ", rows_free_,
+            " rows are counted free");
   free_head_ = rows_[row].next;
   rows_[row].next = kNil;
   --rows_free_;
@@ -272,7 +273,8 @@ void SlotIndex::ReleaseKey(Row& row) {
 
 void SlotIndex::DropReadyKey(uint32_t row) {
   Row& r = rows_[row];
-  assert(r.state == RowState::kReady && r.readers == 0 && r.copies == 0);
+  KVO_CHECK(r.state == RowState::kReady && r.readers == 0 && r.copies == 0, "row ", row, " is ",
+            RowStateName(r.state), " with ", r.readers, " readers and ", r.copies, " copies");
   key_to_row_.erase(KeyOf(r));
   r.state = RowState::kFree;
   r.ticket = 0;
@@ -405,7 +407,8 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
       row = FreePop();
     } else {
       while (rows_[cursor].marked) cursor = rows_[cursor].next;
-      assert(cursor != sentinel_);
+      KVO_CHECK(cursor != sentinel_, "ran out of evictable rows: ", rows_evictable_,
+                " were counted");
       row = cursor;
       cursor = rows_[row].next;
       LruUnlink(row);
