@@ -291,7 +291,7 @@ def merge(path, commit, date):
     report["ttft"] = rows
     report["ttft_run"] = run
     with open(jpath, "w") as f:
-        json.dump(report, f, indent=1)
+        json.dump(report, f, indent=2)
         f.write("\n")
     lines = ["<!-- ttft-begin -->",
              "Run of commit `%s` on %s, device: %s (%s/ttft.jsonl, tests/gpu_e2e/ttft_bench.py). "
