@@ -1145,10 +1145,10 @@ def sc_partial_prefix(run, rep):
     e.shutdown()
 
 
-def sc_mid_block(run, rep):
+def sc_mid_block(run, rep, **kw):
     """extra_config block_size 64 (4 GPU blocks a row); the GPU holds blocks 0-1, so vLLM asks
     for a load starting at GPU block 2, inside row 0."""
-    e = run.engine(rep, "midblock", offload_block_size=64)
+    e = run.engine(rep, "midblock", offload_block_size=64, **kw)
     P = prompt(4, 8 * 16 + 3)
     e.add_request("a", P, max_tokens=2)
     rep.check("a drained", e.drain())
@@ -1209,12 +1209,12 @@ def sc_kv_events(run, rep):
     e.shutdown()
 
 
-def sc_preemption(run, rep):
+def sc_preemption(run, rep, **kw):
     """a is preempted the step after its prefill (its store deferred, not yet submitted: 0.20
     completes it in build_connector_meta before any worker submitted it); x, scheduled first,
     reuses 5 of a's freed blocks; a resumes with 2 blocks still on the GPU and loads the other 4
     full blocks from kvoffload, byte-exact."""
-    e = run.engine(rep, "preempt", num_blocks=16)
+    e = run.engine(rep, "preempt", num_blocks=16, **kw)
     A = prompt(7, 6 * 16 + 5)   # 7 blocks
     X = prompt(8, 12 * 16 + 5)  # 13 blocks
     e.add_request("a", A, max_tokens=4)
@@ -1491,14 +1491,20 @@ def sc_stalled_daemon(run, rep):
     e.step()  # a's prefill; its store is deferred to the next step
     e.force_preempt.add("a")
     import signal
+    import threading
+    stall_s = 12.0
     run.daemon.proc.send_signal(signal.SIGSTOP)
+    resume = threading.Timer(stall_s, run.daemon.proc.send_signal, (signal.SIGCONT,))
+    resume.start()  # the daemon answers again after 12 s, whatever the engine is doing
     t0 = time.monotonic()
     try:
         e.step()  # a preempted: the workers submit its store and wait for it
+        t1 = time.monotonic()
         e.step()
     finally:
-        run.daemon.proc.send_signal(signal.SIGCONT)
-    rep.note("two steps with the daemon stopped took %.1f s" % (time.monotonic() - t0))
+        resume.join()
+    rep.note("the daemon was stopped for %.0f s; the preemption step took %.1f s, the next "
+             "%.1f s" % (stall_s, t1 - t0, time.monotonic() - t1))
     rep.check("drained after the daemon answers again", e.drain(60))
     rep.note("a's lookups (local, external): %s" % e.hits.get("a"))
     st = e.lookup_keys(e.reqs["a"])
@@ -1571,6 +1577,18 @@ def sc_abort_during_load(run, rep):
     e.shutdown()
 
 
+def sc_tp2_mid_block(run, rep):
+    sc_mid_block(run, rep, world=2)
+
+
+def sc_tp2_preemption(run, rep):
+    sc_preemption(run, rep, world=2)
+
+
+def sc_tp2_per_layer(run, rep):
+    sc_store_hit_load(run, rep, world=2, layout="per_layer")
+
+
 SCENARIOS = collections.OrderedDict([
     ("store_hit_load", sc_store_hit_load),
     ("tp2", sc_tp2),
@@ -1583,6 +1601,9 @@ SCENARIOS = collections.OrderedDict([
     ("daemon_restart_recompute", sc_daemon_restart_recompute),
     ("budget_refusal", sc_budget_refusal),
     ("lru_eviction", sc_lru),
+    ("tp2_per_layer", sc_tp2_per_layer),
+    ("tp2_mid_block", sc_tp2_mid_block),
+    ("tp2_preemption", sc_tp2_preemption),
     ("block_reuse", sc_block_reuse),
     ("decode_blocks", sc_decode_blocks),
     ("concurrent_loads", sc_concurrent_loads),
@@ -1665,6 +1686,26 @@ def print_report(gen, rep, dt):
     sys.stdout.flush()
 
 
+def snapshot_binaries():
+    """Copies KVOFFLOAD_DAEMON and KVOFFLOAD_LIB once per run, so a rebuild replacing them
+    mid-run (a daemon restart execs the binary again; the library is mapped) cannot change or
+    kill the run. The copies live as long as this process tree."""
+    if os.environ.get("KVO_REAL_SNAPSHOT"):
+        return
+    d = tempfile.mkdtemp(prefix="kvo-real-bin-", dir="/tmp")
+    for var, default in (("KVOFFLOAD_DAEMON", "/work/stable/kvoffloadd"),
+                         ("KVOFFLOAD_LIB", "/work/stable/libkvoffload_c.so")):
+        src = os.environ.get(var, default)
+        if os.path.exists(src):
+            dst = os.path.join(d, os.path.basename(src))
+            shutil.copy2(src, dst)
+            print("%s=%s (copy of %s, sha256 %s)" % (var, dst, src, sha256_of(dst)[:16]))
+            os.environ[var] = dst
+    os.environ["KVO_REAL_SNAPSHOT"] = d
+    import atexit
+    atexit.register(shutil.rmtree, d, True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--src", default=os.environ.get("VLLM_SRC", "/work/vllm-src"),
@@ -1681,6 +1722,7 @@ def main():
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:
         logging.getLogger("vllm").setLevel(logging.ERROR)
+    snapshot_binaries()
     gens = args.gen or [g for g in GENERATIONS if os.path.isdir(os.path.join(args.src, g))]
     if not gens:
         sys.exit("no generation folder under %s (run prepare.sh)" % args.src)
@@ -1692,13 +1734,17 @@ def main():
     for gen in gens:
         # one process per generation: the two vLLM trees cannot share sys.modules
         if len(gens) > 1:
-            cmd = [sys.executable, os.path.abspath(__file__), "--src", args.src, "--gen", gen]
+            cmd = [sys.executable, "-X", "faulthandler", os.path.abspath(__file__),
+                   "--src", args.src, "--gen", gen]
             for s in args.scenario or ():
                 cmd += ["--scenario", s]
             if args.cuda:
                 cmd.append("--cuda")
             r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
             sys.stdout.write(r.stdout)
+            if r.returncode not in (0, 1):
+                print("%s: THE RUN DIED (exit status %d%s) — counted as 1 failed" % (
+                    gen, r.returncode, ", signal %d" % -r.returncode if r.returncode < 0 else ""))
             last = [l for l in r.stdout.splitlines() if l.endswith("failed")]
             if last:
                 p, f = last[-1].split(" passed, ")
