@@ -3,6 +3,7 @@ paths a host daemon cannot provoke on demand — a session lost with jobs in fli
 bounded retry after registering again, wait() past its bound, the CUDA event pool — and the
 sub-row range planning of loads that start inside an offloaded block."""
 
+import time
 import types
 import unittest
 
@@ -113,13 +114,24 @@ class WorkerCoreTest(unittest.TestCase):
         self.assertEqual([(f.vllm_id, f.ok) for f in done], [(2, True)])  # vLLM asserts success
         self.assertEqual(self.released, [([b"k2"], False)])  # ... but never readable
 
-    def test_wait_past_its_bound_makes_the_store_unreadable_and_returns(self):
+    def test_wait_returns_only_once_the_daemon_finished_the_store(self):
+        # vLLM reuses the store's GPU blocks when wait() returns: no deadline of its own.
+        import threading
         w = FakeWorker()
         w.held.add(7 << 32 | 3)
-        wc = self.make([w], wait_timeout_s=0.2)
+        wc = self.make([w], wait_timeout_s=0.1)
         wc.submit(core.STORE, 3, [3], 0, rows([0], keys=[b"k3"]))
-        wc.wait({3})  # no exception into vLLM
-        self.assertEqual(self.released, [([b"k3"], False)])
+
+        def finish():
+            time.sleep(0.5)
+            w.done[7 << 32 | 3] = kvoffload.FinishedJob(7 << 32 | 3, True, 0, "", 1)
+        t = threading.Thread(target=finish)
+        t.start()
+        start = time.monotonic()
+        wc.wait({3})
+        t.join()
+        self.assertGreaterEqual(time.monotonic() - start, 0.45)
+        self.assertEqual(self.released, [])  # a store that finished is not released
         self.assertEqual([(f.vllm_id, f.ok) for f in wc.get_finished()], [(3, True)])
 
     def test_a_failed_load_is_a_load_error_when_vllms_path_is_wired(self):
@@ -152,6 +164,53 @@ class WorkerCoreTest(unittest.TestCase):
         wc = self.make([w])
         wc.submit(core.LOAD, 6, [10, 11, 12, 20, 21], 1, rows([5, 9]))
         self.assertEqual(w.calls, [("ranges", 7 << 32 | 6, [(10, 5, 1, 3), (20, 9, 0, 2)])])
+
+
+class FakeScheduler:
+    """A kvoffload.Scheduler stand-in: CompleteStore can time out; lookups say pending."""
+
+    def __init__(self):
+        self.region_epoch = 1
+        self.calls = []
+        self.fail_next = 0
+        self.states = {}
+
+    def complete_store(self, keys, success=True):
+        self.calls.append(("complete_store", list(keys), success))
+        if self.fail_next:
+            self.fail_next -= 1
+            raise KvoffloadError(StatusCode.DEADLINE_EXCEEDED, "CompleteStore within 2s")
+
+    def lookup(self, keys):
+        return [self.states.get(k, kvoffload.KeyState.MISS) for k in keys]
+
+    def close(self):
+        pass
+
+
+class ManagerCoreTest(unittest.TestCase):
+
+    def test_an_unanswered_commit_is_sent_again(self):
+        index = FakeScheduler()
+        m = core.ManagerCore(index, lambda: index, job_nonce=1)
+        index.fail_next = 1
+        m.complete_store([b"a", b"b"])  # the daemon did not answer
+        core.COMMIT_RETRY_S, saved = 0.0, core.COMMIT_RETRY_S
+        self.addCleanup(setattr, core, "COMMIT_RETRY_S", saved)
+        m.lookup(b"x")  # any later call sends it again
+        self.assertEqual(index.calls, [("complete_store", [b"a", b"b"], True)] * 2)
+        m.lookup(b"x")
+        self.assertEqual(len(index.calls), 2)  # answered: not sent a third time
+
+    def test_a_block_pending_for_too_long_is_a_miss(self):
+        index = FakeScheduler()
+        index.states[b"p"] = kvoffload.KeyState.HIT_PENDING
+        m = core.ManagerCore(index, lambda: index, job_nonce=1, pending_timeout_s=0.2)
+        self.assertEqual(m.lookup(b"p"), kvoffload.KeyState.HIT_PENDING)
+        time.sleep(0.3)
+        self.assertEqual(m.lookup(b"p"), kvoffload.KeyState.MISS)
+        index.states[b"p"] = kvoffload.KeyState.HIT
+        self.assertEqual(m.lookup(b"p"), kvoffload.KeyState.HIT)
 
 
 class PlanRangesTest(unittest.TestCase):

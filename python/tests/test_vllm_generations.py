@@ -876,15 +876,18 @@ class Generation2026Test(GenerationTest):
         w.wait({1})
         G.complete_store(m, k)
         calls = []
-        one, many = m.core.lookup, m.core.lookup_many
-        m.core.lookup = lambda key: calls.append(1) or one(key)
-        m.core.lookup_many = lambda ks: calls.append(len(ks)) or many(ks)
+        daemon_lookup = m.core.scheduler.lookup
+        m.core.scheduler.lookup = lambda ks: calls.append(len(ks)) or daemon_lookup(ks)
         ctx = G.ctx()
+        self.assertEqual(G.hits(m, k), 50)  # a request vLLM did not announce: exact at once
+        calls.clear()
+        m.on_new_request(ctx)
         self.assertEqual(G.attempt(m, k, ctx), (1, True))      # 1 call; deferred one step
         self.assertEqual(G.attempt(m, k, ctx), (50, False))    # 1 call for all 50
         self.assertEqual(calls, [1, 50])
         self.assertEqual(G.attempt(m, k + keys("cold", 3), ctx)[0], 50)
         cold = G.ctx()
+        m.on_new_request(cold)
         self.assertEqual(G.attempt(m, keys("cold", 3), cold), (0, False))  # a miss: no delay
         m.on_request_finished(ctx)
         self.assertNotIn(ctx.req_id, m._keys)

@@ -20,9 +20,12 @@ kv_connector_extra_config keys (all optional but the budget):
                                     on one node (the daemon's index serves one node).
   executor                          override of parallel_config.distributed_executor_backend
   open_timeout_s, call_timeout_s    client deadlines (kvoffload.DEFAULT_*_TIMEOUT_S)
-  wait_timeout_s                    bound of a worker's wait(job_ids) (default 120)
+  wait_timeout_s                    a worker's wait(job_ids) logs every this many seconds
+                                    while it still waits (default 120; it does not give up)
   retry_window_s                    how long a worker resubmits a job its lost session took
                                     down, once registered again (default 30)
+  pending_timeout_s                 a block still being written after this long looks up as a
+                                    miss (default 60)
   num_events                        CUDA interprocess events per worker (default 64)
 """
 
@@ -52,6 +55,7 @@ class Settings:
     wait_timeout_s: float
     num_events: int
     retry_window_s: float = 30.0
+    pending_timeout_s: float = 60.0
 
 
 def config_error(message):
@@ -99,7 +103,8 @@ def settings(extra):
         call_timeout_s=_positive(extra, "call_timeout_s", DEFAULT_CALL_TIMEOUT_S),
         wait_timeout_s=_positive(extra, "wait_timeout_s", 120.0),
         num_events=_positive(extra, "num_events", 64, int),
-        retry_window_s=_positive(extra, "retry_window_s", 30.0))
+        retry_window_s=_positive(extra, "retry_window_s", 30.0),
+        pending_timeout_s=_positive(extra, "pending_timeout_s", 60.0))
 
 
 def _executor(parallel, extra):

@@ -22,8 +22,11 @@ them:
 * A lost session or a daemon restart: the worker registers again (at most every
   REDIAL_INTERVAL_S) and resubmits the jobs in flight until RETRY_WINDOW_S after their first
   submit; the daemon's region epoch check refuses a job planned in a region that is gone.
-* wait(job_ids) returns only once the daemon finished those jobs (or, past wait_timeout_s, after
-  the store's keys were made unreadable), because vLLM reuses the GPU blocks afterwards.
+* wait(job_ids) returns only once the daemon finished those jobs (or they failed for good), with
+  no deadline of its own, because vLLM reuses the GPU blocks afterwards.
+* A CompleteStore the daemon did not answer (a stalled or restarting daemon) is sent again on
+  later manager calls, so finished stores do not stay pending; a key pending for longer than
+  pending_timeout_s looks up as a miss (the request is computed instead of waiting on it).
 
 Not thread-safe unless stated (vLLM calls the manager from the scheduler thread only; the worker
 core takes a lock of its own).
@@ -47,6 +50,11 @@ REOPEN_INTERVAL_S = 5.0   # manager: at most one attempt this often to re-open a
 REDIAL_INTERVAL_S = 1.0   # worker: at most one attempt this often to register again
 RETRY_WINDOW_S = 30.0     # worker: a job is resubmitted on a new session until this long after
                           # its first submit; then it has failed (bounded retry)
+
+PENDING_TIMEOUT_S = 60.0  # manager: a key pending longer than this looks up as a miss
+COMMIT_RETRY_S = 1.0      # manager: unanswered CompleteStores are sent again this often
+_TRANSIENT = (StatusCode.DEADLINE_EXCEEDED, StatusCode.UNAVAILABLE, StatusCode.CANCELLED,
+              StatusCode.ABORTED, StatusCode.INTERNAL)
 
 STORE = "store"
 LOAD = "load"
@@ -97,7 +105,8 @@ class ManagerCore:
     are never found again and age out of the LRU).
     """
 
-    def __init__(self, scheduler, open_scheduler, job_nonce, make_event=None):
+    def __init__(self, scheduler, open_scheduler, job_nonce, make_event=None,
+                 pending_timeout_s=PENDING_TIMEOUT_S):
         self._index = scheduler
         self._open = open_scheduler
         self.job_nonce = job_nonce
@@ -109,6 +118,10 @@ class ManagerCore:
         self._salt = b""
         self._closed = False
         self._outstanding = {}     # salted keys prepared for a store, not completed yet
+        self._uncommitted = {}     # salted key -> success, CompleteStores to send again
+        self._next_commit_retry = 0.0
+        self._pending_since = {}   # salted key -> when a lookup first found it pending
+        self._pending_timeout_s = pending_timeout_s
         self._pending_stored = []  # salted keys completed but still being written (events)
 
     # -- keys ------------------------------------------------------------------------------
@@ -172,20 +185,47 @@ class ManagerCore:
     def lookup(self, key):
         """KeyState of one key: HIT (readable), HIT_PENDING (being written) or MISS. Errors
         are a MISS (logged)."""
-        k = self._k((key,))
-        try:
-            return self._call(lambda index: index.lookup(k))[0]
-        except Exception as e:  # noqa: BLE001 — never into vLLM
-            self._log.warn("lookup", e)
-            return KeyState.MISS
+        return self.lookup_many((key,))[0]
 
     def lookup_many(self, keys):
+        self._flush_commits()
         k = self._k(keys)
         try:
-            return self._call(lambda index: index.lookup(k))
+            states = self._call(lambda index: index.lookup(k))
         except Exception as e:  # noqa: BLE001 — never into vLLM
             self._log.warn("lookup", e)
             return [KeyState.MISS] * len(k)
+        return [self._aged(key, st) for key, st in zip(k, states)]
+
+    def _aged(self, key, state):
+        """A key pending for longer than pending_timeout_s is a miss (never a hit)."""
+        if state != KeyState.HIT_PENDING:
+            if self._pending_since:
+                self._pending_since.pop(key, None)
+            return state
+        now = time.monotonic()
+        since = self._pending_since.setdefault(key, now)
+        if now - since <= self._pending_timeout_s:
+            return state
+        if len(self._pending_since) > 1 << 20:
+            self._pending_since.clear()
+        self._log.warn("lookup", "block %s still being written after %.0f s: a miss" % (
+            key.hex()[:16], now - since))
+        return KeyState.MISS
+
+    def _flush_commits(self):
+        """Sends again the CompleteStores the daemon did not answer."""
+        if not self._uncommitted:
+            return
+        now = time.monotonic()
+        if now < self._next_commit_retry:
+            return
+        self._next_commit_retry = now + COMMIT_RETRY_S
+        todo, self._uncommitted = self._uncommitted, {}
+        for success in (False, True):
+            keys = [k for k, ok in todo.items() if ok == success]
+            if keys:
+                self._complete(keys, success)
 
     def prepare_load(self, keys):
         """Rows of the keys (pinned until complete_load), or None when they cannot be loaded
@@ -223,6 +263,7 @@ class ManagerCore:
     def prepare_store(self, keys):
         """PreparedStore with unsalted keys (request order), or None when the region cannot
         make room or the daemon is unreachable (nothing stored; vLLM goes on)."""
+        self._flush_commits()
         k = self._k(keys)
         try:
             prepared = self._call(lambda index: index.prepare_store(k))
@@ -247,12 +288,24 @@ class ManagerCore:
             return
         for key in k:
             self._outstanding.pop(key, None)
+        self._flush_commits()
+        self._complete(k, success)
+
+    def _complete(self, k, success):
         try:
             self._index.complete_store(k, success=success)
             if success:
                 self._stored(k)
             return
         except Exception as e:  # noqa: BLE001 — never into vLLM
+            if _code(e) in _TRANSIENT:
+                # Not answered (a stalled daemon, a broken connection): sent again later, so
+                # that a finished store does not stay pending for ever. A re-created region
+                # answers NOT_FOUND then, and the keys are forgotten.
+                self._log.warn("complete_store (sent again later)", e)
+                for key in k:
+                    self._uncommitted[key] = success
+                return
             if not success or _code(e) not in (StatusCode.FAILED_PRECONDITION,
                                              StatusCode.NOT_FOUND):
                 self._log.warn("complete_store", e)
@@ -302,6 +355,7 @@ class ManagerCore:
             self._events.append(self._make_event(list(keys), removed))
 
     def take_events(self):
+        self._flush_commits()
         if self._pending_stored:
             pending, self._pending_stored = self._pending_stored, []
             self._triage(pending)
@@ -749,10 +803,14 @@ class WorkerCore:
             return out
 
     def wait(self, vllm_ids, direction=None):
-        """Blocks until the jobs ended (finished, or failed for good), at most wait_timeout_s
-        (plus the retry of a lost session); never raises. A store still running at the bound is
-        failed here: its keys are made unreadable before vLLM reuses its GPU blocks."""
-        deadline = time.monotonic() + self._wait_timeout_s
+        """Blocks until the jobs ended (the daemon finished them, or they failed for good: a
+        refusal, a lost session not replaced within retry_window_s); never raises. There is no
+        deadline: vLLM reuses a store's GPU blocks as soon as this returns, so it must not
+        return while the daemon may still read them (a stalled daemon stalls the engine here;
+        the daemon's --job_timeout_s bounds a job that cannot run). Every wait_timeout_s it logs
+        that it is still waiting."""
+        start = time.monotonic()
+        next_warning = start + self._wait_timeout_s
         with self._lock:
             self._collect()
             while True:
@@ -760,17 +818,15 @@ class WorkerCore:
                         (direction is None or j.direction == direction)]
                 if not todo:
                     return
-                if time.monotonic() >= deadline:
-                    for job in todo:
-                        self._jobs.pop(job.daemon_id, None)
-                        if self._events is not None:
-                            self._events.release(job.event)
-                        self._fail(job, "not finished after %.0f s (kv_connector_extra_config "
-                                   "wait_timeout_s)" % self._wait_timeout_s)
-                    return
+                now = time.monotonic()
+                if now >= next_warning:
+                    logger.warning("kvoffload: still waiting for %d job(s) after %.0f s (vLLM "
+                                   "reuses their GPU blocks only afterwards)", len(todo),
+                                   now - start)
+                    next_warning = now + self._wait_timeout_s
                 job = todo[0]
                 if job.submitted and not self._lost:
-                    self._wait_job(job, deadline)
+                    self._wait_job(job, min(next_warning, now + 1.0))
                 else:
                     time.sleep(0.05)
                 self._collect()

@@ -66,8 +66,9 @@ class KvoffloadManager(OffloadingManager):
 
     vLLM asks lookup() one key at a time, and touches the request's keys only after its
     lookups. So that a request costs one daemon call per scheduling attempt rather than one per
-    block: the first lookup of a request whose keys are not known yet asks the daemon for that
-    key; a hit is answered, and the rest of this attempt's lookups answer RETRY without a call
+    block: the first lookup of a request (one vLLM announced with on_new_request) whose keys are
+    not known yet asks the daemon for that key; a hit is answered, and the rest of this
+    attempt's lookups answer RETRY without a call
     (vLLM keeps scanning, then tries the request again next step). The touch that follows gives
     the request's keys; the next attempt's first lookup looks up all of them from its position
     in one call, and that attempt's later lookups are answered from it. Answers are kept only
@@ -81,6 +82,7 @@ class KvoffloadManager(OffloadingManager):
         self._key_lists = {}   # req_id -> [keys], same order
         self._states = {}      # req_id -> {key: KeyState}, this attempt's batched lookup
         self._collecting = set()  # req_ids whose attempt answers RETRY until the next touch
+        self._live = set()        # req_ids between on_new_request and on_request_finished
 
     def _forget_states(self):
         self._states = {}
@@ -103,8 +105,8 @@ class KvoffloadManager(OffloadingManager):
         if rid is not None and rid in self._collecting:
             return LookupResult.RETRY
         state = self.core.lookup(key)
-        if rid is not None and state in (KeyState.HIT, KeyState.HIT_PENDING):
-            self._collecting.add(rid)
+        if rid in self._live and state in (KeyState.HIT, KeyState.HIT_PENDING):
+            self._collecting.add(rid)  # only for requests vLLM schedules, not for probes
         return _LOOKUP.get(state, LookupResult.MISS)
 
     @gen_common.never_raises(lambda: KvoffloadLoadStoreSpec([], failed=True))
@@ -150,6 +152,9 @@ class KvoffloadManager(OffloadingManager):
         self.core.complete_store(keys, success=success)
 
     def on_new_request(self, req_context):
+        rid = getattr(req_context, "req_id", None)
+        if rid is not None:
+            self._live.add(rid)
         return RequestOffloadingContext(policy=OffloadPolicy.BLOCK_LEVEL)
 
     def on_request_finished(self, req_context):
@@ -157,6 +162,7 @@ class KvoffloadManager(OffloadingManager):
         for table in (self._keys, self._key_lists, self._states):
             table.pop(rid, None)
         self._collecting.discard(rid)
+        self._live.discard(rid)
 
     @gen_common.never_raises(list)
     def take_events(self):
@@ -254,7 +260,8 @@ class KvoffloadSpec(OffloadingSpec):
             enabled = bool(self.kv_events_config.enable_kv_cache_events)
             self._manager = KvoffloadManager(core.ManagerCore(
                 scheduler, lambda: gen_common.open_scheduler(self.settings, self.engine_spec),
-                gen_common.job_nonce(), make_event=_event if enabled else None))
+                gen_common.job_nonce(), make_event=_event if enabled else None,
+                pending_timeout_s=self.settings.pending_timeout_s))
         return self._manager
 
     def get_worker(self, kv_caches):

@@ -195,7 +195,8 @@ class KvoffloadSpec(OffloadingSpec):
             enabled = bool(getattr(events, "enable_kv_cache_events", False))
             self._manager = KvoffloadManager(core.ManagerCore(
                 scheduler, lambda: gen_common.open_scheduler(self.settings, self.engine_spec),
-                gen_common.job_nonce(), make_event=_event if enabled else None))
+                gen_common.job_nonce(), make_event=_event if enabled else None,
+                pending_timeout_s=self.settings.pending_timeout_s))
         return self._manager
 
     def get_handlers(self, kv_caches, attn_backends=None):
