@@ -13,7 +13,6 @@ import importlib
 import json
 import os
 import sys
-import tempfile
 import time
 import unittest
 

@@ -204,11 +204,11 @@ class ManagerCore:
                 self._pending_since.pop(key, None)
             return state
         now = time.monotonic()
+        if key not in self._pending_since and len(self._pending_since) >= 1 << 16:
+            self._pending_since.clear()  # bounded: forgotten ages restart (still pending)
         since = self._pending_since.setdefault(key, now)
         if now - since <= self._pending_timeout_s:
             return state
-        if len(self._pending_since) > 1 << 20:
-            self._pending_since.clear()
         self._log.warn("lookup", "block %s still being written after %.0f s: a miss" % (
             key.hex()[:16], now - since))
         return KeyState.MISS
