@@ -533,7 +533,7 @@ TEST_F(EngineTest, CommitBeforeAStoreThatFailsDropsTheKeys) {
   SlotIndex::Counts c = engine_->index().counts();
   EXPECT_EQ(c.rows_free, kNumRows);
   EXPECT_EQ(c.commits_dropped, 2u);
-  EXPECT_TRUE(engine_->index().CheckInvariants().ok());
+  EXPECT_TRUE(engine_->index().TEST_CheckInvariants().ok());
 }
 
 // A commit whose store job never comes (the worker died before submitting) is dropped by the
@@ -672,7 +672,7 @@ TEST_F(EngineTest, LoadsOfSingleBlocksOfRows) {
   EXPECT_EQ(engine_->Submit(w.info.session_id, bad).code(), absl::StatusCode::kOutOfRange);
   ASSERT_TRUE(engine_->index().CompleteLoad(keys).ok());
   EXPECT_EQ(engine_->Snapshot().jobs_in_flight, 0u);
-  EXPECT_TRUE(engine_->index().CheckInvariants().ok());
+  EXPECT_TRUE(engine_->index().TEST_CheckInvariants().ok());
 }
 
 // A store part whose rows were freed and handed to another key since it was planned (it came

@@ -700,7 +700,7 @@ uint64_t SlotIndex::MemoryBytes() const {
          key_heap_bytes_;
 }
 
-absl::Status SlotIndex::CheckInvariants() const {
+absl::Status SlotIndex::TEST_CheckInvariants() const {
   absl::ReaderMutexLock lock(&mu_);
   auto fail = [](auto&&... args) {
     return absl::InternalError(absl::StrCat("SlotIndex invariant: ", args...));

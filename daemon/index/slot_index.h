@@ -279,7 +279,7 @@ class SlotIndex {
 
   // Walks every row and list and checks the internal invariants: O(num_rows), for tests and
   // debugging. INTERNAL naming the first violation.
-  absl::Status CheckInvariants() const;
+  absl::Status TEST_CheckInvariants() const;
 
   static absl::string_view RowStateName(RowState state);
   static absl::string_view KeyStateName(KeyState state);

@@ -71,7 +71,7 @@ absl::StatusOr<Caller> PeerTable::CallerOf(grpc::ServerContext* context) const {
   return caller;
 }
 
-void PeerTable::TrustInProcessCallsAs(const Caller& caller) {
+void PeerTable::TEST_TrustInProcessCallsAs(const Caller& caller) {
   absl::MutexLock lock(&mu_);
   in_process_ = caller;
 }

@@ -51,7 +51,7 @@ class PeerTable {
 
   // Tests only (the daemon never calls it): calls that did not come on an accepted descriptor
   // (gRPC's in-process channel) are made by `caller`.
-  void TrustInProcessCallsAs(const Caller& caller);
+  void TEST_TrustInProcessCallsAs(const Caller& caller);
 
  private:
   mutable absl::Mutex mu_;

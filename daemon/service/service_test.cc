@@ -66,7 +66,7 @@ class ServiceTest : public ::testing::Test {
   ServiceTest() {
     registry_ = std::make_unique<EngineRegistry>(env_.deps(), RegistryOptions{});
     // The in-process channel has no descriptor: its calls are this process's (root in CI).
-    peers_.TrustInProcessCallsAs(Caller{static_cast<int32_t>(getpid()), getuid(), getgid(), {}});
+    peers_.TEST_TrustInProcessCallsAs(Caller{static_cast<int32_t>(getpid()), getuid(), getgid(), {}});
     engine_service_ = std::make_unique<EngineService>(registry_.get(), &peers_);
     worker_service_ =
         std::make_unique<WorkerService>(registry_.get(), &peers_, WorkerServiceOptions{});

@@ -77,7 +77,7 @@ struct Node {
     options.idle_engine_ttl = absl::ZeroDuration();  // dropped explicitly after each input
     registry = std::make_unique<daemon::EngineRegistry>(env->deps(), options);
     // The in-process channel has no descriptor: its calls are this process's.
-    peers.TrustInProcessCallsAs(
+    peers.TEST_TrustInProcessCallsAs(
         daemon::Caller{static_cast<int32_t>(getpid()), getuid(), getgid(), {}});
     engine_service = std::make_unique<daemon::EngineService>(registry.get(), &peers);
     worker_service = std::make_unique<daemon::WorkerService>(registry.get(), &peers,

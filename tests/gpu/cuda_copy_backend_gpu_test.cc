@@ -940,7 +940,7 @@ TEST_F(CudaBackendIpcTest, StagingIsReleasedWhenIdle) {
   ASSERT_EQ(cudaMalloc(&gpu, n * page), cudaSuccess);
   ASSERT_EQ(cudaMemset(gpu, 0x5a, n * page), cudaSuccess);
   CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu), n, page, page};
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->OpenLocalWorker(0, {t}, {});
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->TEST_OpenLocalWorker(0, {t}, {});
   ASSERT_TRUE(memory.ok()) << memory.status();
   HostRegion region(n * page);
   ASSERT_OK((*backend)->RegisterRegion(region.base(), region.bytes(), page));
@@ -1003,7 +1003,7 @@ TEST_F(CudaBackendIpcTest, StagingIsBoundedPerDevice) {
     ASSERT_EQ(cudaMalloc(&gpu[w], n * page), cudaSuccess);
     ASSERT_EQ(cudaMemset(gpu[w], 0x11 * (w + 1), n * page), cudaSuccess);
     CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu[w]), n, page, page};
-    absl::StatusOr<std::unique_ptr<WorkerMemory>> m = (*backend)->OpenLocalWorker(0, {t}, {});
+    absl::StatusOr<std::unique_ptr<WorkerMemory>> m = (*backend)->TEST_OpenLocalWorker(0, {t}, {});
     ASSERT_TRUE(m.ok()) << m.status();
     memory[w] = *std::move(m);
   }
@@ -1070,7 +1070,7 @@ TEST_F(CudaBackendIpcTest, RegionsArePinnedInTheContextOfAWorkersDevice) {
   ASSERT_EQ(cudaMemset(gpu, 0x6b, n * page), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu), n, page, page};
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->OpenLocalWorker(0, {t}, {});
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->TEST_OpenLocalWorker(0, {t}, {});
   ASSERT_TRUE(memory.ok()) << memory.status();
   EXPECT_EQ((*backend)->GpuMemoryBytes().size(), 1u);
   ASSERT_OK((*backend)->RegisterRegion(late.base(), late.bytes(), page));
@@ -1135,10 +1135,10 @@ TEST_F(CudaBackendIpcTest, WithoutSmPathsGpuMemoryStaysAtTheContext) {
   ASSERT_EQ(cudaMalloc(&b_gpu, b_blocks * b_page), cudaSuccess);
   const std::vector<uint8_t> b_data = random_bytes(b_blocks * b_page);
   ASSERT_EQ(cudaMemcpy(b_gpu, b_data.data(), b_data.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> a = (*backend)->OpenLocalWorker(0, a_tensors, {});
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> a = (*backend)->TEST_OpenLocalWorker(0, a_tensors, {});
   ASSERT_TRUE(a.ok()) << a.status();
   absl::StatusOr<std::unique_ptr<WorkerMemory>> b =
-      (*backend)->OpenLocalWorker(0, {{reinterpret_cast<uint64_t>(b_gpu), b_blocks, b_page,
+      (*backend)->TEST_OpenLocalWorker(0, {{reinterpret_cast<uint64_t>(b_gpu), b_blocks, b_page,
                                         b_page}},
                                   {});
   ASSERT_TRUE(b.ok()) << b.status();
@@ -1263,7 +1263,7 @@ TEST_F(CudaBackendIpcTest, SmPathsOnlyWithMpsOrTheOperatorsWord) {
     absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create(o);
     ASSERT_TRUE(backend.ok()) << backend.status();
     CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu), n, page, page};
-    absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->OpenLocalWorker(0, {t}, {});
+    absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->TEST_OpenLocalWorker(0, {t}, {});
     ASSERT_TRUE(memory.ok()) << memory.status();
     EXPECT_EQ((*backend)->SmPathsEnabled(0), c.sm_paths)
         << "rule " << static_cast<int>(c.rule) << ", forced " << static_cast<int>(c.forced);

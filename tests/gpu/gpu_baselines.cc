@@ -317,7 +317,7 @@ class Bench {
     CHECK_OK(backend.status());
     CHECK_OK((*backend)->RegisterRegion(host_, bytes, bpb));
     absl::StatusOr<std::unique_ptr<daemon::WorkerMemory>> memory =
-        (*backend)->OpenLocalWorker(0, local, {});
+        (*backend)->TEST_OpenLocalWorker(0, local, {});
     CHECK_OK(memory.status());
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> stored{0};
@@ -551,7 +551,7 @@ class Bench {
       CHECK_OK(backend.status());
       CHECK_OK((*backend)->RegisterRegion(host_, bytes, bpb));
       absl::StatusOr<std::unique_ptr<daemon::WorkerMemory>> memory =
-          (*backend)->OpenLocalWorker(0, local, {});
+          (*backend)->TEST_OpenLocalWorker(0, local, {});
       CHECK_OK(memory.status());
       for (bool store : {true, false}) {
         std::vector<double> ms;
@@ -623,7 +623,7 @@ class Bench {
     t.block_stride_bytes = page;
     t.page_bytes = page;
     absl::StatusOr<std::unique_ptr<daemon::WorkerMemory>> memory =
-        backend->OpenLocalWorker(0, {t}, {});
+        backend->TEST_OpenLocalWorker(0, {t}, {});
     CHECK_OK(memory.status());
     std::vector<uint64_t> blocks(n);
     std::iota(blocks.begin(), blocks.end(), 0);

@@ -407,7 +407,7 @@ class CudaCopyBackend::Impl {
     return std::unique_ptr<WorkerMemory>(std::move(memory));
   }
 
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> OpenLocalWorker(
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> TEST_OpenLocalWorker(
       int ordinal, const std::vector<LocalTensor>& local, const std::vector<cudaEvent_t>& events) {
     if (ordinal < 0 || ordinal >= static_cast<int>(uuids_.size())) {
       return absl::InvalidArgumentError(absl::StrCat("device ", ordinal, " does not exist"));
@@ -861,9 +861,9 @@ absl::StatusOr<std::unique_ptr<WorkerMemory>> CudaCopyBackend::OpenWorker(
   return impl_->OpenWorker(registration);
 }
 
-absl::StatusOr<std::unique_ptr<WorkerMemory>> CudaCopyBackend::OpenLocalWorker(
+absl::StatusOr<std::unique_ptr<WorkerMemory>> CudaCopyBackend::TEST_OpenLocalWorker(
     int device, const std::vector<LocalTensor>& tensors, const std::vector<cudaEvent_t>& events) {
-  return impl_->OpenLocalWorker(device, tensors, events);
+  return impl_->TEST_OpenLocalWorker(device, tensors, events);
 }
 
 void CudaCopyBackend::Submit(CopyJob job, CopyDone done) {

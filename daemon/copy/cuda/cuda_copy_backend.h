@@ -117,7 +117,7 @@ class CudaCopyBackend final : public CopyBackend {
   };
   // In-process worker memory for tests and benchmarks: same tables, streams and kernels as
   // OpenWorker, without IPC. `events` stay owned by the caller and must outlive the result.
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> OpenLocalWorker(
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> TEST_OpenLocalWorker(
       int device, const std::vector<LocalTensor>& tensors, const std::vector<cudaEvent_t>& events);
 
   const CudaBackendOptions& options() const;
