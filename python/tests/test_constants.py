@@ -24,6 +24,37 @@ def header_defines():
     return defines
 
 
+def proto_engine_spec_fields():
+    path = os.environ.get("KVOFFLOAD_PROTO") or os.path.join(REPO, "proto", "kvoffload", "v1",
+                                                             "kvoffload.proto")
+    if not os.path.exists(path):
+        raise unittest.SkipTest("no kvoffload.proto at %s" % path)
+    with open(path) as f:
+        text = f.read()
+    body = re.search(r"message EngineSpec \{(.*?)\n\}", text, re.S).group(1)
+    return re.findall(r"^\s*(?:repeated\s+)?\w+\s+(\w+)\s*=\s*\d+;", body, re.M)
+
+
+class EngineSpecFieldsReachEveryLayer(unittest.TestCase):
+    """Every field of the wire's EngineSpec exists in the C struct and in Python's EngineSpec (the
+    C++ struct is checked against the proto by spec_from_c_test's round trip)."""
+
+    def test_every_proto_field_is_in_c_and_python(self):
+        fields = proto_engine_spec_fields()
+        self.assertIn("stores_by_writer_only", fields)
+        c_fields = {name for name, _ in _native.c_engine_spec._fields_}
+        py_fields = {f.name for f in client.dataclasses.fields(client.EngineSpec)}
+        path = os.path.join(REPO, "client", "kvoffload_c.h")
+        with open(path) as f:
+            header = f.read()
+        struct = re.search(r"typedef struct kvo_engine_spec \{(.*?)\} kvo_engine_spec;",
+                           header, re.S).group(1)
+        for name in fields:
+            self.assertIn(name, c_fields, "ctypes c_engine_spec lacks " + name)
+            self.assertIn(name, py_fields, "Python EngineSpec lacks " + name)
+            self.assertRegex(struct, r"\b%s;" % name, "kvoffload_c.h lacks " + name)
+
+
 class ConstantsAgreeWithTheCHeader(unittest.TestCase):
 
     def setUp(self):
