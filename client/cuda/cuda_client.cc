@@ -6,46 +6,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_status.h"
 
 namespace kvoffload::client::cuda {
 namespace {
-
-// Errors converted once, with the CUDA name (same rule as the daemon's CudaStatus).
-absl::Status CudaError(cudaError_t err, absl::StatusCode code, absl::string_view context) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::Status(code, absl::StrCat(context, ": ", cudaGetErrorName(err), " (",
-                                         cudaGetErrorString(err), ")"));
-}
-
-absl::StatusCode DefaultCode(cudaError_t err) {
-  switch (err) {
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorSystemDriverMismatch:
-      return absl::StatusCode::kUnavailable;
-    case cudaErrorMemoryAllocation:
-      return absl::StatusCode::kResourceExhausted;
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidDevice:
-    case cudaErrorInvalidDevicePointer:
-    case cudaErrorInvalidResourceHandle:
-      return absl::StatusCode::kInvalidArgument;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
-
-absl::Status CudaError(cudaError_t err, absl::string_view context) {
-  return CudaError(err, DefaultCode(err), context);
-}
 
 using MemGetAddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 
 absl::StatusOr<MemGetAddressRangeFn> AddressRangeFunction() {
   void* fn = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  absl::Status s = CudaError(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020,
+  absl::Status s = CudaStatus(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020,
                                                               cudaEnableDefault, &found),
                              "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)");
   if (!s.ok()) return s;
@@ -60,7 +31,7 @@ absl::StatusOr<MemGetAddressRangeFn> AddressRangeFunction() {
 absl::StatusOr<AllocationRef> ResolveAllocation(uint64_t device_ptr) {
   if (device_ptr == 0) return absl::InvalidArgumentError("null device pointer");
   cudaPointerAttributes attributes;
-  absl::Status s = CudaError(
+  absl::Status s = CudaStatus(
       cudaPointerGetAttributes(&attributes, reinterpret_cast<const void*>(device_ptr)),
       "cudaPointerGetAttributes");
   if (!s.ok()) return s;
@@ -71,10 +42,10 @@ absl::StatusOr<AllocationRef> ResolveAllocation(uint64_t device_ptr) {
   }
   // The driver calls below act on the current context: make it the pointer's device.
   int current = -1;
-  s = CudaError(cudaGetDevice(&current), "cudaGetDevice");
+  s = CudaStatus(cudaGetDevice(&current), "cudaGetDevice");
   if (!s.ok()) return s;
   if (current != attributes.device) {
-    s = CudaError(cudaSetDevice(attributes.device), "cudaSetDevice");
+    s = CudaStatus(cudaSetDevice(attributes.device), "cudaSetDevice");
     if (!s.ok()) return s;
   }
   auto restore = [&] {
@@ -97,7 +68,7 @@ absl::StatusOr<AllocationRef> ResolveAllocation(uint64_t device_ptr) {
   const cudaError_t err = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base));
   restore();
   if (err != cudaSuccess) {
-    return CudaError(err, absl::StatusCode::kFailedPrecondition,
+    return CudaStatus(err, absl::StatusCode::kFailedPrecondition,
                      absl::StrCat("cudaIpcGetMemHandle of the allocation at 0x", absl::Hex(base),
                                   " (", bytes, " bytes); allocations from cuMemCreate (e.g. "
                                   "PyTorch expandable_segments) or memory pools cannot be "
@@ -114,7 +85,7 @@ absl::StatusOr<AllocationRef> ResolveAllocation(uint64_t device_ptr) {
 
 absl::StatusOr<std::string> DeviceUuid(int device) {
   cudaDeviceProp props;
-  absl::Status s = CudaError(cudaGetDeviceProperties(&props, device),
+  absl::Status s = CudaStatus(cudaGetDeviceProperties(&props, device),
                              absl::StrCat("cudaGetDeviceProperties(", device, ")"));
   if (!s.ok()) return s;
   return std::string(props.uuid.bytes, sizeof(props.uuid.bytes));
@@ -123,7 +94,7 @@ absl::StatusOr<std::string> DeviceUuid(int device) {
 absl::StatusOr<std::unique_ptr<EventPool>> EventPool::Create(size_t count) {
   if (count == 0) return absl::InvalidArgumentError("an event pool needs at least one event");
   int device = -1;
-  absl::Status s = CudaError(cudaGetDevice(&device), "cudaGetDevice");
+  absl::Status s = CudaStatus(cudaGetDevice(&device), "cudaGetDevice");
   if (!s.ok()) return s;
   std::vector<cudaEvent_t> events;
   std::vector<std::string> handles;
@@ -132,7 +103,7 @@ absl::StatusOr<std::unique_ptr<EventPool>> EventPool::Create(size_t count) {
   };
   for (size_t i = 0; i < count; ++i) {
     cudaEvent_t e = nullptr;
-    s = CudaError(cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming),
+    s = CudaStatus(cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming),
                   "cudaEventCreateWithFlags(cudaEventInterprocess | cudaEventDisableTiming)");
     if (!s.ok()) {
       cleanup();
@@ -140,7 +111,7 @@ absl::StatusOr<std::unique_ptr<EventPool>> EventPool::Create(size_t count) {
     }
     events.push_back(e);
     cudaIpcEventHandle_t handle;
-    s = CudaError(cudaIpcGetEventHandle(&handle, e), "cudaIpcGetEventHandle");
+    s = CudaStatus(cudaIpcGetEventHandle(&handle, e), "cudaIpcGetEventHandle");
     if (!s.ok()) {
       cleanup();
       return s;
@@ -168,13 +139,13 @@ absl::Status EventPool::CheckIndex(size_t index) const {
 absl::Status EventPool::Record(size_t index, cudaStream_t stream) {
   absl::Status s = CheckIndex(index);
   if (!s.ok()) return s;
-  return CudaError(cudaEventRecord(events_[index], stream), "cudaEventRecord");
+  return CudaStatus(cudaEventRecord(events_[index], stream), "cudaEventRecord");
 }
 
 absl::Status EventPool::Wait(size_t index, cudaStream_t stream) {
   absl::Status s = CheckIndex(index);
   if (!s.ok()) return s;
-  return CudaError(cudaStreamWaitEvent(stream, events_[index], 0), "cudaStreamWaitEvent");
+  return CudaStatus(cudaStreamWaitEvent(stream, events_[index], 0), "cudaStreamWaitEvent");
 }
 
 absl::StatusOr<bool> EventPool::Query(size_t index) {
@@ -182,7 +153,7 @@ absl::StatusOr<bool> EventPool::Query(size_t index) {
   if (!s.ok()) return s;
   const cudaError_t err = cudaEventQuery(events_[index]);
   if (err == cudaErrorNotReady) return false;
-  s = CudaError(err, "cudaEventQuery");
+  s = CudaStatus(err, "cudaEventQuery");
   if (!s.ok()) return s;
   return true;
 }
@@ -190,7 +161,7 @@ absl::StatusOr<bool> EventPool::Query(size_t index) {
 absl::Status EventPool::Synchronize(size_t index) {
   absl::Status s = CheckIndex(index);
   if (!s.ok()) return s;
-  return CudaError(cudaEventSynchronize(events_[index]), "cudaEventSynchronize");
+  return CudaStatus(cudaEventSynchronize(events_[index]), "cudaEventSynchronize");
 }
 
 }  // namespace kvoffload::client::cuda

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "daemon/copy/cuda/cuda_status.h"
+#include "common/cuda/cuda_status.h"
 #include "daemon/copy/cuda/worker_memory.h"
 
 namespace kvoffload::daemon::cuda {

@@ -18,7 +18,7 @@
 #include "daemon/copy/copy_plan.h"
 #include "daemon/copy/cuda/completion.h"
 #include "daemon/copy/cuda/copy_kernels.h"
-#include "daemon/copy/cuda/cuda_status.h"
+#include "common/cuda/cuda_status.h"
 #include "daemon/copy/cuda/device.h"
 #include "daemon/copy/cuda/driver_api.h"
 #include "daemon/copy/cuda/worker_memory.h"

@@ -8,7 +8,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/copy/cuda/copy_kernels.h"
-#include "daemon/copy/cuda/cuda_status.h"
+#include "common/cuda/cuda_status.h"
 #include "daemon/copy/cuda/driver_api.h"
 
 namespace kvoffload::daemon::cuda {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "daemon/copy/cuda/cuda_status.h"
+#include "common/cuda/cuda_status.h"
 
 namespace kvoffload::daemon::cuda {
 namespace {

@@ -1,10 +1,10 @@
-#include "daemon/copy/cuda/cuda_status.h"
+#include "common/cuda/cuda_status.h"
 
 #include <cuda.h>
 
 #include "absl/strings/str_cat.h"
 
-namespace kvoffload::daemon::cuda {
+namespace kvoffload {
 
 absl::StatusCode CudaErrorCode(cudaError_t err) {
   switch (err) {
@@ -83,4 +83,4 @@ absl::Status CuResultStatus(int result, absl::string_view context) {
                                          name != nullptr ? name : absl::StrCat("CUresult ", result)));
 }
 
-}  // namespace kvoffload::daemon::cuda
+}  // namespace kvoffload

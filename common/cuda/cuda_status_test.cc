@@ -1,10 +1,10 @@
-#include "daemon/copy/cuda/cuda_status.h"
+#include "common/cuda/cuda_status.h"
 
 #include <cuda.h>
 
 #include "gtest/gtest.h"
 
-namespace kvoffload::daemon::cuda {
+namespace kvoffload {
 namespace {
 
 TEST(CudaStatusTest, SuccessIsOk) {
@@ -43,4 +43,4 @@ TEST(CudaStatusTest, DriverResultWithoutDriverStillNamesTheCode) {
 }
 
 }  // namespace
-}  // namespace kvoffload::daemon::cuda
+}  // namespace kvoffload
