@@ -281,10 +281,10 @@ absl::Status ConnectHost(const char* socket_path, const kvo_engine_spec* c_spec,
   kvo::WorkerOptions options = *std::move(worker_options);
   for (size_t i = 0; i < num_tensors; ++i) {
     const kvo_host_tensor& t = tensors[i];
-    if (t.shm_name == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor #", i, ": shm_name is NULL"));
+    if (t.handle == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor #", i, ": handle is NULL"));
     }
-    options.tensors.push_back({t.shm_name, t.allocation_bytes, t.offset, t.num_blocks,
+    options.tensors.push_back({t.handle, t.allocation_bytes, t.offset, t.num_blocks,
                                t.block_stride_bytes, t.page_bytes});
   }
   return ConnectWorker(std::move(options), std::make_unique<kvo_worker>(), worker_out);

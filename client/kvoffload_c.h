@@ -169,7 +169,7 @@ typedef struct kvo_cuda_tensor {
    owned by the caller's uid and sealed with F_SEAL_SHRINK; the daemon opens it from the calling
    process (README "Security model"). */
 typedef struct kvo_host_tensor {
-  const char* shm_name;            /* the handle "memfd:<fd>", fd open in this process */
+  const char* handle;              /* "memfd:<fd>", fd open in this process (ABI 1: shm_name) */
   uint64_t allocation_bytes;       /* size of the memfd (or the part of it registered) */
   uint64_t offset;                 /* of block 0 from the object's start */
   uint64_t num_blocks;

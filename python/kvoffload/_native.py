@@ -100,7 +100,7 @@ class c_block_range(ctypes.Structure):
 
 class c_host_tensor(ctypes.Structure):
     _fields_ = [
-        ("shm_name", ctypes.c_char_p),
+        ("handle", ctypes.c_char_p),
         ("allocation_bytes", ctypes.c_uint64),
         ("offset", ctypes.c_uint64),
         ("num_blocks", ctypes.c_uint64),

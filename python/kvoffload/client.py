@@ -377,13 +377,13 @@ class Worker(_Handle):
                      tensors: Sequence[Union[HostTensor, tuple]],
                      open_timeout_s: Optional[float] = None,
                      call_timeout_s: Optional[float] = None) -> "Worker":
-        """Registers host-backend tensors: HostTensor or (shm_name, allocation_bytes, offset,
+        """Registers host-backend tensors: HostTensor or (handle, allocation_bytes, offset,
         num_blocks, block_stride_bytes, page_bytes) tuples (see kvoffload.host). Deadlines as
         for connect_cuda."""
         lib = _native.library()
         options = _client_options(open_timeout_s, call_timeout_s)
         tensors = [HostTensor(*t) for t in tensors]
-        names = [t.shm_name.encode() for t in tensors]
+        names = [t.handle.encode() for t in tensors]
         c_tensors = (_native.c_host_tensor * max(1, len(tensors)))()
         for i, t in enumerate(tensors):
             c_tensors[i] = _native.c_host_tensor(names[i], t.allocation_bytes, t.offset,

@@ -20,14 +20,14 @@ import os
 
 HostTensor = collections.namedtuple(
     "HostTensor",
-    ["shm_name", "allocation_bytes", "offset", "num_blocks", "block_stride_bytes", "page_bytes"])
-HostTensor.__doc__ = "A KV tensor in a memfd; `shm_name` is its handle, 'memfd:<fd>'."
+    ["handle", "allocation_bytes", "offset", "num_blocks", "block_stride_bytes", "page_bytes"])
+HostTensor.__doc__ = "A KV tensor in a memfd; `handle` is 'memfd:<fd>'."
 
 
 class HostAllocation:
     """A memfd of `nbytes` bytes, sealed against shrinking and mapped read-write.
 
-    `shm_name` is the handle the daemon opens ("memfd:<fd>"); `buf` is the mmap. The descriptor
+    `handle` is what the daemon opens ("memfd:<fd>"); `buf` is the mmap. The descriptor
     stays open until close().
     """
 
@@ -46,11 +46,11 @@ class HostAllocation:
         except BaseException:
             os.close(self._fd)
             raise
-        self.shm_name = "memfd:%d" % self._fd
+        self.handle = "memfd:%d" % self._fd
 
     def tensor(self, offset, num_blocks, block_stride_bytes, page_bytes):
         """A HostTensor in this allocation."""
-        return HostTensor(self.shm_name, self.nbytes, offset, num_blocks, block_stride_bytes,
+        return HostTensor(self.handle, self.nbytes, offset, num_blocks, block_stride_bytes,
                           page_bytes)
 
     def unlink(self):
