@@ -1589,6 +1589,72 @@ def sc_tp2_per_layer(run, rep):
     sc_store_hit_load(run, rep, world=2, layout="per_layer")
 
 
+def sc_stress(run, rep, world=1, seed=1, steps=300, restarts=1):
+    """Random traffic: 8 prompt families sharing prefixes, arrivals, random lengths, forced
+    preemptions, GPU prefix cache drops, rows of 2 GPU blocks (loads starting mid-row), a tight
+    GPU pool and region (evictions), daemon restarts (policy recompute). Every load verified on
+    every rank; every request must finish."""
+    import random
+    rnd = random.Random(seed)
+    e = run.engine(rep, "stress%d" % seed, world=world, num_blocks=48, offload_block_size=32,
+                   budget_bytes=40 * 2 * (16 << 10), kv_load_failure_policy="recompute")
+    fams = [prompt(1000 + seed * 10 + i, 16 * 12) for i in range(8)]
+    n = 0
+    restart_at = set(rnd.sample(range(50, steps - 50), restarts)) if restarts else set()
+    for step in range(steps):
+        if rnd.random() < 0.35 and len(e.waiting) + len(e.running) < 6:
+            f = rnd.randrange(8)
+            base = fams[f][:rnd.choice([32, 48, 64, 96, 128, 192])]
+            p = base + prompt(5000 + seed * 1000 + n, rnd.randrange(1, 40))
+            e.add_request("r%d" % n, p, max_tokens=rnd.randrange(1, 12))
+            n += 1
+        if e.running and rnd.random() < 0.05:
+            e.force_preempt.add(rnd.choice(e.running).request_id)
+        if rnd.random() < 0.1:
+            e.drop_gpu_cache()
+        if step in restart_at:
+            run.daemon.restart()
+        e.step()
+    ok = e.drain(120)
+    unfinished = [r for r in e.reqs.values() if not r.is_finished()]
+    rep.check("every request finished (%d requests, %d steps)" % (n, e.stepno),
+              ok and not unfinished, "unfinished: %s" % [r.request_id for r in unfinished][:10])
+    hits = sum(1 for v in e.hits.values() for (_, x) in v if x)
+    rep.note("%d lookups with an offloaded hit, %d loads verified (%d blocks), %d GPU blocks "
+             "reused" % (hits, rep.loads, rep.loaded_blocks, e.reuse_seen))
+    rep.check("some loads happened", rep.loads > 5, str(rep.loads))
+    e.verify_all()
+    e.shutdown()
+
+
+def sc_stress_tp2(run, rep):
+    sc_stress(run, rep, world=2, seed=2)
+
+
+def sc_stress_many(run, rep):
+    """sc_stress for 10 more seeds (odd seeds TP 2), each on a fresh engine."""
+    for seed in range(10, 20):
+        sub = Report("stress seed %d" % seed)
+        sub.engines = []
+        try:
+            sc_stress(run, sub, world=2 if seed % 2 else 1, seed=seed, steps=200)
+        except ConnectorDown as ex:
+            sub.note(str(ex))
+            sub.check("vLLM starts", False)
+        finally:
+            for e in sub.engines:
+                e.close()
+        rep.errors.extend(sub.errors)
+        rep.wrong_bytes += sub.wrong_bytes
+        rep.wrong_blocks += sub.wrong_blocks
+        rep.loads += sub.loads
+        rep.loaded_blocks += sub.loaded_blocks
+        rep.failed_requests += sub.failed_requests
+        for what, ok, detail in sub.checks:
+            rep.check("seed %d: %s" % (seed, what), ok, detail if not ok else "")
+        rep.notes.extend("seed %d: %s" % (seed, n) for n in sub.notes)
+
+
 SCENARIOS = collections.OrderedDict([
     ("store_hit_load", sc_store_hit_load),
     ("tp2", sc_tp2),
@@ -1611,6 +1677,9 @@ SCENARIOS = collections.OrderedDict([
     ("pending_lookup", sc_pending_lookup),
     ("mla_tp2", sc_mla_tp2),
     ("stalled_daemon", sc_stalled_daemon),
+    ("stress", sc_stress),
+    ("stress_tp2", sc_stress_tp2),
+    ("stress_many", sc_stress_many),
     ("huge_request", sc_huge_request),
     ("shutdown", sc_shutdown),
 ])
