@@ -404,7 +404,7 @@ int kvo_worker_info(const kvo_worker* worker, struct kvo_worker_info* info_out, 
   return Guarded(err, err_len, [&] {
     if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
     if (absl::Status s = Required(info_out, "info_out"); !s.ok()) return s;
-    const kvo::WorkerRegistration& r = worker->client->registration();
+    const kvo::Registered& r = worker->client->registration();
     std::memset(info_out, 0, sizeof(*info_out));
     info_out->slot = r.slot;
     info_out->writer = r.writer ? 1 : 0;

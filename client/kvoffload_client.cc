@@ -130,7 +130,7 @@ struct WorkerClient::Impl {
   std::unique_ptr<v1::Worker::Stub> stub;
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::DaemonMessage>> stream;
-  WorkerRegistration registration;
+  Registered registration;
   std::string socket_path;
   absl::Duration call_timeout;
   std::thread reader;
@@ -277,7 +277,7 @@ WorkerClient::~WorkerClient() {
   impl_->reader.join();
 }
 
-const WorkerRegistration& WorkerClient::registration() const { return impl_->registration; }
+const Registered& WorkerClient::registration() const { return impl_->registration; }
 
 absl::Status WorkerClient::Submit(const JobRequest& job) {
   v1::WorkerMessage message;

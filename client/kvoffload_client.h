@@ -87,7 +87,8 @@ struct WorkerOptions {
   uint64_t region_epoch = 0;
 };
 
-struct WorkerRegistration {
+// What the daemon answered a worker's registration (the proto's Registered message).
+struct Registered {
   RegionGeometry geometry;
   uint32_t slot = 0;
   bool writer = true;
@@ -147,7 +148,7 @@ class WorkerClient {
   WorkerClient(const WorkerClient&) = delete;
   WorkerClient& operator=(const WorkerClient&) = delete;
 
-  const WorkerRegistration& registration() const;
+  const Registered& registration() const;
 
   // Sends this worker's part of a job. Returns an error only when the session is gone (or
   // DEADLINE_EXCEEDED after WorkerOptions::call_timeout, which ends it); the daemon's verdict

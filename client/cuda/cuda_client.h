@@ -62,7 +62,7 @@ class EventPool {
 
   size_t size() const { return events_.size(); }
   int device() const { return device_; }
-  // cudaIpcEventHandle_t bytes of each event, in index order (for WorkerRegistration).
+  // cudaIpcEventHandle_t bytes of each event, in index order (for the worker's registration).
   const std::vector<std::string>& ipc_handles() const { return handles_; }
   cudaEvent_t event(size_t index) const { return events_.at(index); }
 
