@@ -90,20 +90,23 @@ class WorkerCoreTest(unittest.TestCase):
         wc = core.WorkerCore(dial, lambda: index, wait_timeout_s, retry_window_s)
         return wc
 
-    def test_a_lost_session_is_registered_again_and_its_jobs_resubmitted(self):
+    def test_a_lost_session_is_registered_again_and_its_loads_resubmitted(self):
         first, second = FakeWorker(), FakeWorker()
-        first.held.add(7 << 32 | 1)
+        first.held.update({7 << 32 | 1, 7 << 32 | 2})
         wc = self.make([first, second])
-        wc.submit(core.STORE, 1, [3], 0, rows([0], keys=[b"k"]))
+        wc.submit(core.LOAD, 1, [3], 0, rows([0]))
+        wc.submit(core.STORE, 2, [4], 0, rows([1], keys=[b"k"]))
         self.assertEqual(wc.get_finished(), [])  # in flight
         first.alive = False  # the daemon restarted
         core.REDIAL_INTERVAL_S, saved = 0.0, core.REDIAL_INTERVAL_S
         self.addCleanup(setattr, core, "REDIAL_INTERVAL_S", saved)
         done = wc.get_finished() + wc.get_finished()  # resubmitted, then finished
-        self.assertEqual([(f.vllm_id, f.ok) for f in done], [(1, True)])
-        self.assertEqual(second.calls, [("store", 7 << 32 | 1, -1)])
+        self.assertEqual(sorted((f.vllm_id, f.ok) for f in done), [(1, True), (2, True)])
+        # The load went to the new session; the store (a row takes one store job) did not:
+        # reported finished to vLLM, its keys released.
+        self.assertEqual(second.calls, [("load", 7 << 32 | 1, -1)])
+        self.assertEqual(self.released, [([b"k"], False)])
         self.assertIs(wc.worker, second)
-        self.assertEqual(self.released, [])
 
     def test_a_job_no_session_takes_within_the_window_fails_and_its_keys_are_released(self):
         first = FakeWorker()

@@ -20,8 +20,10 @@ them:
       assert) — never as a success, which would serve the GPU blocks' stale bytes.
 * Rows being written look up as pending (KeyState.HIT_PENDING), never as a miss or a hit.
 * A lost session or a daemon restart: the worker registers again (at most every
-  REDIAL_INTERVAL_S) and resubmits the jobs in flight until RETRY_WINDOW_S after their first
-  submit; the daemon's region epoch check refuses a job planned in a region that is gone.
+  REDIAL_INTERVAL_S) and resubmits its loads in flight (and stores it never sent) until
+  RETRY_WINDOW_S after their first submit; a store the daemon may have seen is never sent again
+  (a row takes one store job): it fails as above. The daemon's region epoch check refuses a job
+  planned in a region that is gone.
 * wait(job_ids) returns only once the daemon finished those jobs (or they failed for good), with
   no deadline of its own, because vLLM reuses the GPU blocks afterwards.
 * A CompleteStore the daemon did not answer (a stalled or restarting daemon) is sent again on
@@ -493,7 +495,7 @@ class _CudaEvents:
 class Job:
     """One vLLM transfer on this worker."""
     __slots__ = ("vllm_id", "direction", "daemon_id", "gpu", "rows", "ranges", "epoch", "keys",
-                 "event", "first_submit", "submitted", "gpu_blocks")
+                 "event", "first_submit", "submitted", "sent", "gpu_blocks")
 
     def __init__(self, vllm_id, direction, daemon_id, gpu, rows, ranges, epoch, keys):
         self.vllm_id = vllm_id
@@ -507,6 +509,8 @@ class Job:
         self.event = -1
         self.first_submit = time.monotonic()
         self.submitted = False  # a part is with the daemon on the current session
+        self.sent = False       # a session accepted a part (a store is never sent twice;
+                                # a submit that raised reached no daemon and may be resent)
         self.gpu_blocks = ()
 
 
@@ -639,6 +643,7 @@ class WorkerCore:
             return
         job.event = event
         job.submitted = True
+        job.sent = True  # accepted on a session: a store is never sent again
 
     def _make_event_room(self):
         """Every event is held by a job in flight: wait for the oldest to end."""
@@ -708,11 +713,17 @@ class WorkerCore:
                          "registers again and resubmits its jobs for up to %.0f s", error,
                          self._retry_window_s)
         self._lost = True
-        for job in self._jobs.values():
+        for job in list(self._jobs.values()):
             if job.submitted and self._events is not None:
                 self._events.release(job.event)
             job.event = -1
             job.submitted = False
+            if job.direction == STORE and job.sent:
+                # A row takes one store job: a store the daemon may have seen is never sent
+                # again. It is reported finished and its keys end unreadable.
+                self._jobs.pop(job.daemon_id, None)
+                self._fail(job, "the session with kvoffloadd ended with the store in flight "
+                           "(%s)" % error)
 
     def _session_ok(self):
         """True when the session is live, or could be registered again now."""
