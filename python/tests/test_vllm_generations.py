@@ -601,8 +601,21 @@ class GenerationTest(unittest.TestCase):
         self.assertTrue(self.done(w, 1)[1].success)
         G.complete_store(m, before)
         self.assertEqual(G.hits(m, before), 2)
+        pinned = G.prepare_load(m, before)  # planned in the old region ...
+        late = keys("late", 1)
+        self.assertIsNotNone(G.prepare_store(m, late))
         daemon.restart()  # every region and session gone
         self.assertEqual(G.hits(m, before), 0)  # re-opened: an empty region, no exception
+        sent = []
+        index = m.core.scheduler
+        for name in ("complete_load", "complete_store"):
+            real = getattr(index, name)
+            setattr(index, name, lambda ks, *a, _n=name, _r=real, **kw: sent.append(_n) or
+                    _r(ks, *a, **kw))
+        G.complete_load(m, before)  # ... and not completed in the new one
+        G.complete_store(m, late)
+        self.assertEqual(sent, [])
+        self.assertEqual(len(pinned.block_ids), 2)
         after = keys("s", 2)
         out = G.prepare_store(m, after)
         self.assertEqual(out.keys_to_store, after)

@@ -119,7 +119,8 @@ class ManagerCore:
         self._next_reopen = 0.0
         self._salt = b""
         self._closed = False
-        self._outstanding = {}     # salted keys prepared for a store, not completed yet
+        self._outstanding = {}     # salted key prepared for a store -> its region epoch
+        self._loading = {}         # salted key -> [region epoch of each pinning prepare_load]
         self._uncommitted = {}     # salted key -> success, CompleteStores to send again
         self._next_commit_retry = 0.0
         self._pending_since = {}   # salted key -> when a lookup first found it pending
@@ -236,10 +237,33 @@ class ManagerCore:
         if not k:
             return []
         try:
-            return self._call(lambda index: index.prepare_load(k))
+            rows = self._call(lambda index: index.prepare_load(k))
         except Exception as e:  # noqa: BLE001 — never into vLLM
             self._log.warn("prepare_load", e)
             return None
+        for key in k:
+            self._loading.setdefault(key, []).append(self.region_epoch)
+        return rows
+
+    def _current(self, keys, table):
+        """The keys planned in the current region (a key planned in a region a restart or a
+        drop replaced is not completed in the new one, where it may be another store's)."""
+        out = []
+        for key in keys:
+            epoch = table.pop(key, self.region_epoch) if table is self._outstanding else \
+                self._pop_load(key)
+            if epoch == self.region_epoch:
+                out.append(key)
+        return out
+
+    def _pop_load(self, key):
+        epochs = self._loading.get(key)
+        if not epochs:
+            return self.region_epoch
+        epoch = epochs.pop(0)
+        if not epochs:
+            del self._loading[key]
+        return epoch
 
     def touch(self, keys):
         """keys[0] becomes the most recent (vLLM's LRU order)."""
@@ -253,7 +277,7 @@ class ManagerCore:
                 self._log.warn("touch", e)
 
     def complete_load(self, keys):
-        k = self._k(keys)
+        k = self._current(self._k(keys), self._loading)
         if not k:
             return
         try:
@@ -274,7 +298,7 @@ class ManagerCore:
                 self._log.warn("prepare_store", e)
             return None
         for key in prepared.keys:
-            self._outstanding[key] = None
+            self._outstanding[key] = self.region_epoch
         evicted = self._unsalt(prepared.evicted_keys)
         self._event(evicted, removed=True)
         return dataclasses.replace(prepared, keys=self._unsalt(prepared.keys),
@@ -285,13 +309,10 @@ class ManagerCore:
         return self._k(keys)
 
     def complete_store(self, keys, success=True):
-        k = self._k(keys)
-        if not k:
-            return
-        for key in k:
-            self._outstanding.pop(key, None)
+        k = self._current(self._k(keys), self._outstanding)
         self._flush_commits()
-        self._complete(k, success)
+        if k:
+            self._complete(k, success)
 
     def _complete(self, k, success):
         try:
@@ -312,6 +333,12 @@ class ManagerCore:
                                              StatusCode.NOT_FOUND):
                 self._log.warn("complete_store", e)
                 return
+            if _code(e) == StatusCode.NOT_FOUND and "not in the index" not in str(e):
+                # The engine is gone (a restart, a drop): these keys were planned in a region
+                # that no longer exists; nothing of them can be completed.
+                epoch = self.region_epoch
+                if self._reopen(e) and self.region_epoch != epoch:
+                    return
         self._stored(self._complete_one_by_one(k))
 
     def _stored(self, keys):
