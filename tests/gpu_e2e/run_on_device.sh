@@ -6,12 +6,13 @@
 # flags), e2e_sms4.jsonl (the same with --copy_sms=4), torch.jsonl (against PyTorch alone, Python
 # latency, interference, CPU per job), ttft.jsonl (the TTFT table: ttft_bench.py) and device.txt
 # to OUT, prints a short table and a final "N passed, N failed" line. The third argument picks
-# stages (quoted, space separated): tests mps_rule ttft baselines e2e e2e_sms4 torch mps, or all
+# stages (quoted, space separated): tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps,
+# or all
 # (the default).
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
-stages=" ${3:-all} "  # any of: tests mps_rule ttft baselines e2e e2e_sms4 torch mps, or all
+stages=" ${3:-all} "  # any of: tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps, all
 want() { [[ $stages == *" all "* || $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -52,13 +53,14 @@ mps_stop() {
   sleep 1
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
-bench_py() {  # name limit script: a benchmark through the Python package, JSON lines to name.jsonl
-  local name=$1 limit=$2 script=$3
+bench_py() {  # name limit script [args]: a benchmark through the Python package, JSON lines to name.jsonl
+  local name=$1 limit=$2
+  shift 2
   if timeout "$limit" env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
-      KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$script" >"$out/$name.jsonl" 2>"$out/$name.err"; then
+      KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$@" >"$out/$name.jsonl" 2>"$out/$name.err"; then
     passed=$((passed + 1))
   else
-    failed=$((failed + 1)); echo "FAILED: $name ($script)"; tail -15 "$out/$name.err"
+    failed=$((failed + 1)); echo "FAILED: $name ($*)"; tail -15 "$out/$name.err"
   fi
   cat "$out/$name.jsonl"
 }
@@ -71,8 +73,9 @@ run cuda_copy_backend_gpu_test 240 env KVO_EXPECT_MPS=0 "$bundle/bin/cuda_copy_b
 run e2e_gpu_test 420 "$bundle/bin/e2e_gpu_test"
 run python_torch_gpu 240 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_smoke.py"
-run python_vllm_spec_gpu 240 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
-  KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_vllm_smoke.py"
+# kvoffload.vllm on the CUDA backend, both supported vLLM generations (their doubles).
+run python_vllm_gpu 300 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
+  KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/test_vllm_gpu.py"
 
 fi
 if want mps_rule; then
@@ -119,6 +122,10 @@ else
   failed=$((failed + 1)); echo "FAILED: e2e_bench (--copy_sms=4)"; tail -5 "$out/e2e_sms4.err"
 fi
 grep -E '"store"|interference' "$out/e2e_sms4.jsonl"
+fi
+if want latency; then
+echo "=== 1-block job latency from Python (C ABI wait, no polling)"
+bench_py latency 120 "$bundle/torch_bench.py" --latency
 fi
 if want torch; then
 echo "=== against PyTorch alone (Python package)"

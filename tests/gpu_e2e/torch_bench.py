@@ -350,6 +350,14 @@ def main():
     quick = "--quick" in sys.argv
     torch.cuda.init()
     emit(device=torch.cuda.get_device_name(0), torch=torch.__version__)
+    if "--latency" in sys.argv:  # the 1-block Python latency alone
+        proc, sock = start_daemon()
+        try:
+            latency(sock)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        return
     d2h, h2d, bidir = ceiling(GIB)
     emit(method="ceiling", d2h_gbps=round(d2h, 2), h2d_gbps=round(h2d, 2),
          bidirectional_gbps=round(bidir, 2))
