@@ -121,7 +121,7 @@ class ManagerCore:
         self._closed = False
         self._outstanding = {}     # salted key prepared for a store -> its region epoch
         self._loading = {}         # salted key -> [region epoch of each pinning prepare_load]
-        self._uncommitted = {}     # salted key -> success, CompleteStores to send again
+        self._uncommitted = {}     # salted key -> (success, epoch): CompleteStores to resend
         self._next_commit_retry = 0.0
         self._pending_since = {}   # salted key -> when a lookup first found it pending
         self._pending_timeout_s = pending_timeout_s
@@ -226,7 +226,8 @@ class ManagerCore:
         self._next_commit_retry = now + COMMIT_RETRY_S
         todo, self._uncommitted = self._uncommitted, {}
         for success in (False, True):
-            keys = [k for k, ok in todo.items() if ok == success]
+            keys = [k for k, (ok, epoch) in todo.items()
+                    if ok == success and epoch == self.region_epoch]  # not in a new region
             if keys:
                 self._complete(keys, success)
 
@@ -327,7 +328,7 @@ class ManagerCore:
                 # answers NOT_FOUND then, and the keys are forgotten.
                 self._log.warn("complete_store (sent again later)", e)
                 for key in k:
-                    self._uncommitted[key] = success
+                    self._uncommitted[key] = (success, self.region_epoch)
                 return
             if not success or _code(e) not in (StatusCode.FAILED_PRECONDITION,
                                              StatusCode.NOT_FOUND):
