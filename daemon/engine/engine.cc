@@ -157,6 +157,12 @@ std::vector<uint64_t> PagesOf(const WorkerRegistration& registration) {
 absl::Status Engine::CheckAttachLocked(uint32_t mp_rank, uint32_t slot,
                                        const std::vector<uint64_t>& pages) const {
   if (closed_) return closed_why_;
+  auto departed = departed_.find(mp_rank);
+  if (departed != departed_.end() && !departed->second.expired()) {
+    return absl::UnavailableError(absl::StrCat(
+        "mp_rank ", mp_rank, " of engine ", key(),
+        ": copies of its previous session are still running; register again shortly"));
+  }
   if (!tensor_pages_.empty() && tensor_pages_ != pages) {
     return absl::FailedPreconditionError(absl::StrCat(
         "mp_rank ", mp_rank, ": layout ", common::LayoutFingerprint(geometry_, pages),
@@ -231,6 +237,7 @@ void Engine::Detach(uint64_t session_id) {
     if (it == sessions_.end()) return;
     const uint32_t mp_rank = it->second.mp_rank;
     memory = std::move(it->second.memory);
+    departed_[mp_rank] = memory;
     sessions_.erase(it);
     if (sessions_.empty()) idle_since_ = absl::Now();
     const absl::Status why = absl::UnavailableError(

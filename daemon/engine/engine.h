@@ -254,6 +254,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   mutable absl::Mutex mu_;
   std::map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // The memory of each mp_rank's last departed session while its copies may still run (they
+  // hold it): a new session of that rank is refused until they end, so a part it resubmits can
+  // never race a copy of the old session into the same GPU blocks.
+  std::map<uint32_t, std::weak_ptr<WorkerMemory>> departed_ ABSL_GUARDED_BY(mu_);
   // Per-tensor page sizes set by the first worker; later workers must match (layout identity).
   std::vector<uint64_t> tensor_pages_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);

@@ -701,5 +701,36 @@ TEST_F(EngineTest, AStorePartForARowReusedSinceIsRefused) {
   EXPECT_EQ(LoadBack(0, 3, *rows, {9}), std::vector<std::string>{stored});
 }
 
+// A worker that lost its session and registers again (a new session of the same mp_rank) is
+// refused while copies of the old session still run, so a part it resubmits can never race one
+// of them into the same GPU blocks.
+TEST_F(EngineTest, ARankRegistersAgainOnlyOnceItsOldCopiesEnded) {
+  Open(PerRankSpec(1));
+  AttachWorkers(1);
+  std::vector<std::string> keys;
+  const std::vector<uint64_t> rows = PrepareStore(0, 1, &keys);
+  env_.backend().AddRule({.fault = Fault::kHold});
+  ASSERT_TRUE(Submit(0, 1, CopyDirection::kStore, {2}, rows).ok());
+  ASSERT_TRUE(env_.backend().WaitForHeld(1, absl::Seconds(10)));
+  engine_->Detach(workers_[0]->info.session_id);
+
+  auto again = [&]() -> absl::Status {
+    auto memory = ShmWorkerMemory::Create(testing::kLayers, kWorkerBlocks, testing::kPageBytes, 5);
+    if (!memory.ok()) return memory.status();
+    auto opened = env_.backend().OpenWorker((*memory)->Registration());
+    if (!opened.ok()) return opened.status();
+    auto info = engine_->Attach(0, (*memory)->Registration(), *std::move(opened),
+                                &workers_[0]->listener);
+    if (info.ok()) engine_->Detach(info->session_id);
+    return info.status();
+  };
+  const absl::Status refused = again();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "still running")) << refused;
+  env_.backend().ReleaseAllHeld();
+  ASSERT_TRUE(env_.Settle());
+  EXPECT_TRUE(again().ok());
+}
+
 }  // namespace
 }  // namespace kvoffload::daemon
