@@ -626,26 +626,29 @@ class Engine:
             if req in self.running:
                 self._preempt(req, preempted)
         self.force_preempt.clear()
-        for req in list(self.running):
-            if req not in self.running:
-                continue
+        i = 0
+        while i < len(self.running):  # vLLM: preempt from the tail, never one already scheduled
+            req = self.running[i]
             rid = req.request_id
             n = req.num_tokens - req.num_computed_tokens
             need = -(-(req.num_computed_tokens + n) // self.bs) - len(self.blocks[rid])
             new = []
             if need > 0:
                 new = self._alloc(need)
-                while new is None and len(self.running) > 1:
-                    victim = self.running[-1] if self.running[-1] is not req else self.running[-2]
+                while new is None:
+                    victim = self.running[-1]
                     self._preempt(victim, preempted)
+                    if victim is req:
+                        break
                     new = self._alloc(need)
-                if new is None:
+                if new is None:  # req preempted itself
                     continue
                 self.blocks[rid].extend(new)
             cached.req_ids.append(rid)
             cached.new_block_ids.append((list(new),) if new else None)
             cached.num_computed_tokens.append(req.num_computed_tokens)
             nst[rid] = n
+            i += 1
         if not preempted:
             for req in list(self.waiting):
                 rid = req.request_id
