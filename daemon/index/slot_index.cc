@@ -151,8 +151,9 @@ void SlotIndex::MakeReady(std::vector<uint32_t>& rows) {
   // Youngest PrepareStore first, so the key prepared first is pushed last: the most recent.
   // Ages are taken modulo 2^32 from the next sequence number, so the counter may wrap.
   const uint32_t next = store_seq_;
-  std::sort(rows.begin(), rows.end(), [&](uint32_t a, uint32_t b) {
-    return uint32_t(next - rows_[a].prev) < uint32_t(next - rows_[b].prev);
+  const Row* const table = rows_.data();  // read under mu_, which the sort runs under too
+  std::sort(rows.begin(), rows.end(), [next, table](uint32_t a, uint32_t b) {
+    return uint32_t(next - table[a].prev) < uint32_t(next - table[b].prev);
   });
   for (uint32_t row : rows) {
     Row& r = rows_[row];
