@@ -1,13 +1,13 @@
 #include "daemon/engine/engine.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/check.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -30,13 +30,6 @@ spdlog::logger* Log() {
   return log;
 }
 
-// An invariant of ours broke: the state can no longer be trusted (rows could be served that no
-// copy wrote), so the process stops with the state logged (STYLE.md: invariants abort).
-[[noreturn]] void InvariantFailed(const std::string& engine, const std::string& what) {
-  Log()->critical("engine {}: invariant violated: {}", engine, what);
-  Log()->flush();
-  std::abort();
-}
 
 }  // namespace
 
@@ -422,10 +415,8 @@ void Engine::OnCopyDone(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
-      InvariantFailed(key(), absl::StrCat("a copy of job ", job_id, " of mp_rank ", mp_rank,
-                                          " ended, but the job was retired while it ran"));
-    }
+    KVO_CHECK(it != jobs_.end(), "engine ", key(), ": a copy of job ", job_id, " of mp_rank ",
+              mp_rank, " ended, but the job was retired while it ran");
     Job& job = it->second;
     --job.copies_in_flight;
     if (status.ok()) {
@@ -481,11 +472,9 @@ void Engine::MaybeFinish(Job& job, Notices* notices) {
     absl::Status ended = job.direction == CopyDirection::kStore
                              ? index_->EndStoreCopy(job.rows, job.status.ok())
                              : index_->EndCopy(job.rows);
-    if (!ended.ok()) {
-      InvariantFailed(key(), absl::StrCat("retiring ", CopyDirectionName(job.direction), " job ",
-                                          job.id, " of ", job.rows.size(), " rows: ",
-                                          ended.ToString()));
-    }
+    // Rows that could be served although no copy wrote them: the state cannot be trusted.
+    KVO_CHECK(ended.ok(), "engine ", key(), ": retiring ", CopyDirectionName(job.direction),
+              " job ", job.id, " of ", job.rows.size(), " rows: ", ended.ToString());
   }
   retired_.Remember(job.id, job.status, job.submitted);
   jobs_.erase(job.id);  // `job` is dangling from here on
