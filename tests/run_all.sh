@@ -65,6 +65,20 @@ for label in sys.stdin.read().split():
 print(passed, failed, targets)
 ' "$1"
 }
+# For each target a bazel test summary (stdin) reports as FAILED or TIMEOUT, the lines of its
+# test.log under the testlogs directory $1 that say why (CI keeps only this output).
+show_failures() {
+  local label pkg name log
+  grep -oE "^//[^ ]+ +(FAILED|TIMEOUT)" | awk '{print $1}' | while read -r label; do
+    pkg=${label#//}; name=${pkg#*:}; pkg=${pkg%%:*}
+    log="$1/$pkg/$name/test.log"
+    echo "---- why $label failed ($log):"
+    if [[ -f $log ]]; then
+      grep -m1 -A40 -E "WARNING: (ThreadSanitizer|AddressSanitizer|LeakSanitizer)|ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|Failure$|\[  FAILED  \]|Check failed|terminate called" "$log" | \
+        cut -c1-240 || tail -40 "$log"
+    fi
+  done
+}
 # Test targets without the gpu tag under the given patterns.
 test_targets() {
   local expr="tests($(IFS=+; echo "$*"))"
@@ -82,6 +96,7 @@ stage_start "tests (gcc, no GPU)"
 bazel test --jobs="$jobs" --test_tag_filters=-gpu //... 2>&1 | tee /tmp/kvoffload-test-summary.$$ | \
   grep -E "PASSED|FAILED|TIMEOUT|NO STATUS|Executed"
 bazel_rc=${PIPESTATUS[0]}
+show_failures "$(bazel info bazel-testlogs 2>/dev/null)" < /tmp/kvoffload-test-summary.$$
 query_bazel=(bazel)
 read -r passed failed targets < <(test_targets //... | count_cases "$(bazel info bazel-testlogs 2>/dev/null)")
 if [[ $bazel_rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi  # a target that crashed before XML
@@ -104,8 +119,11 @@ if [[ ${KVOFFLOAD_SKIP_SANITIZERS:-0} != 1 ]]; then
     check "thread-safety analysis and build under --config=$config" $build_rc
     if [[ $build_rc -eq 0 ]]; then
       "${clang_bazel[@]}" test "${clang_flags[@]}" --config=$config --test_tag_filters=-gpu \
-        "${targets[@]}" 2>&1 | grep -E "PASSED|FAILED|TIMEOUT|NO STATUS|Executed"
+        "${targets[@]}" 2>&1 | tee /tmp/kvoffload-test-summary.$$ | \
+        grep -E "PASSED|FAILED|TIMEOUT|NO STATUS|Executed"
       rc=${PIPESTATUS[0]}
+      show_failures "$("${clang_bazel[@]}" info --config=$config bazel-testlogs 2>/dev/null)" \
+        < /tmp/kvoffload-test-summary.$$
       read -r p f t < <(test_targets "${targets[@]}" | \
         count_cases "$("${clang_bazel[@]}" info --config=$config bazel-testlogs 2>/dev/null)")
       if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
