@@ -68,12 +68,18 @@ bool SlotIndex::RowKeyEq::operator()(uint32_t a, absl::string_view b) const {
 
 // ---- Construction ----------------------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<SlotIndex>> SlotIndex::Create(uint64_t num_rows) {
+absl::Status SlotIndex::CheckNumRows(uint64_t num_rows) {
   if (num_rows == 0 || num_rows > kMaxRows) {
     return absl::InvalidArgumentError(
         absl::StrFormat("SlotIndex: num_rows is %d; it must be in [1, %d]", num_rows, kMaxRows));
   }
-  return absl::WrapUnique(new SlotIndex(static_cast<uint32_t>(num_rows)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SlotIndex>> SlotIndex::Create(uint64_t num_rows,
+                                                             RowJournal* journal) {
+  RETURN_IF_ERROR(CheckNumRows(num_rows));
+  return absl::WrapUnique(new SlotIndex(static_cast<uint32_t>(num_rows), journal));
 }
 
 uint64_t SlotIndex::MetadataBytesFor(uint64_t num_rows) {
@@ -92,61 +98,6 @@ uint64_t SlotIndex::MetadataBytesFor(uint64_t num_rows) {
   return add(add(row_table, hash_table), sizeof(SlotIndex));
 }
 
-absl::Status SlotIndex::CheckRowNumbers(absl::string_view operation,
-                                        const std::vector<uint64_t>& rows) const {
-  for (uint64_t row : rows) {
-    if (row >= num_rows_) {
-      return absl::OutOfRangeError(absl::StrFormat("%s: row %d is out of range (num_rows %d)",
-                                                   operation, row, num_rows_));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SlotIndex::MarkStoreFailed(const std::vector<uint64_t>& rows) {
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckRowNumbers("MarkStoreFailed", rows));
-  MarkStoreFailedLocked(rows);
-  return absl::OkStatus();
-}
-
-void SlotIndex::MarkStoreFailedLocked(const std::vector<uint64_t>& rows) {
-  for (uint64_t row : rows) {
-    Row& r = rows_[row];
-    if (r.state != RowState::kWriting) continue;
-    r.store_failed = true;
-    if (r.committed) {
-      // The scheduler already committed this key and will not be asked again: drop it, so it
-      // is a miss rather than a row that stays WRITING for ever.
-      DropWritingKey(static_cast<uint32_t>(row));
-      ++commits_dropped_;
-    }
-  }
-}
-
-void SlotIndex::MarkStoreWrittenLocked(const std::vector<uint64_t>& rows) {
-  std::vector<uint32_t> ready;
-  for (uint64_t row : rows) {
-    Row& r = rows_[row];
-    // A row a failed job touched stays failed: another job's success cannot vouch for it.
-    if (r.state != RowState::kWriting || r.store_failed || r.written || r.copies > 0) continue;
-    r.written = true;
-    if (r.committed) ready.push_back(static_cast<uint32_t>(row));
-  }
-  MakeReady(ready);
-}
-
-uint64_t SlotIndex::DropStaleCommits(absl::Time cutoff) {
-  absl::MutexLock lock(&mu_);
-  std::vector<uint32_t> stale;
-  for (const auto& [row, since] : committed_since_) {
-    if (since < cutoff && rows_[row].copies == 0) stale.push_back(row);
-  }
-  for (uint32_t row : stale) DropWritingKey(row);
-  commits_dropped_ += stale.size();
-  return stale.size();
-}
-
 void SlotIndex::MakeReady(std::vector<uint32_t>& rows) {
   // Youngest PrepareStore first, so the key prepared first is pushed last: the most recent.
   // Ages are taken modulo 2^32 from the next sequence number, so the counter may wrap.
@@ -161,6 +112,8 @@ void SlotIndex::MakeReady(std::vector<uint32_t>& rows) {
     r.state = RowState::kReady;
     r.store_failed = r.written = r.committed = false;
     r.prev = kNil;
+    // Published only now: the row's bytes are written and the scheduler committed them.
+    if (journal_ != nullptr) journal_->OnReady(row, KeyOf(r), r.ticket);
     if (r.copies == 0) LruPushMostRecent(row);
   }
   rows_writing_ -= rows.size();
@@ -182,9 +135,10 @@ std::string SlotIndex::DropWritingKey(uint32_t row) {
   return key;
 }
 
-SlotIndex::SlotIndex(uint32_t num_rows)
+SlotIndex::SlotIndex(uint32_t num_rows, RowJournal* journal)
     : num_rows_(num_rows),
       sentinel_(num_rows),
+      journal_(journal),
       rows_(uint64_t{num_rows} + 1),
       key_to_row_(0, RowKeyHash{rows_.data()}, RowKeyEq{rows_.data()}) {
   // Every row is present from the start, so the table never grows (no rehash under the lock).
@@ -205,6 +159,15 @@ SlotIndex::~SlotIndex() {
   for (Row& row : rows_) ReleaseKey(row);
 }
 
+void SlotIndex::ReserveTicketLocked() {
+  if (journal_ == nullptr || next_ticket_ != tickets_reserved_end_) return;
+  // Reserved in chunks so that the journal is written once per kTicketChunk stores.
+  uint64_t end = uint64_t{next_ticket_} + kTicketChunk;
+  if (end > kMaxTicket) end -= kMaxTicket;  // tickets run 1..kMaxTicket, then 1 again
+  tickets_reserved_end_ = static_cast<uint32_t>(end);
+  journal_->OnTicketsReserved(tickets_reserved_end_);
+}
+
 // ---- Lists and keys --------------------------------------------------------------------------
 
 uint32_t SlotIndex::FindRow(absl::string_view key) const {
@@ -222,6 +185,11 @@ void SlotIndex::LruUnlink(uint32_t row) {
 }
 
 void SlotIndex::LruPushMostRecent(uint32_t row) {
+  LruLink(row);
+  if (journal_ != nullptr) journal_->OnTouch(row);
+}
+
+void SlotIndex::LruLink(uint32_t row) {
   Row& r = rows_[row];
   Row& sentinel = rows_[sentinel_];
   r.prev = sentinel.prev;
@@ -276,6 +244,8 @@ void SlotIndex::DropReadyKey(uint32_t row) {
   Row& r = rows_[row];
   KVO_CHECK(r.state == RowState::kReady && r.readers == 0 && r.copies == 0, "row ", row, " is ",
             RowStateName(r.state), " with ", r.readers, " readers and ", r.copies, " copies");
+  // Unpublished before the row can be handed to another key or written again.
+  if (journal_ != nullptr) journal_->OnFree(row);
   key_to_row_.erase(KeyOf(r));
   r.state = RowState::kFree;
   r.ticket = 0;
@@ -396,6 +366,7 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
 
   // Pass 2: allocate. Cannot fail: `available` rows exist.
   PrepareStoreResult result;
+  ReserveTicketLocked();
   result.ticket = next_ticket_;
   next_ticket_ = next_ticket_ == kMaxTicket ? 1 : next_ticket_ + 1;
   result.keys.reserve(needed);
@@ -560,286 +531,6 @@ uint64_t SlotIndex::Reset() {
     ++dropped;
   }
   return dropped;
-}
-
-// ---- Copy-path guards ------------------------------------------------------------------------
-
-absl::Status SlotIndex::CheckRowsLocked(CopyDirection direction,
-                                        const std::vector<uint64_t>& rows,
-                                        const std::vector<uint32_t>& tickets) const {
-  const bool store = direction == CopyDirection::kStore;
-  const RowState wanted = store ? RowState::kWriting : RowState::kReading;
-  if (!tickets.empty() && tickets.size() != rows.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(store ? "store" : "load", " copy: ",
-                                                   tickets.size(), " tickets for ", rows.size(),
-                                                   " rows"));
-  }
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const uint64_t row = rows[i];
-    if (row >= num_rows_) {
-      return absl::OutOfRangeError(absl::StrFormat("%s copy: row %d is out of range (num_rows %d)",
-                                                   store ? "store" : "load", row, num_rows_));
-    }
-    const Row& r = rows_[row];
-    if (r.state != wanted) {
-      return absl::FailedPreconditionError(absl::StrCat(store ? "store" : "load", " copy: row ",
-                                                        row, " is ", RowStateName(r.state),
-                                                        ", not ", RowStateName(wanted)));
-    }
-    if (!tickets.empty() && tickets[i] != 0 && tickets[i] != r.ticket) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          store ? "store" : "load", " copy: row ", row,
-          " was handed to another key since this job was planned (ticket ", tickets[i],
-          ", the row's is ", r.ticket, "): the part came late or again"));
-    }
-    if (!store) continue;
-    if (r.copies > 0 || r.written) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "store copy: row ", row, r.copies > 0 ? " has a store job in flight" : " was written",
-          " already; a row takes one store job"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SlotIndex::CheckRows(CopyDirection direction, const std::vector<uint64_t>& rows,
-                                  const std::vector<uint32_t>& tickets) const {
-  absl::ReaderMutexLock lock(&mu_);
-  return CheckRowsLocked(direction, rows, tickets);
-}
-
-absl::Status SlotIndex::BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows,
-                                  const std::vector<uint32_t>& tickets) {
-  absl::MutexLock lock(&mu_);
-  absl::Status status = CheckRowsLocked(direction, rows, tickets);
-  if (!status.ok()) return status;
-  // WRITING and READING rows are on no list, so counting a copy moves nothing.
-  for (uint64_t row : rows) ++rows_[row].copies;
-  copies_in_flight_ += rows.size();
-  return absl::OkStatus();
-}
-
-absl::Status SlotIndex::EndCopy(const std::vector<uint64_t>& rows) {
-  absl::MutexLock lock(&mu_);
-  return EndCopyLocked(rows);
-}
-
-absl::Status SlotIndex::EndStoreCopy(const std::vector<uint64_t>& rows, bool ok) {
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(EndCopyLocked(rows));
-  if (ok) {
-    MarkStoreWrittenLocked(rows);
-  } else {
-    MarkStoreFailedLocked(rows);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SlotIndex::EndCopyLocked(const std::vector<uint64_t>& rows) {
-  // Pass 1: decrement, undoing everything on the first bad row (rows may repeat).
-  for (size_t i = 0; i < rows.size(); ++i) {
-    absl::Status status;
-    if (rows[i] >= num_rows_) {
-      status = absl::OutOfRangeError(
-          absl::StrFormat("EndCopy: row %d is out of range (num_rows %d)", rows[i], num_rows_));
-    } else if (rows_[rows[i]].copies == 0) {
-      status = absl::FailedPreconditionError(
-          absl::StrCat("EndCopy: row ", rows[i], " has no copy in flight"));
-    }
-    if (!status.ok()) {
-      for (size_t j = 0; j < i; ++j) ++rows_[rows[j]].copies;
-      return status;
-    }
-    --rows_[rows[i]].copies;
-  }
-  copies_in_flight_ -= rows.size();
-  // Pass 2: rows whose last copy ended, each once, back to front (rows[0] most recent).
-  scratch_rows_.clear();
-  for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
-    const uint32_t row = static_cast<uint32_t>(*it);
-    Row& r = rows_[row];
-    if (r.copies > 0 || r.marked) continue;
-    r.marked = true;
-    scratch_rows_.push_back(row);
-    if (r.state == RowState::kFree) {  // quarantined until now
-      --rows_quarantined_;
-      FreePush(row);
-    } else if (r.state == RowState::kReady) {
-      LruPushMostRecent(row);
-    }
-  }
-  for (uint32_t row : scratch_rows_) rows_[row].marked = false;
-  return absl::OkStatus();
-}
-
-// ---- Introspection ---------------------------------------------------------------------------
-
-SlotIndex::Counts SlotIndex::counts() const {
-  absl::ReaderMutexLock lock(&mu_);
-  Counts c;
-  c.num_rows = num_rows_;
-  c.rows_free = rows_free_;
-  c.rows_quarantined = rows_quarantined_;
-  c.rows_writing = rows_writing_;
-  c.rows_ready = rows_ready_;
-  c.rows_reading = rows_reading_;
-  c.rows_evictable = rows_evictable_;
-  c.copies_in_flight = copies_in_flight_;
-  c.hits = hits_;
-  c.hits_pending = hits_pending_;
-  c.misses = misses_;
-  c.evictions = evictions_;
-  c.commits_pending = committed_since_.size();
-  c.commits_dropped = commits_dropped_;
-  return c;
-}
-
-uint64_t SlotIndex::MemoryBytes() const {
-  absl::ReaderMutexLock lock(&mu_);
-  // A flat_hash_set slot is the element plus one control byte.
-  return rows_.size() * sizeof(Row) + key_to_row_.capacity() * (sizeof(uint32_t) + 1) +
-         key_heap_bytes_;
-}
-
-absl::Status SlotIndex::TEST_CheckInvariants() const {
-  absl::ReaderMutexLock lock(&mu_);
-  auto fail = [](auto&&... args) {
-    return absl::InternalError(absl::StrCat("SlotIndex invariant: ", args...));
-  };
-  std::vector<uint8_t> on_list(num_rows_, 0);  // 1: LRU list, 2: free list
-  // LRU list: READY, no copies, links consistent.
-  uint64_t lru_length = 0;
-  for (uint32_t prev = sentinel_, row = rows_[sentinel_].next; row != sentinel_;
-       prev = row, row = rows_[row].next) {
-    if (row >= num_rows_) return fail("LRU list reaches row ", row);
-    if (on_list[row]) return fail("row ", row, " twice on the lists");
-    on_list[row] = 1;
-    const Row& r = rows_[row];
-    if (r.prev != prev) return fail("row ", row, " has a wrong LRU back link");
-    if (r.state != RowState::kReady || r.copies != 0 || r.readers != 0) {
-      return fail("row ", row, " is on the LRU list but ", RowStateName(r.state), " with ",
-                  r.copies, " copies and ", r.readers, " readers");
-    }
-    ++lru_length;
-  }
-  if (rows_[rows_[sentinel_].prev].next != sentinel_) return fail("LRU tail link");
-  if (lru_length != rows_evictable_) {
-    return fail("LRU list has ", lru_length, " rows, counter says ", rows_evictable_);
-  }
-  uint64_t free_length = 0;
-  for (uint32_t row = free_head_; row != kNil; row = rows_[row].next) {
-    if (row >= num_rows_) return fail("free list reaches row ", row);
-    if (on_list[row]) return fail("row ", row, " twice on the lists");
-    on_list[row] = 2;
-    if (rows_[row].state != RowState::kFree || rows_[row].copies != 0) {
-      return fail("row ", row, " is on the free list but not FREE and idle");
-    }
-    ++free_length;
-  }
-  if (free_length != rows_free_) {
-    return fail("free list has ", free_length, " rows, counter says ", rows_free_);
-  }
-  uint64_t quarantined = 0, writing = 0, ready = 0, reading = 0, copies = 0, heap_bytes = 0;
-  uint64_t committed = 0;
-  for (uint32_t row = 0; row < num_rows_; ++row) {
-    const Row& r = rows_[row];
-    copies += r.copies;
-    if ((r.written || r.committed || r.store_failed) && r.state != RowState::kWriting) {
-      return fail("row ", row, " is ", RowStateName(r.state), " with store flags set");
-    }
-    if (r.written && r.committed) return fail("WRITING row ", row, " written and committed");
-    if (r.committed) {
-      ++committed;
-      if (!committed_since_.contains(row)) return fail("committed row ", row, " has no time");
-    }
-    if (r.key_size > kInlineKeyBytes) heap_bytes += r.key_size;
-    if (r.marked) return fail("row ", row, " left marked");
-    if (r.state == RowState::kFree) {
-      if (r.readers != 0) return fail("FREE row ", row, " has readers");
-      if (r.key_size != 0) return fail("FREE row ", row, " holds a key");
-      if (r.ticket != 0) return fail("FREE row ", row, " holds ticket ", r.ticket);
-      if (r.copies > 0) {
-        ++quarantined;
-        if (on_list[row]) return fail("quarantined row ", row, " is on a list");
-      } else if (on_list[row] != 2) {
-        return fail("idle FREE row ", row, " is not on the free list");
-      }
-      continue;
-    }
-    if (r.key_size == 0) return fail("row ", row, " in use without a key");
-    if (r.ticket == 0 || r.ticket > kMaxTicket) return fail("row ", row, " has ticket ", r.ticket);
-    if (FindRow(KeyOf(r)) != row) return fail("row ", row, "'s key does not map back to it");
-    switch (r.state) {
-      case RowState::kWriting:
-        ++writing;
-        if (r.readers != 0 || on_list[row]) return fail("WRITING row ", row, " read or listed");
-        if (r.written && r.copies != 0) return fail("written row ", row, " still has copies");
-        if (r.store_failed && r.committed) return fail("failed row ", row, " still committed");
-        break;
-      case RowState::kReady:
-        ++ready;
-        if (r.readers != 0) return fail("READY row ", row, " has readers");
-        if ((r.copies == 0) != (on_list[row] == 1)) {
-          return fail("READY row ", row, " LRU membership does not match its copies");
-        }
-        break;
-      case RowState::kReading:
-        ++reading;
-        if (r.readers == 0 || on_list[row]) return fail("READING row ", row, " unpinned/listed");
-        break;
-      case RowState::kFree:
-        break;
-    }
-  }
-  if (quarantined != rows_quarantined_ || writing != rows_writing_ || ready != rows_ready_ ||
-      reading != rows_reading_) {
-    return fail("state counters differ: quarantined ", quarantined, "/", rows_quarantined_,
-                " writing ", writing, "/", rows_writing_, " ready ", ready, "/", rows_ready_,
-                " reading ", reading, "/", rows_reading_);
-  }
-  if (free_length + quarantined + writing + ready + reading != num_rows_) {
-    return fail("rows do not add up to num_rows");
-  }
-  if (key_to_row_.size() != writing + ready + reading) {
-    return fail("hash table holds ", key_to_row_.size(), " keys for ", writing + ready + reading,
-                " rows in use");
-  }
-  if (copies != copies_in_flight_) {
-    return fail("copies ", copies, " vs counter ", copies_in_flight_);
-  }
-  if (committed != committed_since_.size()) {
-    return fail(committed, " committed rows, ", committed_since_.size(), " commit times");
-  }
-  if (heap_bytes != key_heap_bytes_) {
-    return fail("key heap bytes ", heap_bytes, " vs counter ", key_heap_bytes_);
-  }
-  return absl::OkStatus();
-}
-
-absl::string_view SlotIndex::RowStateName(RowState state) {
-  switch (state) {
-    case RowState::kFree:
-      return "FREE";
-    case RowState::kWriting:
-      return "WRITING";
-    case RowState::kReady:
-      return "READY";
-    case RowState::kReading:
-      return "READING";
-  }
-  return "UNKNOWN";
-}
-
-absl::string_view SlotIndex::KeyStateName(KeyState state) {
-  switch (state) {
-    case KeyState::kMiss:
-      return "MISS";
-    case KeyState::kHit:
-      return "HIT";
-    case KeyState::kHitPending:
-      return "HIT_PENDING";
-  }
-  return "UNKNOWN";
 }
 
 }  // namespace kvoffload::daemon

@@ -72,9 +72,14 @@
 // bytes per row of hash table (reserved up front, so no rehash ever happens under the lock).
 // Longer keys take one heap block each, of exactly their size; nothing else is allocated per row.
 //
+// Durability (issue 19): an optional RowJournal hears, under the index's lock, when a row becomes
+// READY (OnReady, after its bytes are written and committed), loses its READY key (OnFree, before
+// the row can be handed to another key), becomes most recently used (OnTouch), and when tickets
+// are reserved; Restore rebuilds an index from the READY rows such a journal recorded.
+//
 // Thread-safety: a SlotIndex is safe for concurrent use; every method takes one internal mutex
 // for its whole duration. Ownership: the index owns nothing but its own metadata; it knows rows
-// only by number and never touches region memory. Returned vectors and strings are the caller's.
+// only by number and never touches region memory. It does not own its journal. Returned vectors and strings are the caller's.
 #ifndef KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
 #define KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
 
@@ -95,6 +100,7 @@
 #include "absl/time/time.h"
 #include "common/limits.h"
 #include "daemon/copy/copy_backend.h"  // CopyDirection
+#include "daemon/index/row_journal.h"
 
 namespace kvoffload::daemon {
 
@@ -157,7 +163,26 @@ class SlotIndex {
   };
 
   // Creates an index of `num_rows` FREE rows. INVALID_ARGUMENT unless 1 <= num_rows <= kMaxRows.
-  static absl::StatusOr<std::unique_ptr<SlotIndex>> Create(uint64_t num_rows);
+  // `journal` (optional, not owned, must outlive the index) hears every READY/FREE transition
+  // (row_journal.h), under the index's lock.
+  static absl::StatusOr<std::unique_ptr<SlotIndex>> Create(uint64_t num_rows,
+                                                           RowJournal* journal = nullptr);
+
+  struct RestoreResult {
+    std::unique_ptr<SlotIndex> index;
+    uint64_t rows_restored = 0;
+    // Entries refused: row out of range, key of invalid length, ticket out of range, or a row or
+    // key named twice (the most recent entry wins). Their rows, when in range and not restored,
+    // are told OnFree.
+    uint64_t rows_dropped = 0;
+  };
+  // Builds an index whose `rows` are READY (idle, evictable) in recency order (smaller seq less
+  // recent), every other row FREE. Restored rows keep their tickets; new tickets start at
+  // `next_ticket` (a value outside 1..kMaxTicket means 1). `journal` as for Create; it is not
+  // told about the restored rows (it recorded them), only about dropped ones.
+  // INVALID_ARGUMENT for num_rows as in Create.
+  static absl::StatusOr<RestoreResult> Restore(uint64_t num_rows, std::vector<RestoredRow> rows,
+                                               uint32_t next_ticket, RowJournal* journal);
 
   // Upper bound of the metadata an index of `num_rows` rows allocates when it is created and
   // keeps for its whole life (row table, hash table, the object), computed without allocating, so
@@ -329,7 +354,14 @@ class SlotIndex {
   };
   using KeySet = absl::flat_hash_set<uint32_t, RowKeyHash, RowKeyEq>;
 
-  explicit SlotIndex(uint32_t num_rows);
+  // Tickets reserved from the journal at a time (OnTicketsReserved).
+  static constexpr uint32_t kTicketChunk = 1u << 16;
+
+  SlotIndex(uint32_t num_rows, RowJournal* journal);
+  static absl::Status CheckNumRows(uint64_t num_rows);
+  // Before a ticket is issued: when it is the first one not yet reserved, reserves the next
+  // kTicketChunk from the journal.
+  void ReserveTicketLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   static absl::string_view KeyOf(const Row& row) {
     return absl::string_view(
@@ -350,7 +382,10 @@ class SlotIndex {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   void LruUnlink(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Links `row` as the most recently used and tells the journal (OnTouch).
   void LruPushMostRecent(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The link alone (Restore: the journal already knows the order).
+  void LruLink(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreePush(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t FreePop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores `key` in `row`, reusing a heap block of the same size (eviction of equal-size keys
@@ -377,6 +412,7 @@ class SlotIndex {
 
   const uint32_t num_rows_;
   const uint32_t sentinel_;  // == num_rows_: head/tail of the LRU list
+  RowJournal* const journal_;  // may be null; not owned
 
   mutable absl::Mutex mu_;
   // num_rows_ + 1 rows; the last one is the LRU sentinel. Never resized (the hash functors
@@ -400,6 +436,8 @@ class SlotIndex {
   uint64_t commits_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t store_seq_ ABSL_GUARDED_BY(mu_) = 0;  // next PrepareStore sequence number (wraps)
   uint32_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;  // 1..kMaxTicket, then 1 again
+  // With a journal: the first ticket not reserved yet (next_ticket_ at start: reserve at once).
+  uint32_t tickets_reserved_end_ ABSL_GUARDED_BY(mu_) = 1;
   // Rows whose commit is recorded (Row::committed), with the time of the commit.
   absl::flat_hash_map<uint32_t, absl::Time> committed_since_ ABSL_GUARDED_BY(mu_);
 

@@ -1,0 +1,181 @@
+#include "daemon/index/slot_index.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+// Introspection of SlotIndex: counters, memory, and the invariant walk the tests use.
+
+namespace kvoffload::daemon {
+
+// ---- Introspection ---------------------------------------------------------------------------
+
+SlotIndex::Counts SlotIndex::counts() const {
+  absl::ReaderMutexLock lock(&mu_);
+  Counts c;
+  c.num_rows = num_rows_;
+  c.rows_free = rows_free_;
+  c.rows_quarantined = rows_quarantined_;
+  c.rows_writing = rows_writing_;
+  c.rows_ready = rows_ready_;
+  c.rows_reading = rows_reading_;
+  c.rows_evictable = rows_evictable_;
+  c.copies_in_flight = copies_in_flight_;
+  c.hits = hits_;
+  c.hits_pending = hits_pending_;
+  c.misses = misses_;
+  c.evictions = evictions_;
+  c.commits_pending = committed_since_.size();
+  c.commits_dropped = commits_dropped_;
+  return c;
+}
+
+uint64_t SlotIndex::MemoryBytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  // A flat_hash_set slot is the element plus one control byte.
+  return rows_.size() * sizeof(Row) + key_to_row_.capacity() * (sizeof(uint32_t) + 1) +
+         key_heap_bytes_;
+}
+
+absl::Status SlotIndex::TEST_CheckInvariants() const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto fail = [](auto&&... args) {
+    return absl::InternalError(absl::StrCat("SlotIndex invariant: ", args...));
+  };
+  std::vector<uint8_t> on_list(num_rows_, 0);  // 1: LRU list, 2: free list
+  // LRU list: READY, no copies, links consistent.
+  uint64_t lru_length = 0;
+  for (uint32_t prev = sentinel_, row = rows_[sentinel_].next; row != sentinel_;
+       prev = row, row = rows_[row].next) {
+    if (row >= num_rows_) return fail("LRU list reaches row ", row);
+    if (on_list[row]) return fail("row ", row, " twice on the lists");
+    on_list[row] = 1;
+    const Row& r = rows_[row];
+    if (r.prev != prev) return fail("row ", row, " has a wrong LRU back link");
+    if (r.state != RowState::kReady || r.copies != 0 || r.readers != 0) {
+      return fail("row ", row, " is on the LRU list but ", RowStateName(r.state), " with ",
+                  r.copies, " copies and ", r.readers, " readers");
+    }
+    ++lru_length;
+  }
+  if (rows_[rows_[sentinel_].prev].next != sentinel_) return fail("LRU tail link");
+  if (lru_length != rows_evictable_) {
+    return fail("LRU list has ", lru_length, " rows, counter says ", rows_evictable_);
+  }
+  uint64_t free_length = 0;
+  for (uint32_t row = free_head_; row != kNil; row = rows_[row].next) {
+    if (row >= num_rows_) return fail("free list reaches row ", row);
+    if (on_list[row]) return fail("row ", row, " twice on the lists");
+    on_list[row] = 2;
+    if (rows_[row].state != RowState::kFree || rows_[row].copies != 0) {
+      return fail("row ", row, " is on the free list but not FREE and idle");
+    }
+    ++free_length;
+  }
+  if (free_length != rows_free_) {
+    return fail("free list has ", free_length, " rows, counter says ", rows_free_);
+  }
+  uint64_t quarantined = 0, writing = 0, ready = 0, reading = 0, copies = 0, heap_bytes = 0;
+  uint64_t committed = 0;
+  for (uint32_t row = 0; row < num_rows_; ++row) {
+    const Row& r = rows_[row];
+    copies += r.copies;
+    if ((r.written || r.committed || r.store_failed) && r.state != RowState::kWriting) {
+      return fail("row ", row, " is ", RowStateName(r.state), " with store flags set");
+    }
+    if (r.written && r.committed) return fail("WRITING row ", row, " written and committed");
+    if (r.committed) {
+      ++committed;
+      if (!committed_since_.contains(row)) return fail("committed row ", row, " has no time");
+    }
+    if (r.key_size > kInlineKeyBytes) heap_bytes += r.key_size;
+    if (r.marked) return fail("row ", row, " left marked");
+    if (r.state == RowState::kFree) {
+      if (r.readers != 0) return fail("FREE row ", row, " has readers");
+      if (r.key_size != 0) return fail("FREE row ", row, " holds a key");
+      if (r.ticket != 0) return fail("FREE row ", row, " holds ticket ", r.ticket);
+      if (r.copies > 0) {
+        ++quarantined;
+        if (on_list[row]) return fail("quarantined row ", row, " is on a list");
+      } else if (on_list[row] != 2) {
+        return fail("idle FREE row ", row, " is not on the free list");
+      }
+      continue;
+    }
+    if (r.key_size == 0) return fail("row ", row, " in use without a key");
+    if (r.ticket == 0 || r.ticket > kMaxTicket) return fail("row ", row, " has ticket ", r.ticket);
+    if (FindRow(KeyOf(r)) != row) return fail("row ", row, "'s key does not map back to it");
+    switch (r.state) {
+      case RowState::kWriting:
+        ++writing;
+        if (r.readers != 0 || on_list[row]) return fail("WRITING row ", row, " read or listed");
+        if (r.written && r.copies != 0) return fail("written row ", row, " still has copies");
+        if (r.store_failed && r.committed) return fail("failed row ", row, " still committed");
+        break;
+      case RowState::kReady:
+        ++ready;
+        if (r.readers != 0) return fail("READY row ", row, " has readers");
+        if ((r.copies == 0) != (on_list[row] == 1)) {
+          return fail("READY row ", row, " LRU membership does not match its copies");
+        }
+        break;
+      case RowState::kReading:
+        ++reading;
+        if (r.readers == 0 || on_list[row]) return fail("READING row ", row, " unpinned/listed");
+        break;
+      case RowState::kFree:
+        break;
+    }
+  }
+  if (quarantined != rows_quarantined_ || writing != rows_writing_ || ready != rows_ready_ ||
+      reading != rows_reading_) {
+    return fail("state counters differ: quarantined ", quarantined, "/", rows_quarantined_,
+                " writing ", writing, "/", rows_writing_, " ready ", ready, "/", rows_ready_,
+                " reading ", reading, "/", rows_reading_);
+  }
+  if (free_length + quarantined + writing + ready + reading != num_rows_) {
+    return fail("rows do not add up to num_rows");
+  }
+  if (key_to_row_.size() != writing + ready + reading) {
+    return fail("hash table holds ", key_to_row_.size(), " keys for ", writing + ready + reading,
+                " rows in use");
+  }
+  if (copies != copies_in_flight_) {
+    return fail("copies ", copies, " vs counter ", copies_in_flight_);
+  }
+  if (committed != committed_since_.size()) {
+    return fail(committed, " committed rows, ", committed_since_.size(), " commit times");
+  }
+  if (heap_bytes != key_heap_bytes_) {
+    return fail("key heap bytes ", heap_bytes, " vs counter ", key_heap_bytes_);
+  }
+  return absl::OkStatus();
+}
+
+absl::string_view SlotIndex::RowStateName(RowState state) {
+  switch (state) {
+    case RowState::kFree:
+      return "FREE";
+    case RowState::kWriting:
+      return "WRITING";
+    case RowState::kReady:
+      return "READY";
+    case RowState::kReading:
+      return "READING";
+  }
+  return "UNKNOWN";
+}
+
+absl::string_view SlotIndex::KeyStateName(KeyState state) {
+  switch (state) {
+    case KeyState::kMiss:
+      return "MISS";
+    case KeyState::kHit:
+      return "HIT";
+    case KeyState::kHitPending:
+      return "HIT_PENDING";
+  }
+  return "UNKNOWN";
+}
+
+}  // namespace kvoffload::daemon

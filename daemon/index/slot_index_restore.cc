@@ -1,0 +1,66 @@
+#include <algorithm>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "common/status_macros.h"
+#include "daemon/index/slot_index.h"
+
+// SlotIndex::Restore: an index rebuilt from the READY rows a RowJournal recorded (issue 19).
+
+namespace kvoffload::daemon {
+
+absl::StatusOr<SlotIndex::RestoreResult> SlotIndex::Restore(uint64_t num_rows,
+                                                            std::vector<RestoredRow> rows,
+                                                            uint32_t next_ticket,
+                                                            RowJournal* journal) {
+  RETURN_IF_ERROR(CheckNumRows(num_rows));
+  RestoreResult result;
+  result.index = absl::WrapUnique(new SlotIndex(static_cast<uint32_t>(num_rows), journal));
+  SlotIndex& index = *result.index;
+  absl::MutexLock lock(&index.mu_);
+  // Most recent first, so that of two entries naming one row or one key the newer one wins.
+  std::sort(rows.begin(), rows.end(),
+            [](const RestoredRow& a, const RestoredRow& b) { return a.seq > b.seq; });
+  std::vector<uint32_t> accepted;  // most recent first
+  std::vector<uint32_t> refused_rows;
+  for (const RestoredRow& entry : rows) {
+    const bool row_ok = entry.row < index.num_rows_;
+    const bool ok = row_ok && entry.key.size() >= kMinKeyBytes &&
+                    entry.key.size() <= kMaxKeyBytes && entry.ticket != 0 &&
+                    entry.ticket <= kMaxTicket && index.rows_[entry.row].state == RowState::kFree &&
+                    index.FindRow(entry.key) == kNil;
+    if (!ok) {
+      ++result.rows_dropped;
+      if (row_ok) refused_rows.push_back(entry.row);
+      continue;
+    }
+    Row& r = index.rows_[entry.row];
+    index.SetKey(r, entry.key);
+    r.state = RowState::kReady;
+    r.ticket = entry.ticket;
+    index.key_to_row_.insert(entry.row);
+    accepted.push_back(entry.row);
+  }
+  // The constructor put every row on the free list; rebuild it from the rows left FREE, in
+  // ascending order as a new index hands them out.
+  index.free_head_ = kNil;
+  index.rows_free_ = 0;
+  for (uint32_t r = index.num_rows_; r-- > 0;) {
+    if (index.rows_[r].state == RowState::kFree) index.FreePush(r);
+  }
+  // Least recent first onto the LRU list. The journal already holds these rows' recency, so it is
+  // not told again (LruPushMostRecent would renumber them all).
+  for (auto it = accepted.rbegin(); it != accepted.rend(); ++it) index.LruLink(*it);
+  index.rows_ready_ = accepted.size();
+  result.rows_restored = accepted.size();
+  if (journal != nullptr) {
+    for (uint32_t row : refused_rows) {
+      if (index.rows_[row].state == RowState::kFree) journal->OnFree(row);
+    }
+  }
+  index.next_ticket_ = next_ticket >= 1 && next_ticket <= kMaxTicket ? next_ticket : 1;
+  index.tickets_reserved_end_ = index.next_ticket_;
+  return result;
+}
+
+}  // namespace kvoffload::daemon
