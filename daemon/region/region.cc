@@ -234,6 +234,41 @@ absl::StatusOr<std::unique_ptr<Region>> Region::Create(const std::string& name, 
   return std::unique_ptr<Region>(new Region(name, data, bytes, fd, hugetlb, seconds, threads_used));
 }
 
+absl::StatusOr<std::unique_ptr<Region>> Region::Adopt(int fd, const std::string& name,
+                                                      uint64_t bytes,
+                                                      const RegionOptions& options) {
+  Mapping m;  // owns fd from here on, whatever happens
+  m.fd = fd;
+  const std::string what = absl::StrCat("adopted region '", name, "' of ", bytes, " bytes");
+  if (fd < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no descriptor"));
+  if (bytes == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": size must be > 0"));
+  struct stat st;
+  if (fstat(fd, &st) != 0) return ErrnoStatus(errno, absl::StrCat(what, ": fstat"));
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": the descriptor holds ", S_ISREG(st.st_mode) ? "" : "a non-regular file of ",
+        st.st_size, " bytes"));
+  }
+  if (bytes > std::numeric_limits<size_t>::max()) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": larger than an address space"));
+  }
+  // hugetlbfs reports its huge page size as the block size; regular shmem a base page.
+  m.hugetlb = static_cast<uint64_t>(st.st_blksize) > static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) return ErrnoStatus(errno, absl::StrCat(what, ": mmap"));
+  m.data = static_cast<uint8_t*>(data);
+  m.bytes = bytes;
+  if (!m.hugetlb && options.transparent_huge_pages && madvise(m.data, bytes, MADV_HUGEPAGE) != 0) {
+    Log()->debug("{}: madvise(MADV_HUGEPAGE) failed: {}", what, strerror(errno));
+  }
+  Log()->info("{} mapped ({} pages), not populated again", what,
+              m.hugetlb ? "hugetlb" : "regular");
+  const bool hugetlb = m.hugetlb;
+  uint8_t* mapped = std::exchange(m.data, nullptr);
+  const int owned_fd = std::exchange(m.fd, -1);
+  return std::unique_ptr<Region>(new Region(name, mapped, bytes, owned_fd, hugetlb, 0, 0));
+}
+
 Region::Region(std::string name, uint8_t* data, uint64_t size, int fd, bool hugetlb,
                double populate_seconds, int populate_threads)
     : name_(std::move(name)),

@@ -56,6 +56,15 @@ class Region {
   static absl::StatusOr<std::unique_ptr<Region>> Create(const std::string& name, uint64_t bytes,
                                                         const RegionOptions& options);
 
+  // Maps an existing region memfd (one a previous daemon created and handed to the service
+  // manager's fd store, issue 19) without populating or clearing it: its pages are already there
+  // and hold the rows. Takes ownership of `fd` (closed on failure too). FAILED_PRECONDITION when
+  // the file does not have exactly `bytes` bytes (fstat), INVALID_ARGUMENT for bytes == 0.
+  // hugetlb() reports whether the file lives on hugetlbfs; populate_seconds() is 0.
+  static absl::StatusOr<std::unique_ptr<Region>> Adopt(int fd, const std::string& name,
+                                                       uint64_t bytes,
+                                                       const RegionOptions& options);
+
   ~Region();
   Region(Region&& other) noexcept;
   Region& operator=(Region&& other) noexcept;

@@ -189,5 +189,45 @@ TEST(RegionTest, HugePagesFallBackToRegularPagesWithExactSize) {
   EXPECT_TRUE(MatchesRandom((*maybe_huge)->data(), aligned, 9));
 }
 
+// Issue 19: a region memfd kept by the service manager is mapped again by the next daemon, with
+// its bytes, without being populated or cleared.
+TEST(RegionTest, AdoptMapsAnExistingMemfdWithItsBytes) {
+  const uint64_t bytes = 4ull << 20;
+  RegionOptions options;
+  options.populate_threads = 2;
+  int kept = -1;
+  {
+    auto region = Region::Create("adopt-me", bytes, options);
+    ASSERT_TRUE(region.ok()) << region.status();
+    FillRandom((*region)->data(), bytes, 19);
+    kept = dup((*region)->fd());  // what the fd store holds while the daemon restarts
+    ASSERT_GE(kept, 0);
+  }  // the first daemon's mapping and descriptor are gone
+  const int fds_before = CountOpenFds();
+  auto adopted = Region::Adopt(kept, "adopt-me", bytes, options);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_EQ((*adopted)->size(), bytes);
+  EXPECT_EQ((*adopted)->fd(), kept);
+  EXPECT_EQ((*adopted)->populate_seconds(), 0);
+  EXPECT_TRUE(MatchesRandom((*adopted)->data(), bytes, 19));
+  adopted->reset();
+  EXPECT_EQ(CountOpenFds(), fds_before - 1);  // the region owned and closed it
+}
+
+TEST(RegionTest, AdoptRefusesAFileOfAnotherSizeAndClosesIt) {
+  const int fd = memfd_create("kvoffload:wrong-size", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
+  const int fds_before = CountOpenFds();
+  auto adopted = Region::Adopt(fd, "wrong-size", 2 << 20, RegionOptions());
+  EXPECT_EQ(adopted.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CountOpenFds(), fds_before - 1);
+  EXPECT_EQ(Region::Adopt(-1, "none", 4096, RegionOptions()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const int fd2 = memfd_create("kvoffload:zero", MFD_CLOEXEC);
+  EXPECT_EQ(Region::Adopt(fd2, "zero", 0, RegionOptions()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kvoffload::daemon
