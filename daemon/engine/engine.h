@@ -16,20 +16,24 @@
 // Verdicts (DESIGN.md §7, PegaFlow 403): every accepted job gets exactly one JobFinished per
 // session, and only once no copy of it can touch any memory any more; a session hears
 // OnEngineClosed only after every verdict of the engine was delivered to it.
+//
+// Seams: the engine wires four pieces, each with one purpose and its own tests —
+//   EngineResources (engine_resources.h)  admission: node-cap reservation, region, index;
+//   WorkerSessions  (worker_sessions.h)   attached workers, ranks, slots, layout identity;
+//   JobTable        (job_table.h)         open jobs, the vote rule, retired outcomes, counters;
+//   Verdicts        (verdicts.h)          verdicts collected under mu_, delivered after it.
+// The engine itself holds the lock story (mu_ over the sessions, the jobs and the index's copy
+// bookkeeping; delivery_mu_ around delivery) and the order of steps in Submit and retirement.
 #ifndef KVOFFLOAD_DAEMON_ENGINE_ENGINE_H_
 #define KVOFFLOAD_DAEMON_ENGINE_ENGINE_H_
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -38,26 +42,18 @@
 #include "common/geometry.h"
 #include "daemon/copy/copy_backend.h"
 #include "daemon/engine/deferred_release.h"
+#include "daemon/engine/engine_resources.h"
 #include "daemon/engine/job.h"
 #include "daemon/engine/job_part.h"
-#include "daemon/engine/retired_jobs.h"
+#include "daemon/engine/job_table.h"
 #include "daemon/engine/latency_histogram.h"
+#include "daemon/engine/verdicts.h"
+#include "daemon/engine/worker_sessions.h"
 #include "daemon/index/slot_index.h"
 #include "daemon/region/memory_budget.h"
 #include "daemon/region/region.h"
 
 namespace kvoffload::daemon {
-
-// Hears about the jobs of one worker session. Implemented by the gRPC session. Called from
-// daemon threads with no engine lock held; must not block (queue and return).
-class JobListener {
- public:
-  virtual ~JobListener() = default;
-  virtual void OnJobFinished(const JobResult& result) = 0;
-  // The engine was dropped or the daemon is stopping: the session should end with `why`. Called
-  // once, after the last OnJobFinished of this engine: no copy of the engine's jobs is running.
-  virtual void OnEngineClosed(const absl::Status& why) = 0;
-};
 
 // Shared services an engine uses; all outlive every engine.
 struct EngineDeps {
@@ -84,13 +80,6 @@ struct WorkerInfo {
   uint32_t slot = 0;
   bool writer = true;
   uint64_t region_epoch = 0;
-};
-
-// What an engine costs the node, charged to the node cap before anything is allocated.
-struct EngineCost {
-  uint64_t region_bytes = 0;
-  uint64_t index_bytes = 0;  // SlotIndex::MetadataBytesFor(num_rows)
-  uint64_t total_bytes = 0;  // region + index; UINT64_MAX when the sum does not fit 64 bits
 };
 
 // A consistent copy of an engine's counters.
@@ -120,25 +109,19 @@ struct EngineSnapshot {
 // registry and the copy callbacks hand to DeferredRelease, so it never happens on the copy path.
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
-  // The whole cost of an engine of `geometry`, arithmetically (nothing is allocated).
-  // RESOURCE_EXHAUSTED when it cannot be held by any node: more rows than one index can number.
-  static absl::StatusOr<EngineCost> CostOf(const common::Geometry& geometry);
-
-  // Validates the spec (common::ComputeGeometry), reserves its whole cost (CostOf) against the
-  // node cap, then creates and populates the region, registers it with the backend and builds
-  // the index, in that order. An engine that does not fit is RESOURCE_EXHAUSTED in O(1) time with
-  // nothing allocated; nothing is left allocated or reserved on any failure. `region_epoch`
+  // Validates the spec (common::ComputeGeometry) and acquires its resources
+  // (AcquireEngineResources: reservation, region, index — RESOURCE_EXHAUSTED in O(1) with
+  // nothing allocated when it does not fit; nothing left behind on any failure). `region_epoch`
   // (non-zero) identifies this region among every region the daemon ever created.
   static absl::StatusOr<std::shared_ptr<Engine>> Create(const common::EngineSpec& spec,
                                                         const EngineDeps& deps,
                                                         uint64_t region_epoch);
-
-  // Checks a registration against an engine spec without an engine: mp_rank in the world, at
-  // least one tensor, Σ page_bytes == worker_bytes_per_block. What depends on other workers
-  // (slot taken, layout identity) is checked by CheckAttach and Attach.
-  static absl::Status CheckRegistration(const common::EngineSpec& spec,
-                                        const common::Geometry& geometry, uint32_t mp_rank,
-                                        const WorkerRegistration& registration);
+  // An engine over resources acquired elsewhere (e.g. a region and index restored after a
+  // restart); `geometry` must be ComputeGeometry(spec) and match them.
+  static std::shared_ptr<Engine> FromResources(const common::EngineSpec& spec,
+                                               const common::Geometry& geometry,
+                                               const EngineDeps& deps, uint64_t region_epoch,
+                                               EngineResources resources);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -159,9 +142,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // What Attach would refuse because of the workers already attached (rank or slot taken, a
   // different layout, all local workers present, engine closed), before the worker's memory is
-  // opened. Attach checks it again.
+  // opened; the registration itself is CheckWorkerRegistration's. Attach checks both again.
   absl::Status CheckAttach(uint32_t mp_rank, const WorkerRegistration& registration) const;
-  // Registers a local worker whose memory was opened by the backend: CheckRegistration and
+  // Registers a local worker whose memory was opened by the backend: CheckWorkerRegistration and
   // CheckAttach, then a session. On failure `memory` is released (deferred) and nothing changes.
   // `listener` must stay valid until Detach returns.
   absl::StatusOr<WorkerInfo> Attach(uint32_t mp_rank, const WorkerRegistration& registration,
@@ -195,49 +178,27 @@ class Engine : public std::enable_shared_from_this<Engine> {
   absl::Time idle_since() const;
 
  private:
-  struct Session {
-    uint64_t id = 0;
-    uint32_t mp_rank = 0;
-    uint32_t slot = 0;
-    bool writer = true;
-    std::shared_ptr<WorkerMemory> memory;
-    JobListener* listener = nullptr;
-    uint64_t jobs_in_flight = 0;  // jobs it submitted a part of that are not reported yet
-  };
-  // Collected under mu_, delivered after it is released (listeners must not be called with it).
-  struct Notices {
-    std::vector<std::pair<JobListener*, JobResult>> finished;
-    std::vector<JobListener*> closed;  // told OnEngineClosed(closed_why_) after `finished`
-    absl::Status closed_why;
-    bool announces_close = false;  // these notices end the engine's sessions
-  };
-
   Engine(const common::EngineSpec& spec, const common::Geometry& geometry, const EngineDeps& deps,
-         uint64_t region_epoch, MemoryReservation reservation, std::unique_ptr<Region> region,
-         std::unique_ptr<SlotIndex> index);
+         uint64_t region_epoch, EngineResources resources);
 
-  absl::Status CheckAttachLocked(uint32_t mp_rank, uint32_t slot,
-                                 const std::vector<uint64_t>& pages) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After Close: once no job is left, tells every session to end (once).
-  void MaybeAnnounceClosed(Notices* notices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeAnnounceClosed(Verdicts* verdicts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CloseDelivered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return close_delivered_; }
 
-  absl::Status ValidatePart(const Session& session, const JobPart& part) const
+  // Opens the job of a first part (index copy begun) or joins an open one; the part is counted
+  // as submitted. Returns the job, or why the part is refused (nothing changed).
+  absl::StatusOr<Job*> OpenOrJoin(const WorkerSession& session, const JobPart& part,
+                                  const std::vector<uint32_t>& tickets)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The replicated layout with writer-only stores (EngineSpec::stores_by_writer_only).
-  bool StoresByWriterOnly() const { return geometry_.replicated && spec_.stores_by_writer_only; }
   void OnCopyDone(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::Status status,
                   uint64_t bytes);
-  // Records `mp_rank`'s vote (and error); finishes or reports the job when due.
-  void Vote(Job& job, uint32_t mp_rank, uint32_t slot, const absl::Status& status, Notices* notices)
+  // Reports and retires `job` when it is due (JobTable::Due): every session is told its result,
+  // the index's copy of its rows ends (a store says whether its rows were written), its outcome
+  // is remembered. `job` is dangling when this returns true.
+  bool SettleIfDue(Job& job, Verdicts* verdicts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailAndSettle(uint64_t job_id, const absl::Status& why, Verdicts* verdicts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailJob(Job& job, const absl::Status& why, Notices* notices)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reports the outcome to every session once; retires the job when its copies are done.
-  void MaybeFinish(Job& job, Notices* notices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Report(Job& job, Notices* notices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Deliver(Notices& notices) ABSL_LOCKS_EXCLUDED(mu_);  // delivery_mu_ held
+  void Deliver(const Verdicts& verdicts) ABSL_LOCKS_EXCLUDED(mu_);  // delivery_mu_ held
 
   const common::EngineSpec spec_;
   const common::Geometry geometry_;
@@ -248,21 +209,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::unique_ptr<Region> region_;
   const std::unique_ptr<SlotIndex> index_;
 
-  // Held shared from collecting notices until they are delivered, exclusively by Detach: a
+  // Held shared from collecting verdicts until they are delivered, exclusively by Detach: a
   // listener is never called after Detach returns.
   absl::Mutex delivery_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  std::map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // The memory of each mp_rank's last departed session while its copies may still run (they
-  // hold it): a new session of that rank is refused until they end, so a part it resubmits can
-  // never race a copy of the old session into the same GPU blocks.
-  std::map<uint32_t, std::weak_ptr<WorkerMemory>> departed_ ABSL_GUARDED_BY(mu_);
-  // Per-tensor page sizes set by the first worker; later workers must match (layout identity).
-  std::vector<uint64_t> tensor_pages_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);
-  RetiredJobs retired_ ABSL_GUARDED_BY(mu_);
-  absl::Time idle_since_ ABSL_GUARDED_BY(mu_);
+  WorkerSessions sessions_ ABSL_GUARDED_BY(mu_);
+  JobTable jobs_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_announced_ ABSL_GUARDED_BY(mu_) = false;  // OnEngineClosed was collected
   // ... and delivered, with every verdict before it: WaitClosed returns only then.
@@ -270,13 +222,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status drain_why_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_why_ ABSL_GUARDED_BY(mu_);
-
-  uint64_t store_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t load_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t store_jobs_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t load_jobs_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t jobs_done_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t jobs_failed_ ABSL_GUARDED_BY(mu_) = 0;
   LatencyHistogram latency_;  // thread-safe itself
 };
 

@@ -1,7 +1,8 @@
 // Job: one store or load of an engine on this node, assembled from the parts (votes) of the
-// engine's local workers. Internal to Engine; guarded by Engine::mu_. A job lives in the engine
-// from its first part until it is reported AND its copies have ended (then it is retired: its
-// rows may be reused and only its outcome is remembered).
+// engine's local workers. Owned by the engine's JobTable (job_table.h) and guarded by the
+// engine's mu_. A job lives from its first part until it is due — every vote in, or failed, and
+// no copy running — when it is reported and retired in one step: its rows may be reused and only
+// its outcome is remembered.
 #ifndef KVOFFLOAD_DAEMON_ENGINE_JOB_H_
 #define KVOFFLOAD_DAEMON_ENGINE_JOB_H_
 
@@ -32,9 +33,6 @@ struct Job {
   uint64_t bytes = 0;             // bytes copied on this node
   absl::Time started;             // first part submitted
   absl::Time deadline;            // votes and copies must be done by then
-  // The outcome was sent to workers. Never before copies_in_flight is 0: a worker told "done" or
-  // "failed" reuses its GPU blocks at once.
-  bool reported = false;
 };
 
 // What workers are told about a finished job.

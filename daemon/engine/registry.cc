@@ -163,7 +163,7 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(const common::Engine
   }
   // A differing spec is named first (it explains any rank or size error that follows).
   if (existing != nullptr) RETURN_IF_ERROR(existing->CheckSameSpec(spec));
-  RETURN_IF_ERROR(Engine::CheckRegistration(spec, geometry, mp_rank, registration));
+  RETURN_IF_ERROR(CheckWorkerRegistration(spec, geometry, mp_rank, registration));
   // Refuse a taken rank or slot before opening the worker's memory (CUDA IPC handles are opened
   // once per process).
   if (existing != nullptr) RETURN_IF_ERROR(existing->CheckAttach(mp_rank, registration));

@@ -32,7 +32,7 @@ common::EngineSpec ReplicatedSpec(const std::string& engine_id) {
 uint64_t ReservedFor(const common::EngineSpec& spec) {
   absl::StatusOr<common::Geometry> geometry = common::ComputeGeometry(spec);
   absl::StatusOr<EngineCost> cost =
-      geometry.ok() ? Engine::CostOf(*geometry) : absl::StatusOr<EngineCost>(geometry.status());
+      geometry.ok() ? CostOfEngine(*geometry) : absl::StatusOr<EngineCost>(geometry.status());
   if (!cost.ok()) {
     std::fprintf(stderr, "ReservedFor: %s\n", cost.status().ToString().c_str());
     std::abort();

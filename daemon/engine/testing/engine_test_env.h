@@ -39,7 +39,7 @@ inline constexpr uint64_t kBytesPerBlock = kPageBytes * kLayers;
 inline constexpr uint64_t kNumRows = 16;
 inline constexpr uint64_t kWorkerBlocks = 32;
 // What an engine of `spec` reserves against the node cap: its region and its index metadata
-// (Engine::CostOf). Aborts on a spec the tests did not mean to be invalid.
+// (CostOfEngine). Aborts on a spec the tests did not mean to be invalid.
 uint64_t ReservedFor(const common::EngineSpec& spec);
 
 // Thread-safe: the engine calls it from its threads, the test reads it.

@@ -1,0 +1,58 @@
+// EngineResources: what an engine holds of the node — its node-cap reservation, its region
+// (registered with the copy backend) and its row index — and the admission rule that acquires
+// them (DESIGN.md §3 "Admission before allocation").
+//
+//   ASSIGN_OR_RETURN(EngineCost cost, CostOfEngine(geometry));
+//   ASSIGN_OR_RETURN(EngineResources resources,
+//                    AcquireEngineResources(spec, geometry, budget, backend, region_options));
+//   ... an Engine takes them over; its destructor unregisters the region ...
+//
+// Thread-safety: the functions are thread-safe (the budget and backend are). Ownership: the
+// returned resources own the reservation, region and index; the region is registered with
+// `backend` and must be unregistered (backend->UnregisterRegion(region->data())) before the
+// region is destroyed — Engine's destructor does it.
+#ifndef KVOFFLOAD_DAEMON_ENGINE_ENGINE_RESOURCES_H_
+#define KVOFFLOAD_DAEMON_ENGINE_ENGINE_RESOURCES_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/engine_spec.h"
+#include "common/geometry.h"
+#include "daemon/copy/copy_backend.h"
+#include "daemon/index/slot_index.h"
+#include "daemon/region/memory_budget.h"
+#include "daemon/region/region.h"
+
+namespace kvoffload::daemon {
+
+// What an engine costs the node, charged to the node cap before anything is allocated.
+struct EngineCost {
+  uint64_t region_bytes = 0;
+  uint64_t index_bytes = 0;  // SlotIndex::MetadataBytesFor(num_rows)
+  uint64_t total_bytes = 0;  // region + index; UINT64_MAX when the sum does not fit 64 bits
+};
+
+// The whole cost of an engine of `geometry`, arithmetically (nothing is allocated).
+// RESOURCE_EXHAUSTED when it cannot be held by any node: more rows than one index can number.
+absl::StatusOr<EngineCost> CostOfEngine(const common::Geometry& geometry);
+
+struct EngineResources {
+  MemoryReservation reservation;
+  std::unique_ptr<Region> region;  // registered with the backend
+  std::unique_ptr<SlotIndex> index;
+};
+
+// Reserves the whole cost (CostOfEngine) against the node cap, then creates and populates the
+// region, registers it with the backend and builds the index, in that order. An engine that does
+// not fit is RESOURCE_EXHAUSTED in O(1) time with nothing allocated; on any failure nothing is
+// left allocated, registered or reserved.
+absl::StatusOr<EngineResources> AcquireEngineResources(const common::EngineSpec& spec,
+                                                       const common::Geometry& geometry,
+                                                       MemoryBudget* budget, CopyBackend* backend,
+                                                       const RegionOptions& region_options);
+
+}  // namespace kvoffload::daemon
+
+#endif  // KVOFFLOAD_DAEMON_ENGINE_ENGINE_RESOURCES_H_

@@ -1,0 +1,205 @@
+#include "daemon/engine/job_table.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+
+namespace kvoffload::daemon {
+namespace {
+
+// True when a row repeats. Rows that only go up (a run, or rows the index handed out in order)
+// are checked in one pass; anything else is sorted (O(n log n), a copy).
+bool HasDuplicateRow(const std::vector<uint64_t>& rows) {
+  if (std::adjacent_find(rows.begin(), rows.end(), std::greater_equal<uint64_t>()) == rows.end()) {
+    return false;
+  }
+  std::vector<uint64_t> sorted = rows;
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
+}
+
+spdlog::logger* Log() {
+  static spdlog::logger* log = common::Logger("engine");
+  return log;
+}
+
+}  // namespace
+
+VoteRule VoteRule::For(const common::Geometry& geometry, const common::EngineSpec& spec) {
+  VoteRule rule;
+  rule.replicated = geometry.replicated;
+  rule.local_world_size = geometry.local_world_size;
+  rule.stores_by_writer_only = geometry.replicated && spec.stores_by_writer_only;
+  return rule;
+}
+
+bool VoteRule::AllVoted(const Job& job) const {
+  if (job.direction == CopyDirection::kStore && stores_by_writer_only) {
+    return job.voted.count(0) > 0;  // mp_rank 0 is the writer (common::IsStoreWriter)
+  }
+  return (replicated ? job.voted.size() : job.voted_slots.size()) >= local_world_size;
+}
+
+bool VoteRule::NeedsVoteOf(CopyDirection direction, uint32_t mp_rank) const {
+  // A writer-only store never waits for a non-writer.
+  return !(direction == CopyDirection::kStore && stores_by_writer_only && mp_rank != 0);
+}
+
+JobTable::JobTable(VoteRule rule, JobLimits limits, std::string engine_key)
+    : rule_(rule),
+      limits_(limits),
+      engine_key_(std::move(engine_key)),
+      retired_(limits.finished_remembered) {}
+
+Job* JobTable::Find(uint64_t id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+absl::Status JobTable::CheckNew(const JobPart& part, uint32_t mp_rank) const {
+  if (const RetiredJobs::Outcome* done = retired_.Find(part.job_id)) {
+    // A failed job's late part gets the job's verdict (the worker may not have heard it yet);
+    // any other part with a retired id is a duplicate.
+    if (!done->status.ok() && !done->submitted.count(mp_rank)) return done->status;
+    return absl::AlreadyExistsError(absl::StrCat(
+        "job ", part.job_id, " of engine ", engine_key_, " already finished (",
+        done->status.ok() ? "OK" : done->status.ToString(), "); job ids must be unique"));
+  }
+  if (jobs_.size() >= limits_.max_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", part.job_id, ": engine ", engine_key_, " already has ", jobs_.size(),
+        " jobs in flight (limit ", limits_.max_jobs,
+        " per engine, --max_jobs_per_engine); wait for verdicts"));
+  }
+  if (part.direction == CopyDirection::kStore && HasDuplicateRow(part.rows)) {
+    // Loads may read a row twice; a store may not write one twice.
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", part.job_id, ": a row appears twice in one store"));
+  }
+  return absl::OkStatus();
+}
+
+Job& JobTable::Open(const JobPart& part, std::vector<uint32_t> tickets, absl::Time now) {
+  Job job;
+  job.id = part.job_id;
+  job.direction = part.direction;
+  job.rows = part.rows;
+  job.tickets = std::move(tickets);
+  job.region_blocks = part.region_blocks;
+  job.started = now;
+  job.deadline = now + limits_.job_timeout;
+  return jobs_.emplace(part.job_id, std::move(job)).first->second;
+}
+
+absl::Status JobTable::CheckJoin(const Job& job, const JobPart& part,
+                                 const std::vector<uint32_t>& tickets, uint32_t mp_rank) const {
+  if (job.submitted.count(mp_rank)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("job ", part.job_id, ": mp_rank ", mp_rank, " already submitted its part"));
+  }
+  if (job.direction != part.direction || job.rows != part.rows || job.tickets != tickets ||
+      job.region_blocks != part.region_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", part.job_id, ": mp_rank ", mp_rank, " submitted a ",
+        CopyDirectionName(part.direction), " of ", part.rows.size(),
+        " rows that differs from the job's ", CopyDirectionName(job.direction), " of ",
+        job.rows.size(), " rows"));
+  }
+  return absl::OkStatus();
+}
+
+void JobTable::Vote(Job& job, uint32_t mp_rank, uint32_t slot, const absl::Status& status) {
+  job.voted.insert(mp_rank);
+  job.voted_slots.insert(slot);
+  if (!status.ok() && job.status.ok()) job.status = status;
+}
+
+void JobTable::CountCopied(Job& job, uint64_t bytes) {
+  job.bytes += bytes;
+  (job.direction == CopyDirection::kStore ? counters_.store_bytes : counters_.load_bytes) += bytes;
+}
+
+void JobTable::Fail(Job& job, const absl::Status& why) {
+  if (job.status.ok()) job.status = why;
+}
+
+void JobTable::StartDraining(const absl::Status& why) {
+  draining_ = true;
+  drain_why_ = why;
+}
+
+bool JobTable::Due(Job& job) {
+  const bool all_voted = rule_.AllVoted(job);
+  if (draining_ && !all_voted && job.copies_in_flight == 0 && job.status.ok()) {
+    job.status = drain_why_;
+  }
+  return (all_voted || !job.status.ok()) && job.copies_in_flight == 0;
+}
+
+JobResult JobTable::Report(const Job& job) {
+  if (job.status.ok()) {
+    ++counters_.jobs_done;
+    ++(job.direction == CopyDirection::kStore ? counters_.store_jobs : counters_.load_jobs);
+  } else {
+    ++counters_.jobs_failed;
+    Log()->warn("engine {}: {} job {} failed: {}", engine_key_, CopyDirectionName(job.direction),
+                job.id, job.status.ToString());
+  }
+  return JobResult{job.id, job.status, job.bytes};
+}
+
+void JobTable::Retire(Job& job) {
+  const uint64_t id = job.id;
+  retired_.Remember(id, job.status, job.submitted);
+  jobs_.erase(id);
+}
+
+std::vector<uint64_t> JobTable::AwaitingVoteOf(uint32_t mp_rank) const {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, job] : jobs_) {
+    if (rule_.NeedsVoteOf(job.direction, mp_rank) && !job.voted.count(mp_rank)) ids.push_back(id);
+  }
+  return ids;
+}
+
+std::vector<std::pair<uint64_t, absl::Status>> JobTable::Expired(absl::Time now,
+                                                                 uint32_t world_size) const {
+  std::vector<std::pair<uint64_t, absl::Status>> expired;
+  for (const auto& [id, job] : jobs_) {
+    if (now < job.deadline) continue;
+    std::vector<uint32_t> missing;
+    for (uint32_t r = 0; r < world_size; ++r) {
+      if (job.submitted.count(r) && !job.voted.count(r)) missing.push_back(r);
+    }
+    expired.emplace_back(
+        id, absl::DeadlineExceededError(absl::StrCat(
+                CopyDirectionName(job.direction), " job ", id, " of engine ", engine_key_,
+                " not done after ", absl::FormatDuration(limits_.job_timeout), ": ",
+                job.voted.size(), " of ", rule_.local_world_size, " local votes",
+                missing.empty() ? ""
+                                : absl::StrCat(", copies pending for mp_ranks [",
+                                               absl::StrJoin(missing, ","), "]"))));
+  }
+  return expired;
+}
+
+std::vector<uint64_t> JobTable::WaitingForParts() const {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, job] : jobs_) {
+    if (job.copies_in_flight == 0) ids.push_back(id);
+  }
+  return ids;
+}
+
+std::vector<uint64_t> JobTable::Ids() const {
+  std::vector<uint64_t> ids;
+  ids.reserve(jobs_.size());
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  return ids;
+}
+
+}  // namespace kvoffload::daemon
