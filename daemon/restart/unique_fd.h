@@ -1,0 +1,40 @@
+// UniqueFd: sole owner of one file descriptor; closes it when destroyed. Move-only.
+// Thread-compatible (one owner at a time).
+#ifndef KVOFFLOAD_DAEMON_RESTART_UNIQUE_FD_H_
+#define KVOFFLOAD_DAEMON_RESTART_UNIQUE_FD_H_
+
+#include <unistd.h>
+
+#include <utility>
+
+namespace kvoffload::daemon {
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  // Gives the descriptor up without closing it.
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace kvoffload::daemon
+
+#endif  // KVOFFLOAD_DAEMON_RESTART_UNIQUE_FD_H_
