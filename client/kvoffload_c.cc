@@ -7,10 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
-#include <exception>
 #include <memory>
-#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/c_abi/abi_util.h"
 #include "client/c_abi/spec_from_c.h"
 #include "client/cuda/cuda_client.h"
 #include "common/limits.h"
@@ -35,11 +33,17 @@
 #define KVO_STRINGIFY(x) KVO_STRINGIFY_(x)
 
 namespace kvo = kvoffload::client;
+using kvoffload::client::c_abi::ArrayArg;
+using kvoffload::client::c_abi::FinishedToC;
+using kvoffload::client::c_abi::Guarded;
+using kvoffload::client::c_abi::OptionsFromC;
+using kvoffload::client::c_abi::Required;
 
-// The opaque handles. The EventPool belongs to the worker handle and outlives its session.
 // The C header repeats what every layer shares; a second definition that diverges fails here.
 static_assert(KVO_MAX_KEY_BYTES == kvoffload::common::kMaxKeyBytes, "KVO_MAX_KEY_BYTES");
 
+// The opaque worker handle (kvo_scheduler: c_abi/scheduler_c.cc). The EventPool belongs to the
+// worker handle and outlives its sessions (a session registered again names the same events).
 struct kvo_worker {
   // Declared first so that it is destroyed last: the session ends before its events go.
   std::unique_ptr<kvo::cuda::EventPool> events;  // null for host workers or num_events == 0
@@ -48,90 +52,7 @@ struct kvo_worker {
   bool cuda = false;
 };
 
-struct kvo_scheduler {
-  std::unique_ptr<kvo::SchedulerClient> client;
-};
-
 namespace {
-
-int Report(const absl::Status& status, char* err, size_t err_len) {
-  if (err != nullptr && err_len > 0) {
-    const absl::string_view message = status.message();
-    const size_t n = std::min(message.size(), err_len - 1);
-    std::memcpy(err, message.data(), n);
-    err[n] = '\0';
-  }
-  return static_cast<int>(status.code());
-}
-
-// Runs `body` (returning absl::Status) and reports its status; exceptions become statuses.
-template <typename Body>
-int Guarded(char* err, size_t err_len, Body&& body) {
-  try {
-    return Report(body(), err, err_len);
-  } catch (const std::bad_alloc&) {
-    return Report(absl::ResourceExhaustedError("kvoffload: out of memory"), err, err_len);
-  } catch (const std::exception& e) {
-    return Report(absl::InternalError(absl::StrCat("kvoffload: ", e.what())), err, err_len);
-  } catch (...) {
-    return Report(absl::InternalError("kvoffload: unknown C++ exception"), err, err_len);
-  }
-}
-
-void CopyString(absl::string_view from, char* to, size_t capacity) {
-  const size_t n = std::min(from.size(), capacity - 1);
-  std::memcpy(to, from.data(), n);
-  to[n] = '\0';
-}
-
-absl::Status Required(const void* pointer, const char* what) {
-  if (pointer == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, " is NULL"));
-  return absl::OkStatus();
-}
-
-// An array of `n` elements may be NULL only when n == 0.
-absl::Status ArrayArg(const void* pointer, size_t n, const char* what) {
-  if (pointer == nullptr && n > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is NULL but its length is ", n));
-  }
-  return absl::OkStatus();
-}
-
-void GeometryToC(const kvo::RegionGeometry& g, bool created, kvo_geometry* out) {
-  std::memset(out, 0, sizeof(*out));
-  out->replicated = g.replicated ? 1 : 0;
-  out->num_copies = g.num_copies;
-  out->blocks_per_row = g.blocks_per_row;
-  out->created = created ? 1 : 0;
-  out->worker_bytes_per_block = g.worker_bytes_per_block;
-  out->slot_bytes = g.slot_bytes;
-  out->row_bytes = g.row_bytes;
-  out->num_rows = g.num_rows;
-  out->capacity_bytes = g.capacity_bytes;
-  CopyString(g.fingerprint, out->fingerprint, sizeof(out->fingerprint));
-}
-
-void FinishedToC(const kvo::FinishedJob& job, kvo_finished* out) {
-  std::memset(out, 0, sizeof(*out));
-  out->job_id = job.job_id;
-  out->code = static_cast<int32_t>(job.status.code());
-  out->bytes = job.bytes;
-  CopyString(job.status.message(), out->message, sizeof(out->message));
-}
-
-// NULL = the defaults; every timeout must be > 0.
-absl::StatusOr<kvo::ClientOptions> OptionsFromC(const kvo_client_options* c) {
-  kvo::ClientOptions options;
-  if (c == nullptr) return options;
-  if (c->open_timeout_ms <= 0 || c->call_timeout_ms <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "client options: open_timeout_ms (", c->open_timeout_ms, ") and call_timeout_ms (",
-        c->call_timeout_ms, ") must be > 0; kvo_client_options_init sets the defaults"));
-  }
-  options.open_timeout = absl::Milliseconds(c->open_timeout_ms);
-  options.call_timeout = absl::Milliseconds(c->call_timeout_ms);
-  return options;
-}
 
 absl::Status ConnectWorker(kvo::WorkerOptions options, std::unique_ptr<kvo_worker> worker,
                            kvo_worker** worker_out) {
@@ -147,29 +68,6 @@ absl::Status CheckWorker(const kvo_worker* worker) {
     return absl::InvalidArgumentError("worker handle is NULL");
   }
   return absl::OkStatus();
-}
-
-absl::Status CheckScheduler(const kvo_scheduler* scheduler) {
-  if (scheduler == nullptr || scheduler->client == nullptr) {
-    return absl::InvalidArgumentError("scheduler handle is NULL");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::string>> KeysFromC(const uint8_t* const* keys,
-                                                   const size_t* key_lens, size_t n) {
-  if (n > 0 && (keys == nullptr || key_lens == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat("keys or key_lens is NULL for ", n, " keys"));
-  }
-  std::vector<std::string> out;
-  out.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (keys[i] == nullptr && key_lens[i] > 0) {
-      return absl::InvalidArgumentError(absl::StrCat("key #", i, " is NULL"));
-    }
-    out.emplace_back(reinterpret_cast<const char*>(keys[i]), key_lens[i]);
-  }
-  return out;
 }
 
 absl::Status CudaAvailable(const char* what) {
@@ -205,6 +103,7 @@ absl::StatusOr<kvo::WorkerOptions> WorkerOptionsFor(const char* socket_path,
   options.mp_rank = mp_rank;
   options.connect_timeout = client->open_timeout;
   options.call_timeout = client->call_timeout;
+  options.reconnect = client->reopen;  // one switch in the C struct: kvo_client_options.reconnect
   return options;
 }
 
@@ -335,8 +234,10 @@ extern "C" {
 
 void kvo_client_options_init(kvo_client_options* options) {
   if (options == nullptr) return;
+  std::memset(options, 0, sizeof(*options));
   options->open_timeout_ms = absl::ToInt64Milliseconds(kvo::kDefaultOpenTimeout);
   options->call_timeout_ms = absl::ToInt64Milliseconds(kvo::kDefaultCallTimeout);
+  options->reconnect = 1;
 }
 
 void kvo_engine_spec_init(kvo_engine_spec* spec) {
@@ -534,6 +435,32 @@ int kvo_worker_session_status(const kvo_worker* worker, char* err, size_t err_le
   });
 }
 
+int kvo_worker_session_state(const kvo_worker* worker, struct kvo_session_state* state_out,
+                             char* err, size_t err_len) {
+  return Guarded(err, err_len, [&] {
+    if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
+    if (absl::Status s = Required(state_out, "state_out"); !s.ok()) return s;
+    const kvo::WorkerSessionState state = worker->client->session_state();
+    std::memset(state_out, 0, sizeof(*state_out));
+    switch (state.phase) {
+      case kvo::WorkerSessionState::Phase::kLive: state_out->phase = KVO_SESSION_LIVE; break;
+      case kvo::WorkerSessionState::Phase::kReconnecting:
+        state_out->phase = KVO_SESSION_RECONNECTING;
+        break;
+      case kvo::WorkerSessionState::Phase::kEnded: state_out->phase = KVO_SESSION_ENDED; break;
+    }
+    state_out->code = static_cast<int32_t>(state.status.code());
+    state_out->generation = state.generation;
+    state_out->region_changes = state.region_changes;
+    state_out->reconnect_attempts = state.reconnect_attempts;
+    state_out->region_epoch = state.registration.region_epoch;
+    state_out->session_id = state.registration.session_id;
+    kvoffload::client::c_abi::CopyString(state.status.message(), state_out->message,
+                                         sizeof(state_out->message));
+    return absl::OkStatus();
+  });
+}
+
 void kvo_worker_close(kvo_worker* worker) {
   if (worker == nullptr) return;
   try {
@@ -541,54 +468,6 @@ void kvo_worker_close(kvo_worker* worker) {
     delete worker;
   } catch (...) {
   }
-}
-
-int kvo_scheduler_open(const char* socket_path, const kvo_engine_spec* spec,
-                       kvo_scheduler** scheduler_out, kvo_geometry* geometry_out, char* err,
-                       size_t err_len) {
-  return kvo_scheduler_open_options(socket_path, spec, /*region_epoch=*/0, /*options=*/nullptr,
-                                    scheduler_out, geometry_out, err, err_len);
-}
-
-int kvo_scheduler_open_epoch(const char* socket_path, const kvo_engine_spec* spec,
-                             uint64_t region_epoch, kvo_scheduler** scheduler_out,
-                             kvo_geometry* geometry_out, char* err, size_t err_len) {
-  return kvo_scheduler_open_options(socket_path, spec, region_epoch, /*options=*/nullptr,
-                                    scheduler_out, geometry_out, err, err_len);
-}
-
-int kvo_scheduler_open_options(const char* socket_path, const kvo_engine_spec* spec,
-                               uint64_t region_epoch, const kvo_client_options* options,
-                               kvo_scheduler** scheduler_out, kvo_geometry* geometry_out,
-                               char* err, size_t err_len) {
-  return Guarded(err, err_len, [&] {
-    if (absl::Status s = Required(socket_path, "socket_path"); !s.ok()) return s;
-    if (absl::Status s = Required(scheduler_out, "scheduler_out"); !s.ok()) return s;
-    absl::StatusOr<kvo::EngineSpec> cpp_spec = kvo::SpecFromC(spec);
-    if (!cpp_spec.ok()) return cpp_spec.status();
-    absl::StatusOr<kvo::ClientOptions> client_options = OptionsFromC(options);
-    if (!client_options.ok()) return client_options.status();
-    absl::StatusOr<std::unique_ptr<kvo::SchedulerClient>> client =
-        kvo::SchedulerClient::Open(socket_path, *cpp_spec, region_epoch, *client_options);
-    if (!client.ok()) return client.status();
-    auto scheduler = std::make_unique<kvo_scheduler>();
-    scheduler->client = std::move(*client);
-    if (geometry_out != nullptr) {
-      GeometryToC(scheduler->client->geometry(), scheduler->client->created(), geometry_out);
-    }
-    *scheduler_out = scheduler.release();
-    return absl::OkStatus();
-  });
-}
-
-int kvo_scheduler_region_epoch(const kvo_scheduler* scheduler, uint64_t* epoch_out, char* err,
-                               size_t err_len) {
-  return Guarded(err, err_len, [&] {
-    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
-    if (absl::Status s = Required(epoch_out, "epoch_out"); !s.ok()) return s;
-    *epoch_out = scheduler->client->region_epoch();
-    return absl::OkStatus();
-  });
 }
 
 int kvo_worker_region_epoch(const kvo_worker* worker, uint64_t* epoch_out, char* err,
@@ -600,148 +479,5 @@ int kvo_worker_region_epoch(const kvo_worker* worker, uint64_t* epoch_out, char*
     return absl::OkStatus();
   });
 }
-
-int kvo_scheduler_geometry(const kvo_scheduler* scheduler, kvo_geometry* geometry_out, char* err,
-                           size_t err_len) {
-  return Guarded(err, err_len, [&] {
-    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
-    if (absl::Status s = Required(geometry_out, "geometry_out"); !s.ok()) return s;
-    GeometryToC(scheduler->client->geometry(), scheduler->client->created(), geometry_out);
-    return absl::OkStatus();
-  });
-}
-
-int kvo_scheduler_lookup(kvo_scheduler* scheduler, const uint8_t* const* keys,
-                         const size_t* key_lens, size_t n, int32_t* states_out, char* err,
-                         size_t err_len) {
-  return Guarded(err, err_len, [&]() -> absl::Status {
-    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
-    if (absl::Status s = ArrayArg(states_out, n, "states_out"); !s.ok()) return s;
-    absl::StatusOr<std::vector<std::string>> k = KeysFromC(keys, key_lens, n);
-    if (!k.ok()) return k.status();
-    absl::StatusOr<std::vector<kvo::KeyState>> states = scheduler->client->Lookup(*k);
-    if (!states.ok()) return states.status();
-    if (states->size() != n) {
-      return absl::InternalError(absl::StrCat("kvoffloadd answered ", states->size(),
-                                              " states for ", n, " keys"));
-    }
-    for (size_t i = 0; i < n; ++i) {
-      switch ((*states)[i]) {
-        case kvo::KeyState::kMiss: states_out[i] = KVO_KEY_MISS; break;
-        case kvo::KeyState::kHit: states_out[i] = KVO_KEY_HIT; break;
-        case kvo::KeyState::kHitPending: states_out[i] = KVO_KEY_HIT_PENDING; break;
-      }
-    }
-    return absl::OkStatus();
-  });
-}
-
-int kvo_scheduler_prepare_store(kvo_scheduler* scheduler, const uint8_t* const* keys,
-                                const size_t* key_lens, size_t n, uint8_t* store_mask_out,
-                                uint64_t* rows_out, uint8_t* evicted_buf, size_t evicted_buf_len,
-                                size_t* evicted_lens_out, size_t* num_evicted_out, char* err,
-                                size_t err_len) {
-  return Guarded(err, err_len, [&]() -> absl::Status {
-    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
-    if (absl::Status s = ArrayArg(store_mask_out, n, "store_mask_out"); !s.ok()) return s;
-    if (absl::Status s = ArrayArg(rows_out, n, "rows_out"); !s.ok()) return s;
-    if (absl::Status s = Required(num_evicted_out, "num_evicted_out"); !s.ok()) return s;
-    // Checked before the index changes: evictions cannot be undone, so they must fit.
-    if (evicted_buf != nullptr) {
-      if (evicted_buf_len / KVO_MAX_KEY_BYTES < n) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "evicted_buf holds ", evicted_buf_len, " bytes; up to ", n,
-            " evicted keys of up to KVO_MAX_KEY_BYTES (", KVO_MAX_KEY_BYTES,
-            ") need n x KVO_MAX_KEY_BYTES bytes (pass NULL to ignore evicted keys)"));
-      }
-      if (absl::Status s = ArrayArg(evicted_lens_out, n, "evicted_lens_out"); !s.ok()) return s;
-    }
-    absl::StatusOr<std::vector<std::string>> k = KeysFromC(keys, key_lens, n);
-    if (!k.ok()) return k.status();
-    absl::StatusOr<kvo::PreparedStore> prepared = scheduler->client->PrepareStore(*k);
-    if (!prepared.ok()) return prepared.status();
-    // The new keys come back in request order: walk both lists together.
-    size_t j = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (j < prepared->keys.size() && prepared->keys[j] == (*k)[i]) {
-        store_mask_out[i] = 1;
-        rows_out[i] = prepared->rows.at(j);
-        ++j;
-      } else {
-        store_mask_out[i] = 0;
-        rows_out[i] = KVO_NO_ROW;
-      }
-    }
-    if (j != prepared->keys.size() || prepared->rows.size() != prepared->keys.size()) {
-      return absl::InternalError(absl::StrCat(
-          "kvoffloadd answered PrepareStore with ", prepared->keys.size(), " keys and ",
-          prepared->rows.size(), " rows that do not follow the request's order"));
-    }
-    const std::vector<std::string>& evicted = prepared->evicted_keys;
-    *num_evicted_out = std::min(evicted.size(), n);  // each evicted key made room for a new one
-    if (evicted_buf != nullptr) {
-      size_t offset = 0;
-      for (size_t e = 0; e < evicted.size() && e < n; ++e) {
-        const size_t len = std::min(evicted[e].size(), evicted_buf_len - offset);
-        std::memcpy(evicted_buf + offset, evicted[e].data(), len);
-        evicted_lens_out[e] = len;
-        offset += len;
-      }
-    }
-    return absl::OkStatus();
-  });
-}
-
-int kvo_scheduler_complete_store(kvo_scheduler* scheduler, const uint8_t* const* keys,
-                                 const size_t* key_lens, size_t n, int success, char* err,
-                                 size_t err_len) {
-  return Guarded(err, err_len, [&]() -> absl::Status {
-    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
-    absl::StatusOr<std::vector<std::string>> k = KeysFromC(keys, key_lens, n);
-    if (!k.ok()) return k.status();
-    return scheduler->client->CompleteStore(*k, success != 0);
-  });
-}
-
-int kvo_scheduler_prepare_load(kvo_scheduler* scheduler, const uint8_t* const* keys,
-                               const size_t* key_lens, size_t n, uint64_t* rows_out, char* err,
-                               size_t err_len) {
-  return Guarded(err, err_len, [&]() -> absl::Status {
-    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
-    if (absl::Status s = ArrayArg(rows_out, n, "rows_out"); !s.ok()) return s;
-    absl::StatusOr<std::vector<std::string>> k = KeysFromC(keys, key_lens, n);
-    if (!k.ok()) return k.status();
-    absl::StatusOr<std::vector<uint64_t>> rows = scheduler->client->PrepareLoad(*k);
-    if (!rows.ok()) return rows.status();
-    if (rows->size() != n) {
-      return absl::InternalError(
-          absl::StrCat("kvoffloadd answered ", rows->size(), " rows for ", n, " keys"));
-    }
-    std::copy(rows->begin(), rows->end(), rows_out);
-    return absl::OkStatus();
-  });
-}
-
-int kvo_scheduler_complete_load(kvo_scheduler* scheduler, const uint8_t* const* keys,
-                                const size_t* key_lens, size_t n, char* err, size_t err_len) {
-  return Guarded(err, err_len, [&]() -> absl::Status {
-    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
-    absl::StatusOr<std::vector<std::string>> k = KeysFromC(keys, key_lens, n);
-    if (!k.ok()) return k.status();
-    return scheduler->client->CompleteLoad(*k);
-  });
-}
-
-int kvo_scheduler_touch(kvo_scheduler* scheduler, const uint8_t* const* keys,
-                        const size_t* key_lens, size_t n, char* err, size_t err_len) {
-  return Guarded(err, err_len, [&]() -> absl::Status {
-    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
-    absl::StatusOr<std::vector<std::string>> k = KeysFromC(keys, key_lens, n);
-    if (!k.ok()) return k.status();
-    return scheduler->client->Touch(*k);
-  });
-}
-
-void kvo_scheduler_close(kvo_scheduler* scheduler) { delete scheduler; }
 
 }  // extern "C"

@@ -18,6 +18,11 @@
  *    /run/kvoffload/kvoffload.sock): start it ..."), KVO_PERMISSION_DENIED naming the group to
  *    join. A call over its deadline fails with KVO_DEADLINE_EXCEEDED naming the call, the socket
  *    and the deadline. kvo_worker_wait takes its own timeout.
+ *  - Restarts (ABI 3): when the daemon goes away and comes back, a worker fails the jobs it had
+ *    in flight (KVO_UNAVAILABLE verdicts), registers again by itself in the background
+ *    (kvo_worker_session_state says where it stands; a submit meanwhile fails KVO_UNAVAILABLE at
+ *    once), and a scheduler re-opens the engine on its next call (kvo_scheduler_region_epoch then
+ *    says whether the region survived). kvo_client_options.reconnect = 0 turns both off.
  *  - kvo_worker and kvo_scheduler handles are thread-safe: any function but *_close may be called
  *    on one handle from several threads at once. *_close ends the handle; the caller must make
  *    sure no other call on it is in flight. The library never installs logging sinks.
@@ -55,7 +60,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or signature below changes; see kvo_abi_version(). */
-#define KVO_ABI_VERSION 2
+#define KVO_ABI_VERSION 3
 
 /* ---- Status codes (absl::StatusCode values) ------------------------------------------------ */
 #define KVO_OK 0
@@ -124,10 +129,14 @@ typedef struct kvo_client_options {
   int64_t open_timeout_ms;  /* > 0: kvo_scheduler_open_options, kvo_worker_connect_*_options */
   int64_t call_timeout_ms;  /* > 0: every later call on the handle (a worker's submit: sending
                                the part; a submit blocked that long ends the session) */
+  /* ABI 3: 1 (the default) = after the daemon went away, a worker registers again by itself and
+   * a scheduler re-opens the engine on its next call (docs/clients.md); 0 = the session ends
+   * and the scheduler's calls keep failing. */
+  int32_t reconnect;
 } kvo_client_options;
 
-/* Fills the defaults (KVO_DEFAULT_OPEN_TIMEOUT_MS, KVO_DEFAULT_CALL_TIMEOUT_MS). The *_options
- * functions take NULL for the defaults; a timeout <= 0 is INVALID_ARGUMENT. */
+/* Fills the defaults (KVO_DEFAULT_OPEN_TIMEOUT_MS, KVO_DEFAULT_CALL_TIMEOUT_MS, reconnect 1).
+ * The *_options functions take NULL for the defaults; a timeout <= 0 is INVALID_ARGUMENT. */
 void kvo_client_options_init(kvo_client_options* options);
 
 /* ---- Region geometry ------------------------------------------------------------------------ */
@@ -273,7 +282,8 @@ int kvo_worker_submit_ranges(kvo_worker* worker, uint64_t job_id, int32_t direct
                              const kvo_block_range* ranges, size_t num_ranges, int32_t event_index,
                              uint64_t region_epoch, char* err, size_t err_len);
 
-/* Identity of the engine's region on this node as the daemon reported it at registration. */
+/* Identity of the engine's region on this node as the daemon reported it at the live (else the
+ * last) session's registration. */
 int kvo_worker_region_epoch(const kvo_worker* worker, uint64_t* epoch_out, char* err,
                             size_t err_len);
 
@@ -303,8 +313,28 @@ int kvo_worker_poll(kvo_worker* worker, kvo_finished* out, size_t capacity, size
 int kvo_worker_wait(kvo_worker* worker, uint64_t job_id, int64_t timeout_ms, kvo_finished* out,
                     char* err, size_t err_len);
 
-/* KVO_OK while the session with the daemon is live; why it ended otherwise. */
+/* KVO_OK while the session with the daemon is live; KVO_UNAVAILABLE while it registers again
+ * after the daemon went away; why it ended otherwise. */
 int kvo_worker_session_status(const kvo_worker* worker, char* err, size_t err_len);
+
+/* Where the worker's session stands (ABI 3). */
+#define KVO_SESSION_LIVE 0
+#define KVO_SESSION_RECONNECTING 1  /* the daemon went away; registering again in the background */
+#define KVO_SESSION_ENDED 2         /* for good: closed by the daemon for a reason, or refused */
+
+struct kvo_session_state {
+  int32_t phase;                   /* KVO_SESSION_* */
+  int32_t code;                    /* kvo_worker_session_status's code */
+  uint64_t generation;             /* 1 for the first session, +1 per session registered again */
+  uint64_t region_changes;         /* sessions registered again that found a new region epoch:
+                                      every row cached before is gone */
+  uint64_t reconnect_attempts;     /* registration attempts after the daemon went away */
+  uint64_t region_epoch;           /* of the live (else the last) session's region */
+  uint64_t session_id;
+  char message[KVO_MESSAGE_BYTES]; /* kvo_worker_session_status's message, truncated */
+};
+int kvo_worker_session_state(const kvo_worker* worker, struct kvo_session_state* state_out,
+                             char* err, size_t err_len);
 
 /* Ends the session (the daemon fails this worker's unvoted jobs and releases its mappings) and
  * frees the handle and its event pool. NULL is ignored. */
@@ -326,6 +356,10 @@ int kvo_scheduler_open(const char* socket_path, const kvo_engine_spec* spec,
                        size_t err_len);
 int kvo_scheduler_geometry(const kvo_scheduler* scheduler, kvo_geometry* geometry_out, char* err,
                            size_t err_len);
+/* Re-opens of the engine after the daemon went away (*reopens_out) and how many of them found a
+ * re-created region (*region_changes_out). Either pointer may be NULL. ABI 3. */
+int kvo_scheduler_region_changes(const kvo_scheduler* scheduler, uint64_t* region_changes_out,
+                                 uint64_t* reopens_out, char* err, size_t err_len);
 /* kvo_scheduler_open requiring the region of an earlier kvo_scheduler_region_epoch (0 = any):
  * FAILED_PRECONDITION naming both epochs, and nothing created, when it was dropped since. */
 int kvo_scheduler_open_epoch(const char* socket_path, const kvo_engine_spec* spec,
@@ -337,7 +371,10 @@ int kvo_scheduler_open_options(const char* socket_path, const kvo_engine_spec* s
                                uint64_t region_epoch, const kvo_client_options* options,
                                kvo_scheduler** scheduler_out, kvo_geometry* geometry_out,
                                char* err, size_t err_len);
-/* Identity of the engine's region (never 0); workers pass it to kvo_worker_submit_epoch. */
+/* Identity of the engine's region (never 0); workers pass it to kvo_worker_submit_epoch. It
+ * changes when the scheduler re-opened the engine after the daemon went away and found the region
+ * re-created: keys and rows planned before are gone (parts with the old epoch fail
+ * FAILED_PRECONDITION). */
 int kvo_scheduler_region_epoch(const kvo_scheduler* scheduler, uint64_t* epoch_out, char* err,
                                size_t err_len);
 

@@ -18,6 +18,14 @@
 // the fix; opening an engine or registering a worker (which may create and pin a region) gets
 // `open_timeout`, every other call `call_timeout` (ClientOptions, WorkerOptions); a call over its
 // deadline fails with DEADLINE_EXCEEDED naming the call, the socket and the deadline.
+//
+// Restarts (docs/clients.md, "When the daemon restarts"): both clients come back by themselves.
+// A worker whose session ends because the daemon went away fails every job it had in flight
+// (UNAVAILABLE), registers again in the background with the same options, and reports the
+// region it found (WorkerClient::session_state). The scheduler re-opens the engine on the next
+// call after the daemon went away and adopts the region it finds; a new region epoch means the
+// old rows are gone (SchedulerClient::region_epoch, region_changes), and parts planned against
+// the old epoch fail with FAILED_PRECONDITION.
 #ifndef KVOFFLOAD_CLIENT_KVOFFLOAD_CLIENT_H_
 #define KVOFFLOAD_CLIENT_KVOFFLOAD_CLIENT_H_
 
@@ -47,6 +55,11 @@ struct ClientOptions {
   absl::Duration open_timeout = kDefaultOpenTimeout;
   // Every index call (Lookup, PrepareStore, CompleteStore, PrepareLoad, CompleteLoad, Touch).
   absl::Duration call_timeout = kDefaultCallTimeout;
+  // Re-open the engine after the daemon went away (a call failed UNAVAILABLE, or NOT_FOUND for
+  // the engine, or the connection to the daemon had to be made again): the next call first
+  // sends OpenEngine with the same spec, bounded by open_timeout, and adopts the region it
+  // finds. false: such calls keep failing (the caller opens a new SchedulerClient).
+  bool reopen = true;
   // Keys per index request, 1..common::kMaxKeysPerRequest (the daemon's limit): larger calls are
   // split into several requests (see SchedulerClient). Lower it only to test the splitting.
   size_t max_keys_per_request = common::kMaxKeysPerRequest;
@@ -85,6 +98,18 @@ struct WorkerOptions {
   // Non-zero: registration is refused (FAILED_PRECONDITION naming both epochs, nothing created)
   // unless the engine still has that very region.
   uint64_t region_epoch = 0;
+  // Register again when the daemon goes away: the session's stream breaks without the daemon's
+  // reason, or the daemon ends it as UNAVAILABLE (it is shutting down). Not when the daemon ended
+  // it for a reason of its own (the engine was dropped: ABORTED; a refusal), nor after the
+  // client's own call_timeout ended it. Jobs in flight then fail; registration is retried in the
+  // background, first after reconnect_initial_backoff, doubling up to reconnect_max_backoff,
+  // until it succeeds, the daemon refuses it for good (INVALID_ARGUMENT, PERMISSION_DENIED,
+  // FAILED_PRECONDITION, UNAUTHENTICATED: the session then ends with that status) or the client
+  // is destroyed. It re-sends the same registration (tensors, event handles: the new daemon
+  // process opens them again) with region_epoch 0 and compares the epoch it gets.
+  bool reconnect = true;
+  absl::Duration reconnect_initial_backoff = absl::Milliseconds(50);
+  absl::Duration reconnect_max_backoff = absl::Seconds(2);
 };
 
 // What the daemon answered a worker's registration (the proto's Registered message).
@@ -137,9 +162,32 @@ struct FinishedJob {
   uint64_t bytes = 0;  // bytes the daemon copied for the job on this node
 };
 
+// Where a worker's session stands (one consistent snapshot).
+struct WorkerSessionState {
+  enum class Phase { kLive, kReconnecting, kEnded };
+  Phase phase = Phase::kLive;
+  // OK when live; UNAVAILABLE naming why the last session ended and the last attempt while
+  // reconnecting; the final reason once ended.
+  absl::Status status;
+  // 1 for the session Connect made, +1 for each session registered again after the daemon went
+  // away. A caller that remembers it can tell that its jobs of an older session failed.
+  uint64_t generation = 0;
+  // Sessions registered again that found another region epoch: the region was re-created and
+  // every row cached before is gone.
+  uint64_t region_changes = 0;
+  uint64_t reconnect_attempts = 0;  // registration attempts after the daemon went away, in all
+  Registered registration;          // of the live session, else of the last one
+};
+
 // A GPU worker's session with the daemon. Thread-safe: Submit, PollFinished and WaitFinished
 // may be called from any thread. Destroying it ends the session (the daemon fails this worker's
-// unvoted jobs and releases its mappings).
+// unvoted jobs and releases its mappings). Owns one thread that reads the session's verdicts
+// and, after the daemon went away, registers again (WorkerOptions::reconnect). The memory the
+// registration names (tensors, events) must stay valid until the client is destroyed.
+//
+// Every job submitted gets exactly one FinishedJob, or Submit returns an error: a job whose
+// session ends before its verdict arrived finishes with UNAVAILABLE (the daemon went away) or
+// the session's status, never silently and never a success.
 class WorkerClient {
  public:
   // Registers the worker; returns the daemon's refusal status (exact code) if any.
@@ -148,11 +196,14 @@ class WorkerClient {
   WorkerClient(const WorkerClient&) = delete;
   WorkerClient& operator=(const WorkerClient&) = delete;
 
-  const Registered& registration() const;
+  // The registration of the live session (after a reconnect, the new one), else of the last.
+  Registered registration() const;
 
-  // Sends this worker's part of a job. Returns an error only when the session is gone (or
-  // DEADLINE_EXCEEDED after WorkerOptions::call_timeout, which ends it); the daemon's verdict
-  // arrives as a FinishedJob (a refused part finishes with its error code).
+  // Sends this worker's part of a job. Returns an error only when the session is gone: ended
+  // (its status), not registered again yet (UNAVAILABLE at once, without waiting), or broken
+  // while sending (the job was not taken); DEADLINE_EXCEEDED after WorkerOptions::call_timeout,
+  // which ends the session. The daemon's verdict arrives as a FinishedJob (a refused part
+  // finishes with its error code). job.region_epoch 0 is the live session's region.
   absl::Status Submit(const JobRequest& job);
 
   // Returns and forgets the finished jobs received so far, at most `max` of them (lowest job ids
@@ -161,8 +212,9 @@ class WorkerClient {
   // Waits for one job; DEADLINE_EXCEEDED after `timeout`; the session's status if it ends first.
   absl::StatusOr<FinishedJob> WaitFinished(uint64_t job_id, absl::Duration timeout);
 
-  // OK while the session is live; the reason it ended otherwise.
+  // OK while the session is live; UNAVAILABLE while registering again; the reason it ended.
   absl::Status session_status() const;
+  WorkerSessionState session_state() const;
 
  private:
   struct Impl;
@@ -178,7 +230,10 @@ struct PreparedStore {
   std::vector<std::string> evicted_keys;
 };
 
-// The scheduler's handle on an engine's region and row index. Thread-safe.
+// The scheduler's handle on an engine's region and row index. Thread-safe. A call during an
+// outage of the daemon fails UNAVAILABLE at once (the socket is checked before re-opening); see
+// ClientOptions::reopen for how the engine is re-opened afterwards. A call is never retried: the
+// one that found the daemon gone returns its error, the next re-opens first.
 class SchedulerClient {
  public:
   // OpenEngine: creates the engine's region or joins it (idempotent). A non-zero
@@ -195,7 +250,11 @@ class SchedulerClient {
   const RegionGeometry& geometry() const;
   bool created() const;  // this Open created the region
   // Identity of the engine's region; workers pass it with their parts (JobRequest::region_epoch).
+  // Changes when a re-open found the region re-created: rows and keys planned before are gone
+  // (the caller drops what it had pending; parts with the old epoch fail FAILED_PRECONDITION).
   uint64_t region_epoch() const;
+  uint64_t region_changes() const;  // re-opens that found another region epoch
+  uint64_t reopens() const;         // successful re-opens (the region kept or not)
 
   // Index calls. A call with more keys than ClientOptions::max_keys_per_request is sent as
   // several requests of consecutive keys, with the same result as one request where that

@@ -8,7 +8,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 2  # KVO_ABI_VERSION this binding was written for
+ABI_VERSION = 3  # KVO_ABI_VERSION this binding was written for
 LIBRARY_NAME = "libkvoffload_c.so"
 ENV_LIBRARY = "KVOFFLOAD_LIB"
 
@@ -54,6 +54,7 @@ class c_client_options(ctypes.Structure):
     _fields_ = [
         ("open_timeout_ms", ctypes.c_int64),
         ("call_timeout_ms", ctypes.c_int64),
+        ("reconnect", ctypes.c_int32),  # ABI 3
     ]
 
 
@@ -127,6 +128,19 @@ class c_worker_info(ctypes.Structure):
     ]
 
 
+class c_session_state(ctypes.Structure):  # ABI 3
+    _fields_ = [
+        ("phase", ctypes.c_int32),
+        ("code", ctypes.c_int32),
+        ("generation", ctypes.c_uint64),
+        ("region_changes", ctypes.c_uint64),
+        ("reconnect_attempts", ctypes.c_uint64),
+        ("region_epoch", ctypes.c_uint64),
+        ("session_id", ctypes.c_uint64),
+        ("message", ctypes.c_char * MESSAGE_BYTES),
+    ]
+
+
 class c_finished(ctypes.Structure):
     _fields_ = [
         ("job_id", ctypes.c_uint64),
@@ -182,6 +196,7 @@ _PROTOTYPES = {
     "kvo_worker_wait": (ctypes.c_int, [
         _handle, ctypes.c_uint64, ctypes.c_int64, _P(c_finished)] + _err),
     "kvo_worker_session_status": (ctypes.c_int, [_handle] + _err),
+    "kvo_worker_session_state": (ctypes.c_int, [_handle, _P(c_session_state)] + _err),
     "kvo_worker_close": (None, [_handle]),
     "kvo_scheduler_open": (ctypes.c_int, [
         ctypes.c_char_p, _P(c_engine_spec), _P(_handle), _P(c_geometry)] + _err),
@@ -189,6 +204,8 @@ _PROTOTYPES = {
         ctypes.c_char_p, _P(c_engine_spec), ctypes.c_uint64, _P(_handle), _P(c_geometry)] + _err),
     "kvo_scheduler_region_epoch": (ctypes.c_int, [_handle, _P(ctypes.c_uint64)] + _err),
     "kvo_scheduler_geometry": (ctypes.c_int, [_handle, _P(c_geometry)] + _err),
+    "kvo_scheduler_region_changes": (ctypes.c_int, [
+        _handle, _P(ctypes.c_uint64), _P(ctypes.c_uint64)] + _err),
     "kvo_scheduler_lookup": (ctypes.c_int, _keys + [_P(ctypes.c_int32)] + _err),
     "kvo_scheduler_prepare_store": (ctypes.c_int, _keys + [
         _P(ctypes.c_uint8), _P(ctypes.c_uint64), _P(ctypes.c_uint8), ctypes.c_size_t,

@@ -7,6 +7,13 @@ DEFAULT_CALL_TIMEOUT_S); over it, KvoffloadError DEADLINE_EXCEEDED naming the ca
 and the deadline. When no daemon listens on the socket, open/connect fail at once with
 UNAVAILABLE ("kvoffloadd is not running (no socket at PATH): start it ...").
 
+Restarts: when the daemon goes away and comes back (a restart, an upgrade, a crash), a Worker
+fails the jobs it had in flight (UNAVAILABLE verdicts) and registers again by itself in the
+background (session_state() says where it stands; a submit meanwhile raises UNAVAILABLE at once);
+a Scheduler re-opens the engine on its next call, and its region_epoch changes when the region
+was re-created (every row cached before is gone; parts planned with the old epoch fail
+FAILED_PRECONDITION). reconnect=False turns both off (docs/clients.md).
+
 Thread-safety: a Worker or Scheduler may be used from several threads at once (the C calls
 release the GIL); close() must not race other calls on the same handle.
 """
@@ -79,6 +86,13 @@ class Direction(enum.IntEnum):
                          (direction,))
 
 
+class SessionPhase(enum.IntEnum):
+    """Where a worker's session stands (KVO_SESSION_* of kvoffload_c.h)."""
+    LIVE = 0
+    RECONNECTING = 1  # the daemon went away; registering again in the background
+    ENDED = 2         # for good (closed by the daemon for a reason, refused, or reconnect=False)
+
+
 class KeyState(enum.IntEnum):
     MISS = 0
     HIT = 1
@@ -89,9 +103,10 @@ DEFAULT_OPEN_TIMEOUT_S = 60.0  # KVO_DEFAULT_OPEN_TIMEOUT_MS
 DEFAULT_CALL_TIMEOUT_S = 10.0  # KVO_DEFAULT_CALL_TIMEOUT_MS
 
 
-def _client_options(open_timeout_s, call_timeout_s):
+def _client_options(open_timeout_s, call_timeout_s, reconnect=True):
     """kvo_client_options from seconds (None = the default). Raises ValueError unless > 0."""
     options = _native.c_client_options()
+    options.reconnect = 1 if reconnect else 0
     for name, value, default in (("open_timeout_s", open_timeout_s, DEFAULT_OPEN_TIMEOUT_S),
                                  ("call_timeout_s", call_timeout_s, DEFAULT_CALL_TIMEOUT_S)):
         value = default if value is None else float(value)
@@ -214,6 +229,27 @@ class WorkerInfo:
     session_id: int
     device: int  # CUDA ordinal, -1 for a host worker
     num_events: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionState:
+    """A worker's session: phase, its status (code 0 when live; UNAVAILABLE while registering
+    again), generation (1 for the first session, +1 per session registered again: jobs of an
+    older generation have failed), region_changes (sessions registered again that found a new
+    region epoch: every row cached before is gone), and the live (else last) session's region
+    epoch and id."""
+    phase: SessionPhase
+    code: int
+    message: str
+    generation: int
+    region_changes: int
+    reconnect_attempts: int
+    region_epoch: int
+    session_id: int
+
+    @property
+    def live(self) -> bool:
+        return self.phase == SessionPhase.LIVE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,15 +383,15 @@ class Worker(_Handle):
     def connect_cuda(cls, socket_path: str, spec: EngineSpec, mp_rank: int, tensors,
                      device: Optional[int] = None, num_events: int = 8,
                      num_blocks: Optional[int] = None, open_timeout_s: Optional[float] = None,
-                     call_timeout_s: Optional[float] = None) -> "Worker":
+                     call_timeout_s: Optional[float] = None, reconnect: bool = True) -> "Worker":
         """Registers CUDA KV tensors: torch tensors (see kv_tensor_views for the layout rules;
         num_blocks disambiguates the block dim), a dict of them, TensorViews or
         (data_ptr, num_blocks, block_stride_bytes, page_bytes) tuples. device None = the
         tensors' device. num_events: interprocess CUDA events for record_event / wait_event.
-        open_timeout_s bounds connecting and registering, call_timeout_s each submit (module
-        docstring)."""
+        open_timeout_s bounds connecting and registering, call_timeout_s each submit; reconnect:
+        register again by itself after the daemon went away (module docstring)."""
         lib = _native.library()
-        options = _client_options(open_timeout_s, call_timeout_s)
+        options = _client_options(open_timeout_s, call_timeout_s, reconnect)
         views = as_views(tensors, num_blocks=num_blocks)
         c_tensors = (_native.c_cuda_tensor * max(1, len(views)))()
         for i, v in enumerate(views):
@@ -376,12 +412,13 @@ class Worker(_Handle):
     def connect_host(cls, socket_path: str, spec: EngineSpec, mp_rank: int,
                      tensors: Sequence[Union[HostTensor, tuple]],
                      open_timeout_s: Optional[float] = None,
-                     call_timeout_s: Optional[float] = None) -> "Worker":
+                     call_timeout_s: Optional[float] = None, reconnect: bool = True) -> "Worker":
         """Registers host-backend tensors: HostTensor or (handle, allocation_bytes, offset,
-        num_blocks, block_stride_bytes, page_bytes) tuples (see kvoffload.host). Deadlines as
-        for connect_cuda."""
+        num_blocks, block_stride_bytes, page_bytes) tuples (see kvoffload.host). Deadlines and
+        reconnect as for connect_cuda. The memfds must stay open while the worker lives (a
+        session registered again names them again)."""
         lib = _native.library()
-        options = _client_options(open_timeout_s, call_timeout_s)
+        options = _client_options(open_timeout_s, call_timeout_s, reconnect)
         tensors = [HostTensor(*t) for t in tensors]
         names = [t.handle.encode() for t in tensors]
         c_tensors = (_native.c_host_tensor * max(1, len(tensors)))()
@@ -452,7 +489,8 @@ class Worker(_Handle):
 
     @property
     def region_epoch(self) -> int:
-        """Identity of the engine's region on this node, as reported at registration."""
+        """Identity of the engine's region on this node, as reported at the live (else the last)
+        session's registration."""
         epoch = ctypes.c_uint64()
         err = _err_buffer()
         _raise_for(self._lib.kvo_worker_region_epoch(self._h(), ctypes.byref(epoch), err,
@@ -515,6 +553,18 @@ class Worker(_Handle):
         err = _err_buffer()
         _raise_for(self._lib.kvo_worker_session_status(self._h(), err, len(err)), err)
 
+    def session_state(self) -> SessionState:
+        """Where the session stands (see SessionState); never raises for an ended session."""
+        state = _native.c_session_state()
+        err = _err_buffer()
+        _raise_for(self._lib.kvo_worker_session_state(self._h(), ctypes.byref(state), err,
+                                                      len(err)), err)
+        return SessionState(
+            phase=SessionPhase(state.phase), code=state.code,
+            message=state.message.decode("utf-8", "replace"), generation=state.generation,
+            region_changes=state.region_changes, reconnect_attempts=state.reconnect_attempts,
+            region_epoch=state.region_epoch, session_id=state.session_id)
+
     @property
     def alive(self) -> bool:
         if self._handle is None:
@@ -553,14 +603,15 @@ class Scheduler(_Handle):
     @classmethod
     def open(cls, socket_path: str, spec: EngineSpec, region_epoch: int = 0,
              open_timeout_s: Optional[float] = None,
-             call_timeout_s: Optional[float] = None) -> "Scheduler":
+             call_timeout_s: Optional[float] = None, reconnect: bool = True) -> "Scheduler":
         """OpenEngine: creates the engine's region or joins it (idempotent). A non-zero
         region_epoch (an earlier Scheduler.region_epoch) requires that very region:
         FAILED_PRECONDITION naming both epochs, and nothing created, when it is gone.
         open_timeout_s bounds this call, call_timeout_s every later call on the handle
-        (module docstring); UNAVAILABLE at once when no daemon listens on socket_path."""
+        (module docstring); UNAVAILABLE at once when no daemon listens on socket_path.
+        reconnect: re-open the engine on the next call after the daemon went away."""
         lib = _native.library()
-        options = _client_options(open_timeout_s, call_timeout_s)
+        options = _client_options(open_timeout_s, call_timeout_s, reconnect)
         c_spec, keep = spec._to_c()
         handle = ctypes.c_void_p()
         geometry = _native.c_geometry()
@@ -589,12 +640,31 @@ class Scheduler(_Handle):
 
     @property
     def region_epoch(self) -> int:
-        """Identity of the engine's region (never 0); pass it to Worker.submit_*."""
+        """Identity of the engine's region (never 0); pass it to Worker.submit_*. Changes when a
+        re-open after the daemon went away found the region re-created (region_changes)."""
         epoch = ctypes.c_uint64()
         err = _err_buffer()
         _raise_for(self._lib.kvo_scheduler_region_epoch(self._h(), ctypes.byref(epoch), err,
                                                         len(err)), err)
         return epoch.value
+
+    @property
+    def region_changes(self) -> int:
+        """Re-opens after the daemon went away that found the region re-created."""
+        return self._counters()[0]
+
+    @property
+    def reopens(self) -> int:
+        """Re-opens of the engine after the daemon went away (the region kept or not)."""
+        return self._counters()[1]
+
+    def _counters(self):
+        changes = ctypes.c_uint64()
+        reopens = ctypes.c_uint64()
+        err = _err_buffer()
+        _raise_for(self._lib.kvo_scheduler_region_changes(
+            self._h(), ctypes.byref(changes), ctypes.byref(reopens), err, len(err)), err)
+        return changes.value, reopens.value
 
     def lookup(self, keys) -> List[KeyState]:
         k = _Keys(keys)

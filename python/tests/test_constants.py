@@ -74,6 +74,8 @@ class ConstantsAgreeWithTheCHeader(unittest.TestCase):
         self.assertEqual(client.Direction.LOAD, self.c["KVO_LOAD"])
         for state in client.KeyState:
             self.assertEqual(state.value, self.c["KVO_KEY_" + state.name], state.name)
+        for phase in client.SessionPhase:
+            self.assertEqual(phase.value, self.c["KVO_SESSION_" + phase.name], phase.name)
         for name, value in client.EXECUTORS.items():
             self.assertEqual(value, self.c["KVO_EXECUTOR_" + name.upper()], name)
         for name, value in client.ATTENTIONS.items():

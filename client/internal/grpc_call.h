@@ -1,0 +1,68 @@
+// What the worker session and the scheduler's calls share: converting gRPC statuses, deadlines,
+// dialing the daemon's socket, and a watchdog that bounds one operation of a streaming call.
+// Private to the client library (no public header includes it).
+#ifndef KVOFFLOAD_CLIENT_INTERNAL_GRPC_CALL_H_
+#define KVOFFLOAD_CLIENT_INTERNAL_GRPC_CALL_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/kvoffload_client.h"
+#include "grpcpp/grpcpp.h"
+#include "kvoffload/v1/kvoffload.pb.h"
+
+namespace kvoffload::client::internal {
+
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// A call's status; a deadline names the call, the socket and the deadline so that the caller
+// can tell a slow daemon from a dead one.
+absl::Status CallStatus(const grpc::Status& status, absl::string_view call,
+                        const std::string& socket_path, absl::Duration timeout);
+
+// INVALID_ARGUMENT unless 0 < timeout < infinity.
+absl::Status CheckTimeout(absl::Duration timeout, absl::string_view what);
+
+std::chrono::system_clock::time_point After(absl::Duration d);
+
+// A fresh channel to the daemon's Unix socket (a new one per (re)connection: a channel that saw
+// the daemon die would wait out gRPC's own reconnect backoff, up to minutes).
+std::shared_ptr<grpc::Channel> Dial(const std::string& socket_path);
+
+RegionGeometry FromProto(const v1::Geometry& g);
+
+// Cancels a call whose current operation outlives its deadline: gRPC's synchronous streams have
+// no deadline per message, only per call. One thread; Arm and Disarm are cheap. Thread-safe.
+// Does not own the context, which must outlive it.
+class Watchdog {
+ public:
+  explicit Watchdog(grpc::ClientContext* context);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void Arm(absl::Time deadline);
+  // True when a deadline passed and the call was cancelled (ever, on this call).
+  bool Disarm();
+
+ private:
+  void Run();
+
+  grpc::ClientContext* const context_;
+  absl::Mutex mu_;
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool fired_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the fields above exist
+};
+
+}  // namespace kvoffload::client::internal
+
+#endif  // KVOFFLOAD_CLIENT_INTERNAL_GRPC_CALL_H_
