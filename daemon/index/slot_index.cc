@@ -76,10 +76,10 @@ absl::Status SlotIndex::CheckNumRows(uint64_t num_rows) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<SlotIndex>> SlotIndex::Create(uint64_t num_rows,
-                                                             RowJournal* journal) {
+absl::StatusOr<std::unique_ptr<SlotIndex>> SlotIndex::Create(
+    uint64_t num_rows, std::unique_ptr<RowJournal> journal) {
   RETURN_IF_ERROR(CheckNumRows(num_rows));
-  return absl::WrapUnique(new SlotIndex(static_cast<uint32_t>(num_rows), journal));
+  return absl::WrapUnique(new SlotIndex(static_cast<uint32_t>(num_rows), std::move(journal)));
 }
 
 uint64_t SlotIndex::MetadataBytesFor(uint64_t num_rows) {
@@ -135,10 +135,11 @@ std::string SlotIndex::DropWritingKey(uint32_t row) {
   return key;
 }
 
-SlotIndex::SlotIndex(uint32_t num_rows, RowJournal* journal)
+SlotIndex::SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal)
     : num_rows_(num_rows),
       sentinel_(num_rows),
-      journal_(journal),
+      owned_journal_(std::move(journal)),
+      journal_(owned_journal_.get()),
       rows_(uint64_t{num_rows} + 1),
       key_to_row_(0, RowKeyHash{rows_.data()}, RowKeyEq{rows_.data()}) {
   // Every row is present from the start, so the table never grows (no rehash under the lock).

@@ -79,7 +79,7 @@
 //
 // Thread-safety: a SlotIndex is safe for concurrent use; every method takes one internal mutex
 // for its whole duration. Ownership: the index owns nothing but its own metadata; it knows rows
-// only by number and never touches region memory. It does not own its journal. Returned vectors and strings are the caller's.
+// only by number and never touches region memory. It owns its journal. Returned vectors and strings are the caller's.
 #ifndef KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
 #define KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
 
@@ -163,10 +163,10 @@ class SlotIndex {
   };
 
   // Creates an index of `num_rows` FREE rows. INVALID_ARGUMENT unless 1 <= num_rows <= kMaxRows.
-  // `journal` (optional, not owned, must outlive the index) hears every READY/FREE transition
-  // (row_journal.h), under the index's lock.
-  static absl::StatusOr<std::unique_ptr<SlotIndex>> Create(uint64_t num_rows,
-                                                           RowJournal* journal = nullptr);
+  // `journal` (optional; the index owns it) hears every READY/FREE transition (row_journal.h),
+  // under the index's lock.
+  static absl::StatusOr<std::unique_ptr<SlotIndex>> Create(
+      uint64_t num_rows, std::unique_ptr<RowJournal> journal = nullptr);
 
   struct RestoreResult {
     std::unique_ptr<SlotIndex> index;
@@ -182,7 +182,8 @@ class SlotIndex {
   // told about the restored rows (it recorded them), only about dropped ones.
   // INVALID_ARGUMENT for num_rows as in Create.
   static absl::StatusOr<RestoreResult> Restore(uint64_t num_rows, std::vector<RestoredRow> rows,
-                                               uint32_t next_ticket, RowJournal* journal);
+                                               uint32_t next_ticket,
+                                               std::unique_ptr<RowJournal> journal);
 
   // Upper bound of the metadata an index of `num_rows` rows allocates when it is created and
   // keeps for its whole life (row table, hash table, the object), computed without allocating, so
@@ -357,7 +358,7 @@ class SlotIndex {
   // Tickets reserved from the journal at a time (OnTicketsReserved).
   static constexpr uint32_t kTicketChunk = 1u << 16;
 
-  SlotIndex(uint32_t num_rows, RowJournal* journal);
+  SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal);
   static absl::Status CheckNumRows(uint64_t num_rows);
   // Before a ticket is issued: when it is the first one not yet reserved, reserves the next
   // kTicketChunk from the journal.
@@ -412,7 +413,9 @@ class SlotIndex {
 
   const uint32_t num_rows_;
   const uint32_t sentinel_;  // == num_rows_: head/tail of the LRU list
-  RowJournal* const journal_;  // may be null; not owned
+  // May be null. Declared before the rows so that it is destroyed after them.
+  const std::unique_ptr<RowJournal> owned_journal_;
+  RowJournal* const journal_;  // owned_journal_.get()
 
   mutable absl::Mutex mu_;
   // num_rows_ + 1 rows; the last one is the LRU sentinel. Never resized (the hash functors

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -58,8 +59,27 @@ class ModelJournal : public RowJournal {
   uint64_t seq = 0;
 };
 
+// The index owns its journal; the test keeps the model and hands the index a forwarder.
+class Forward : public RowJournal {
+ public:
+  explicit Forward(RowJournal* to) : to_(to) {}
+  void OnFree(uint32_t row) override { to_->OnFree(row); }
+  void OnReady(uint32_t row, absl::string_view key, uint32_t ticket) override {
+    to_->OnReady(row, key, ticket);
+  }
+  void OnTouch(uint32_t row) override { to_->OnTouch(row); }
+  void OnTicketsReserved(uint32_t end) override { to_->OnTicketsReserved(end); }
+
+ private:
+  RowJournal* const to_;
+};
+
+std::unique_ptr<RowJournal> To(RowJournal* model) {
+  return model == nullptr ? nullptr : std::make_unique<Forward>(model);
+}
+
 std::unique_ptr<SlotIndex> MakeIndex(uint64_t num_rows, RowJournal* journal) {
-  auto index = SlotIndex::Create(num_rows, journal);
+  auto index = SlotIndex::Create(num_rows, To(journal));
   EXPECT_TRUE(index.ok()) << index.status();
   return std::move(index).value();
 }
@@ -218,7 +238,7 @@ TEST(SlotIndexJournalTest, RestoredIndexServesTheSameRowsInTheSameOrder) {
   index.reset();
 
   {
-    auto restored = SlotIndex::Restore(4, state, next_ticket, nullptr);
+    auto restored = SlotIndex::Restore(4, state, next_ticket, To(nullptr));
     ASSERT_TRUE(restored.ok()) << restored.status();
     EXPECT_EQ(restored->rows_restored, 4u);
     EXPECT_EQ(restored->rows_dropped, 0u);
@@ -230,7 +250,7 @@ TEST(SlotIndexJournalTest, RestoredIndexServesTheSameRowsInTheSameOrder) {
   ModelJournal journal2;
   journal2.ready = journal.ready;
   journal2.seq = journal.seq;
-  auto restored = SlotIndex::Restore(4, state, next_ticket, &journal2);
+  auto restored = SlotIndex::Restore(4, state, next_ticket, To(&journal2));
   ASSERT_TRUE(restored.ok());
   EXPECT_THAT(journal2.events, IsEmpty());  // the journal already holds these rows
   auto evict = restored->index->PrepareStore({"w", "x", "y", "z"});
@@ -243,7 +263,7 @@ TEST(SlotIndexJournalTest, RestoredIndexServesTheSameRowsInTheSameOrder) {
 TEST(SlotIndexJournalTest, RestoreKeepsRecencyWithoutTouches) {
   std::vector<RestoredRow> state = {
       {0, "old", 5, 10}, {1, "new", 6, 30}, {2, "mid", 7, 20}};
-  auto restored = SlotIndex::Restore(3, state, 100, nullptr);
+  auto restored = SlotIndex::Restore(3, state, 100, To(nullptr));
   ASSERT_TRUE(restored.ok());
   auto evict = restored->index->PrepareStore({"x", "y", "z"});
   ASSERT_TRUE(evict.ok());
@@ -263,7 +283,7 @@ TEST(SlotIndexJournalTest, RestoreDropsWhatCannotBeRight) {
       {5, "b", 1, 7},
       {5, "c", 1, 8},                             // row twice: c wins
   };
-  auto restored = SlotIndex::Restore(8, state, 2, &journal);
+  auto restored = SlotIndex::Restore(8, state, 2, To(&journal));
   ASSERT_TRUE(restored.ok());
   EXPECT_EQ(restored->rows_restored, 2u);
   EXPECT_EQ(restored->rows_dropped, 6u);
@@ -281,13 +301,13 @@ TEST(SlotIndexJournalTest, RestoreDropsWhatCannotBeRight) {
   const SlotIndex::Counts c = index.counts();
   EXPECT_EQ(c.rows_free, 6u);
   EXPECT_EQ(c.rows_reading, 2u);
-  EXPECT_EQ(SlotIndex::Restore(0, {}, 1, nullptr).status().code(),
+  EXPECT_EQ(SlotIndex::Restore(0, {}, 1, To(nullptr)).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SlotIndexJournalTest, TicketsAreReservedInChunksAndWrap) {
   ModelJournal journal;
-  auto restored = SlotIndex::Restore(2, {}, SlotIndex::kMaxTicket, &journal);
+  auto restored = SlotIndex::Restore(2, {}, SlotIndex::kMaxTicket, To(&journal));
   ASSERT_TRUE(restored.ok());
   SlotIndex& index = *restored->index;
   auto a = index.PrepareStore({"a"});

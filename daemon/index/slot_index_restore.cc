@@ -12,11 +12,13 @@ namespace kvoffload::daemon {
 absl::StatusOr<SlotIndex::RestoreResult> SlotIndex::Restore(uint64_t num_rows,
                                                             std::vector<RestoredRow> rows,
                                                             uint32_t next_ticket,
-                                                            RowJournal* journal) {
+                                                            std::unique_ptr<RowJournal> owned) {
   RETURN_IF_ERROR(CheckNumRows(num_rows));
   RestoreResult result;
-  result.index = absl::WrapUnique(new SlotIndex(static_cast<uint32_t>(num_rows), journal));
+  result.index =
+      absl::WrapUnique(new SlotIndex(static_cast<uint32_t>(num_rows), std::move(owned)));
   SlotIndex& index = *result.index;
+  RowJournal* const journal = index.journal_;
   absl::MutexLock lock(&index.mu_);
   // Most recent first, so that of two entries naming one row or one key the newer one wins.
   std::sort(rows.begin(), rows.end(),
