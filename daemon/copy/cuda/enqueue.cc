@@ -1,0 +1,255 @@
+#include "daemon/copy/cuda/enqueue.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/cuda/cuda_status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "daemon/copy/copy_plan.h"
+#include "daemon/copy/cuda/copy_batcher.h"
+#include "daemon/copy/cuda/copy_kernels.h"
+
+namespace kvoffload::daemon::cuda {
+namespace {
+
+spdlog::logger* Log() {
+  static spdlog::logger* const log = common::Logger("cuda");
+  return log;
+}
+
+// Fixed choice, measured (docs/TUNING.md): every grid, thread and unroll setting of the kernel
+// gave the same link-bound rates.
+constexpr int kKernelSms = 16;  // the kernel path's grid (resident for the whole transfer)
+
+// Records the job's completion after everything queued on `last` (and on `other`, joined into
+// it, when the job may have left work there unseen). If the event cannot be recorded, both
+// streams are synchronized so the job is never reported while its work runs.
+void RecordCompletion(Device* device, cudaStream_t last, cudaStream_t other, bool join_other,
+                      PendingJob* j, absl::Status* status) {
+  if (join_other && other != nullptr) {
+    cudaEvent_t joined = nullptr;
+    if (cudaEventCreateWithFlags(&joined, cudaEventDisableTiming) == cudaSuccess) {
+      if (cudaEventRecord(joined, other) == cudaSuccess) cudaStreamWaitEvent(last, joined, 0);
+      cudaEventDestroy(joined);
+    }
+  }
+  absl::StatusOr<cudaEvent_t> completion = device->AcquireEvent();
+  absl::Status recorded =
+      completion.ok() ? device->Check(cudaEventRecord(*completion, last),
+                                      "cudaEventRecord (job completion)")
+                      : completion.status();
+  if (recorded.ok()) {
+    j->completion = *completion;
+    return;
+  }
+  if (completion.ok()) device->ReleaseEvent(*completion);
+  absl::Status synced = device->Check(cudaStreamSynchronize(last), "cudaStreamSynchronize");
+  if (other != nullptr && synced.ok()) {
+    synced = device->Check(cudaStreamSynchronize(other), "cudaStreamSynchronize");
+  }
+  if (status->ok()) *status = recorded;
+  Log()->error("device {}: {} job could not record its completion ({}); waited for its "
+               "streams{}",
+               device->ordinal(), CopyDirectionName(j->direction), recorded.ToString(),
+               synced.ok() ? "" : absl::StrCat(" (", synced.ToString(), ")"));
+}
+
+
+CopyPagesArgs KernelArgs(bool store, const CudaWorkerMemory& m, const Device::Buffer& buffer,
+                         uint64_t pair_begin, uint64_t num_pairs, uint64_t align_bits) {
+  CopyPagesArgs args;
+  args.store = store;
+  args.tensors = m.kernel_table_;
+  args.num_tensors = static_cast<uint32_t>(m.tensors_.size());
+  args.units_per_pair = m.units_per_pair_;
+  args.pairs = reinterpret_cast<const PagePair*>(buffer.device) + pair_begin;
+  args.num_pairs = num_pairs;
+  args.unit_bytes = kUnitBytes;
+  args.vector_bytes = VectorBytesFor(align_bits);
+  return args;
+}
+
+CopyKernelConfig KernelConfig(int sms) {
+  CopyKernelConfig config;  // 512 threads, unroll 8
+  config.max_blocks = sms;
+  return config;
+}
+
+}  // namespace
+
+// Copy engines only: every merged segment is one DMA (batched). No SM.
+absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
+                               const EnqueueOptions& options) {
+  CudaWorkerMemory* m = job.memory;
+  Device* device = m->device_;
+  const bool store = job.direction == CopyDirection::kStore;
+  Lane& lane = store ? m->store_ : m->load_;
+  absl::MutexLock lock(&lane.mu);
+  absl::Status status;
+  CopyBatcher batcher(kMaxCopiesPerBatch, lane.dma, options.batch_unsupported);
+  uint8_t* base = job.region->base();
+  VisitSegments(job.table.blocks.data(), job.table.blocks.data() + job.table.blocks.size(),
+                m->tensors_, [&](const Segment& seg) {
+                  if (!status.ok()) return;
+                  void* gpu = reinterpret_cast<void*>(seg.gpu_address);
+                  status = store ? batcher.Add(base + seg.host_offset, gpu, seg.bytes)
+                                 : batcher.Add(gpu, base + seg.host_offset, seg.bytes);
+                });
+  if (status.ok()) status = batcher.Flush();
+  if (status.ok() && job.load_event != nullptr) {
+    status = device->Check(cudaEventRecord(job.load_event, lane.dma),
+                           "cudaEventRecord of the worker's event");
+  }
+  RecordCompletion(device, lane.dma, nullptr, false, j, &status);
+  return status;
+}
+
+// Staged: per chunk, a short gather (store) or scatter (load) launch on copy_sms SMs between
+// the worker's pages and staging buffer b, and the copy engines between b and the region.
+// Buffers rotate over jobs; `filled`/`drained` events order each buffer's writer and reader.
+// Sets *no_room, with nothing enqueued, when the lane has no staging and the device's staging
+// limit leaves no room for it, or the descriptor pool none for the job's table.
+absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueOptions& options,
+                           bool* no_room) {
+  CudaWorkerMemory* m = job.memory;
+  Device* device = m->device_;
+  const bool store = job.direction == CopyDirection::kStore;
+  Lane& lane = store ? m->store_ : m->load_;
+  const uint64_t num_pairs = job.table.blocks.size();
+  const uint64_t bpb = job.table.bytes_per_block;
+  absl::MutexLock lock(&lane.mu);
+  absl::Status staging =
+      m->EnsureStaging(lane, options.staging_chunk_bytes);
+  if (absl::IsResourceExhausted(staging)) {
+    *no_room = true;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(staging);
+  absl::StatusOr<Device::Buffer> buffer = device->AcquireBuffer(num_pairs * sizeof(PagePair));
+  if (absl::IsResourceExhausted(buffer.status())) {
+    *no_room = true;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(buffer.status());
+  j->buffer = *buffer;
+  const uint32_t n = lane.num_staging;
+  const uint64_t first = lane.next_staging;
+  lane.next_staging += job.staged.chunks.size();
+  // The pair table: each block's page address in its chunk's staging buffer.
+  auto* pairs = reinterpret_cast<PagePair*>(j->buffer.host);
+  uint64_t align_bits = m->align_bits_ | bpb;
+  for (const StagedChunk& c : job.staged.chunks) {
+    const uint64_t staging =
+        reinterpret_cast<uint64_t>(lane.staging[(c.buffer + first) % n]);
+    align_bits |= staging;
+    for (size_t i = c.block_begin; i < c.block_end; ++i) {
+      pairs[i] = PagePair{job.table.blocks[i].gpu_block, staging + (i - c.block_begin) * bpb};
+    }
+  }
+  absl::Status status = device->Check(
+      cudaMemcpyAsync(j->buffer.device, j->buffer.host, num_pairs * sizeof(PagePair),
+                      cudaMemcpyHostToDevice, lane.kernel),
+      "uploading the descriptor table");
+  uint8_t* base = job.region->base();
+  const CopyKernelConfig config = KernelConfig(options.copy_sms);
+  for (const StagedChunk& c : job.staged.chunks) {
+    if (!status.ok()) break;
+    const uint32_t b = (c.buffer + first) % n;
+    uint8_t* staging = lane.staging[b];
+    auto dma = [&]() -> absl::Status {
+      CopyBatcher batcher(kMaxCopiesPerBatch, lane.dma, options.batch_unsupported);
+      for (size_t k = c.copy_begin; k < c.copy_end; ++k) {
+        const StagedCopy& copy = job.staged.copies[k];
+        RETURN_IF_ERROR(store ? batcher.Add(base + copy.host_offset,
+                                            staging + copy.staging_offset, copy.bytes)
+                              : batcher.Add(staging + copy.staging_offset,
+                                            base + copy.host_offset, copy.bytes));
+      }
+      return batcher.Flush();
+    };
+    auto kernel = [&]() -> absl::Status {
+      CopyPagesArgs args =
+          KernelArgs(store, *m, j->buffer, c.block_begin, c.block_end - c.block_begin, align_bits);
+      return device->Check(LaunchCopyPages(args, config, lane.kernel),
+                           store ? "staged gather launch" : "staged scatter launch");
+    };
+    // Writer of buffer b waits for its last reader; reader waits for the writer.
+    cudaStream_t writer = store ? lane.kernel : lane.dma;
+    cudaStream_t reader = store ? lane.dma : lane.kernel;
+    status = device->Check(cudaStreamWaitEvent(writer, lane.drained[b], 0),
+                           "cudaStreamWaitEvent (staging drained)");
+    if (status.ok()) status = store ? kernel() : dma();
+    if (status.ok()) {
+      status = device->Check(cudaEventRecord(lane.filled[b], writer),
+                             "cudaEventRecord (staging filled)");
+    }
+    if (status.ok()) {
+      status = device->Check(cudaStreamWaitEvent(reader, lane.filled[b], 0),
+                             "cudaStreamWaitEvent (staging filled)");
+    }
+    if (status.ok()) status = store ? dma() : kernel();
+    if (status.ok()) {
+      status = device->Check(cudaEventRecord(lane.drained[b], reader),
+                             "cudaEventRecord (staging drained)");
+    }
+  }
+  cudaStream_t last = store ? lane.dma : lane.kernel;
+  cudaStream_t other = store ? lane.kernel : lane.dma;
+  if (status.ok() && job.load_event != nullptr) {
+    status = device->Check(cudaEventRecord(job.load_event, last),
+                           "cudaEventRecord of the worker's event");
+  }
+  RecordCompletion(device, last, other, /*join_other=*/!status.ok(), j, &status);
+  return status;
+}
+
+// Kernel path: one launch on kKernelSms SMs reads (store) or writes (load) the mapped region
+// directly. Only for host runs too short for the copy engines. Sets *no_room, with nothing
+// enqueued, when the descriptor pool has no room for the job's table.
+absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueOptions& options,
+                           bool* no_room) {
+  CudaWorkerMemory* m = job.memory;
+  Device* device = m->device_;
+  const bool store = job.direction == CopyDirection::kStore;
+  Lane& lane = store ? m->store_ : m->load_;
+  const uint64_t num_pairs = job.table.blocks.size();
+  ASSIGN_OR_RETURN(const std::vector<uint64_t>* chunks,
+                   job.region->DevicePointers(device->ordinal()));
+  absl::StatusOr<Device::Buffer> buffer = device->AcquireBuffer(num_pairs * sizeof(PagePair));
+  if (absl::IsResourceExhausted(buffer.status())) {
+    *no_room = true;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(buffer.status());
+  j->buffer = *buffer;
+  auto* pairs = reinterpret_cast<PagePair*>(j->buffer.host);
+  const uint64_t chunk_bytes = job.region->chunk_bytes();
+  uint64_t align_bits = m->align_bits_;
+  for (uint64_t i = 0; i < num_pairs; ++i) {
+    const BlockDescriptor& d = job.table.blocks[i];
+    const uint64_t host = (*chunks)[d.host_offset / chunk_bytes] + d.host_offset % chunk_bytes;
+    pairs[i] = PagePair{d.gpu_block, host};
+    align_bits |= host;
+  }
+  absl::MutexLock lock(&lane.mu);
+  absl::Status status = device->Check(
+      cudaMemcpyAsync(j->buffer.device, j->buffer.host, num_pairs * sizeof(PagePair),
+                      cudaMemcpyHostToDevice, lane.kernel),
+      "uploading the descriptor table");
+  if (status.ok()) {
+    CopyPagesArgs args = KernelArgs(store, *m, j->buffer, 0, num_pairs, align_bits);
+    status = device->Check(LaunchCopyPages(args, KernelConfig(kKernelSms), lane.kernel),
+                           store ? "gather kernel launch" : "scatter kernel launch");
+  }
+  if (status.ok() && job.load_event != nullptr) {
+    status = device->Check(cudaEventRecord(job.load_event, lane.kernel),
+                           "cudaEventRecord of the worker's event");
+  }
+  RecordCompletion(device, lane.kernel, nullptr, false, j, &status);
+  return status;
+}
+
+}  // namespace kvoffload::daemon::cuda

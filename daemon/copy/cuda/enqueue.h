@@ -1,0 +1,61 @@
+// The CUDA backend's three ways to enqueue a prepared job's GPU work, once its worker's event has
+// fired (cuda_copy_backend.cc chooses one; DESIGN.md §5 and docs/TUNING.md say when each wins):
+//   EnqueueCopyEngine  every merged segment is one DMA (batched); no SM. The default.
+//   EnqueueStaged      per chunk, a short gather/scatter launch on copy_sms SMs between the
+//                      worker's pages and a staging buffer, and DMA between staging and region.
+//   EnqueueKernel      one launch reads or writes the mapped region directly.
+// The SM paths run only where kernels can share SMs with the model (MPS, or --sm_copies=always).
+// Each records the job's completion event in j->completion (or, if it cannot, waits for the
+// job's streams), so a job is never reported while its work runs.
+//
+// Thread-safety: each takes the job's lane mutex for as long as it enqueues. Ownership: borrows
+// the job, its memory and region; a staged or kernel job's descriptor buffer goes to j->buffer.
+#ifndef KVOFFLOAD_DAEMON_COPY_CUDA_ENQUEUE_H_
+#define KVOFFLOAD_DAEMON_COPY_CUDA_ENQUEUE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "daemon/copy/copy_backend.h"
+#include "daemon/copy/copy_plan.h"
+#include "daemon/copy/cuda/completion.h"
+#include "daemon/copy/cuda/device.h"
+#include "daemon/copy/cuda/worker_memory.h"
+#include "daemon/copy/descriptor_table.h"
+
+namespace kvoffload::daemon::cuda {
+
+// A job validated and planned at submission; started (enqueued) once its worker's event fired.
+struct PreparedJob {
+  CopyDirection direction = CopyDirection::kStore;
+  CudaWorkerMemory* memory = nullptr;
+  std::shared_ptr<PinnedRegion> region;
+  DescriptorTable table;
+  CopyPath path = CopyPath::kStaged;
+  StagedPlan staged;               // path == kStaged
+  cudaEvent_t load_event = nullptr;  // loads: the worker's event, recorded after the copy
+};
+
+struct EnqueueOptions {
+  int copy_sms = 4;                   // the staged path's gather/scatter grid
+  size_t staging_chunk_bytes = 0;     // the staged path's chunk
+  std::atomic<bool>* batch_unsupported = nullptr;  // shared by the backend's CopyBatchers
+};
+
+absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
+                               const EnqueueOptions& options);
+// The SM paths set *no_room, with nothing enqueued, when the lane has no staging and the
+// device's staging limit leaves no room for it, or the descriptor pool none for the job's table;
+// the caller then takes the copy engines (DMA needs neither).
+absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueOptions& options,
+                           bool* no_room);
+absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueOptions& options,
+                           bool* no_room);
+
+}  // namespace kvoffload::daemon::cuda
+
+#endif  // KVOFFLOAD_DAEMON_COPY_CUDA_ENQUEUE_H_
