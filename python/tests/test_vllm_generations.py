@@ -631,6 +631,69 @@ class GenerationTest(unittest.TestCase):
         self.assertEqual((kv.block(3), kv.block(4)), (kv.golden[3], kv.golden[4]))
         self.assertEqual(self.load_errors(), set())
 
+    def test_daemon_killed_mid_transfer_fails_them_and_comes_back(self):
+        # SIGKILL with a store and a load in flight (rank 1 never votes for them): both are
+        # reported to vLLM (the store as done, its keys never readable; the load's blocks as load
+        # errors), the worker registers again by itself, the manager adopts the new region, and
+        # a new round trip is byte-exact; nothing is raised into vLLM.
+        daemon = self.Daemon()
+        self.addCleanup(daemon.stop)
+        extra = dict(self.extra("killed"), socket_path=daemon.data_socket)
+        _, m = self.manager(extra, tp=2)
+        w0, kv0 = self.worker(extra, tp_rank=0, tp=2)
+        w1, kv1 = self.worker(extra, tp_rank=1, tp=2)
+        stored = keys("k", 2)
+        out = G.prepare_store(m, stored)
+        for w in (w0, w1):
+            self.assertTrue(w.store(1, G.gpu([1, 2]), out.store_spec))
+        for w in (w0, w1):
+            self.assertTrue(self.done(w, 1)[1].success)
+        G.complete_store(m, stored)
+        self.assertEqual(G.hits(m, stored), 2)
+        old_epoch = m.core.region_epoch
+        pending = keys("p", 2)
+        out = G.prepare_store(m, pending)
+        self.assertTrue(w0.store(2, G.gpu([3, 4]), out.store_spec))
+        load = G.prepare_load(m, stored)
+        self.assertTrue(w0.load(3, load, G.gpu([5, 6])))
+        daemon.proc.kill()
+        daemon.proc.wait()
+        results = self.done(w0, 2)
+        self.assertTrue(results[2].success)  # vLLM asserts on it; the keys stay unreadable
+        self.assertTrue(results[3].success)
+        self.assertEqual(self.load_errors(), {5, 6})  # vLLM recomputes them
+        self.assertEqual(G.hits(m, stored), 0)  # the daemon is away: a miss, not an exception
+        daemon.restart()
+        G.complete_store(m, pending)  # planned in the old region: not completed in the new one
+        G.complete_load(m, stored)
+        self.assertEqual(G.hits(m, stored + pending), 0)
+        self.assertNotEqual(m.core.region_epoch, old_epoch)
+        after = keys("a", 2)  # the workers may still be registering: held, then sent
+        out = G.prepare_store(m, after)
+        self.assertEqual(out.keys_to_store, after)
+        for w in (w0, w1):
+            self.assertTrue(w.store(4, G.gpu([7, 8]), out.store_spec))
+        # Both polled each step, as vLLM does (a held part is sent from get_finished).
+        got = {0: {}, 1: {}}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (got[0] and got[1]):
+            for i, w in enumerate((w0, w1)):
+                got[i].update((r.job_id, r) for r in w.worker.get_finished())
+            time.sleep(0.002)
+        self.assertTrue(got[0][4].success and got[1][4].success, got)
+        G.complete_store(m, after)
+        self.assertEqual(G.hits(m, after), 2)
+        load = G.prepare_load(m, after)
+        for w, kv in ((w0, kv0), (w1, kv1)):
+            for b in (7, 8):
+                kv.clobber(b)
+            self.assertTrue(w.load(5, load, G.gpu([7, 8])))
+        for w, kv in ((w0, kv0), (w1, kv1)):
+            self.assertTrue(self.done(w, 1)[5].success)
+            self.assertEqual((kv.block(7), kv.block(8)), (kv.golden[7], kv.golden[8]))
+        G.complete_load(m, after)
+        self.assertEqual(self.load_errors(), set())
+
     def test_daemon_down_raises_nothing_into_vllm(self):
         daemon = self.Daemon()
         self.addCleanup(daemon.stop)

@@ -42,7 +42,7 @@ import os
 import threading
 import time
 
-from ..client import KeyState, KvoffloadError, StatusCode, Worker
+from ..client import KeyState, KvoffloadError, SessionPhase, StatusCode, Worker
 from ..host import HostTensor
 from ..tensors import TensorView, merge_adjacent
 
@@ -64,6 +64,17 @@ LOAD = "load"
 
 def _code(error):
     return getattr(error, "code", None)
+
+
+def _reopens_itself(handle):
+    """A kvoffload.Scheduler of C ABI 3 re-opens its engine after the daemon went away."""
+    return getattr(type(handle), "reopens", None) is not None
+
+
+def _reconnects_itself(worker):
+    """A kvoffload.Worker of C ABI 3 registers again by itself after the daemon went away, and
+    gives every job it had in flight a (failed) verdict."""
+    return hasattr(worker, "session_state")
 
 
 def as_key(key):
@@ -154,9 +165,37 @@ class ManagerCore:
             return call(self._index)
         except KvoffloadError as e:
             if e.code not in (StatusCode.NOT_FOUND, StatusCode.UNAVAILABLE,
-                              StatusCode.ABORTED) or not self._reopen(e):
+                              StatusCode.ABORTED):
                 raise
-        return call(self._index)
+            # A handle that re-opens by itself (kvoffload.Scheduler, reconnect=True) does so on
+            # this next call (at once UNAVAILABLE while the daemon is still away); an older one
+            # is replaced here.
+            if not _reopens_itself(self._index) and not self._reopen(e):
+                raise
+        finally:
+            self._sync_epoch()
+        try:
+            return call(self._index)
+        finally:
+            self._sync_epoch()
+
+    def _sync_epoch(self):
+        """Adopts the region the handle re-opened (kvoffload.Scheduler re-opens by itself after
+        the daemon went away). A new epoch: every block cached before is gone; keys planned
+        before are not completed in the new region (see _current) and the workers' parts
+        planned before fail the daemon's epoch check (FAILED_PRECONDITION), which the worker
+        core turns into failed transfers."""
+        try:
+            epoch = self._index.region_epoch
+        except Exception:  # noqa: BLE001 — a closed or broken handle: keep what we knew
+            return
+        if epoch == self.region_epoch:
+            return
+        logger.warning("kvoffload: the engine's region on kvoffloadd was re-created (epoch %x -> "
+                       "%x, after a daemon restart or a drop): the blocks offloaded before are "
+                       "gone", self.region_epoch, epoch)
+        self.region_epoch = epoch
+        self._pending_since.clear()
 
     def _reopen(self, why):
         now = time.monotonic()
@@ -276,6 +315,7 @@ class ManagerCore:
         except Exception as e:  # noqa: BLE001 — never into vLLM
             if _code(e) != StatusCode.NOT_FOUND:
                 self._log.warn("touch", e)
+        self._sync_epoch()
 
     def complete_load(self, keys):
         k = self._current(self._k(keys), self._loading)
@@ -286,6 +326,7 @@ class ManagerCore:
         except Exception as e:  # noqa: BLE001 — never into vLLM
             if _code(e) != StatusCode.NOT_FOUND:  # NOT_FOUND: planned before a restart
                 self._log.warn("complete_load", e)
+        self._sync_epoch()
 
     def prepare_store(self, keys):
         """PreparedStore with unsalted keys (request order), or None when the region cannot
@@ -316,19 +357,22 @@ class ManagerCore:
             self._complete(k, success)
 
     def _complete(self, k, success):
+        planned = self.region_epoch  # the region these keys were planned in
         try:
             self._index.complete_store(k, success=success)
+            self._sync_epoch()
             if success:
                 self._stored(k)
             return
         except Exception as e:  # noqa: BLE001 — never into vLLM
+            self._sync_epoch()
             if _code(e) in _TRANSIENT:
                 # Not answered (a stalled daemon, a broken connection): sent again later, so
                 # that a finished store does not stay pending for ever. A re-created region
                 # answers NOT_FOUND then, and the keys are forgotten.
                 self._log.warn("complete_store (sent again later)", e)
                 for key in k:
-                    self._uncommitted[key] = (success, self.region_epoch)
+                    self._uncommitted[key] = (success, planned)
                 return
             if not success or _code(e) not in (StatusCode.FAILED_PRECONDITION,
                                              StatusCode.NOT_FOUND):
@@ -337,8 +381,9 @@ class ManagerCore:
             if _code(e) == StatusCode.NOT_FOUND and "not in the index" not in str(e):
                 # The engine is gone (a restart, a drop): these keys were planned in a region
                 # that no longer exists; nothing of them can be completed.
-                epoch = self.region_epoch
-                if self._reopen(e) and self.region_epoch != epoch:
+                if _reopens_itself(self._index):
+                    return  # the handle re-opens on its next call, in a region without them
+                if self._reopen(e) and self.region_epoch != planned:
                     return
         self._stored(self._complete_one_by_one(k))
 
@@ -693,7 +738,7 @@ class WorkerCore:
         logger.warning("kvoffload: %s job %d failed: %s", job.direction, job.vllm_id, why)
         ok = True
         if job.direction == STORE:
-            self._release_keys(job.keys)
+            self._release_keys(job.keys, job.epoch)
         elif self.load_errors_wired:
             self._load_error_blocks.update(int(b) for b in job.gpu_blocks)
         else:
@@ -714,14 +759,23 @@ class WorkerCore:
         self._finished[job.direction].append(Finished(job.vllm_id, job.direction, True, nbytes,
                                        time.monotonic() - job.first_submit))
 
-    def _release_keys(self, keys):
+    def _release_keys(self, keys, epoch=0):
         """CompleteStore(false) for a failed store's keys, so that vLLM's complete_store(True)
-        can never make them readable (the daemon also drops rows of a failed store job)."""
+        can never make them readable (the daemon also drops rows of a failed store job). Not
+        in a region other than the one the store was planned in (`epoch`): there the keys are
+        not this store's (a restart re-created the region; a new store may hold the key)."""
         if not keys:
             return
         try:
             if self._index is None:
                 self._index = self._open_index()
+            if epoch and _reopens_itself(self._index):
+                self._index.lookup(keys[:1])  # re-opens first if the daemon went away
+                if self._index.region_epoch != epoch:
+                    logger.info("kvoffload: a failed store's keys are not released: the region "
+                                "was re-created since (epoch %x -> %x)", epoch,
+                                self._index.region_epoch)
+                    return
             self._index.complete_store(keys, success=False)
         except KvoffloadError as e:
             if self._index is not None and e.code in (StatusCode.UNAVAILABLE,
@@ -741,7 +795,13 @@ class WorkerCore:
                          "registers again and resubmits its jobs for up to %.0f s", error,
                          self._retry_window_s)
         self._lost = True
+        verdicts_come = _reconnects_itself(self.worker)
         for job in list(self._jobs.values()):
+            if job.submitted and verdicts_come:
+                # The client fails every job it had in flight with a verdict of its own (the
+                # daemon may have been copying it): wait for that verdict; never resubmit it, a
+                # second copy could race the first into GPU blocks vLLM reuses.
+                continue
             if job.submitted and self._events is not None:
                 self._events.release(job.event)
             job.event = -1
@@ -757,6 +817,20 @@ class WorkerCore:
         """True when the session is live, or could be registered again now."""
         if not self._lost:
             return True
+        if _reconnects_itself(self.worker):
+            state = self.worker.session_state()
+            if state.live:
+                self._lost = False
+                logger.warning("kvoffload: the worker registered again by itself (session %d, "
+                               "generation %d%s); resubmitting %d jobs no session took",
+                               state.session_id, state.generation,
+                               ", a new region: the blocks offloaded before are gone"
+                               if state.region_changes else "",
+                               sum(1 for j in self._jobs.values() if not j.submitted))
+                return True
+            if state.phase == SessionPhase.RECONNECTING:
+                return False
+            # Ended for good (the daemon closed it for a reason, or refused it): a new one.
         now = time.monotonic()
         if now < self._next_redial:
             return False
@@ -795,7 +869,9 @@ class WorkerCore:
             self._submit(job)
 
     def _collect(self):
-        if not self._lost:
+        # A client that reconnects by itself gives the jobs a lost session had in flight their
+        # (failed) verdicts: polled while lost too.
+        if not self._lost or _reconnects_itself(self.worker):
             try:
                 finished = self.worker.poll()
             except KvoffloadError as e:
