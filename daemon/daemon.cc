@@ -44,6 +44,36 @@ spdlog::logger* Log() {
 
 absl::Status ErrnoStatus(const std::string& what) { return common::ErrnoStatus(errno, what); }
 
+// Issue 19: the engines a previous daemon left in the fd store, back before any client connects.
+void RestoreEngines(std::vector<InheritedFd> inherited, Durability* durability,
+                    EngineRegistry* registry) {
+  if (inherited.empty()) return;
+  const absl::Time start = absl::Now();
+  const size_t descriptors = inherited.size();
+  Durability::Collected collected = durability->Collect(std::move(inherited));
+  uint64_t engines = 0;
+  uint64_t rows = 0;
+  uint64_t refused = collected.refused;
+  for (Durability::Restorable& r : collected.engines) {
+    const std::string key = r.state.identity.spec.Key();
+    const uint64_t epoch = r.state.identity.region_epoch;
+    absl::StatusOr<EngineRegistry::RestoredEngine> restored = registry->Restore(std::move(r));
+    if (!restored.ok()) {
+      Log()->error("engine {} not restored: {}; it starts empty", key,
+                   restored.status().ToString());
+      durability->Forget(epoch, key);
+      ++refused;
+      continue;
+    }
+    ++engines;
+    rows += restored->rows_restored;
+  }
+  Log()->info("restart: {} descriptors from the fd store, {} engines restored with {} READY "
+              "rows, {} refused, in {:.1f} ms",
+              descriptors, engines, rows, refused,
+              absl::ToDoubleMilliseconds(absl::Now() - start));
+}
+
 }  // namespace
 
 struct Daemon::Impl {
@@ -54,6 +84,9 @@ struct Daemon::Impl {
   // Destruction order matters (reverse of declaration): servers, then services, registry,
   // release queue (engines die there), budget, and the backend last.
   std::unique_ptr<CopyBackend> backend;
+  // Issue 19; outlive the registry, which forgets dropped engines' descriptors through them.
+  std::unique_ptr<FdStore> fd_store;
+  std::unique_ptr<Durability> durability;
   // Copy callbacks still running; they touch `release` and `budget` (through engines).
   std::unique_ptr<std::atomic<int64_t>> callbacks_running =
       std::make_unique<std::atomic<int64_t>>(0);
@@ -113,7 +146,8 @@ struct Daemon::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options,
-                                                      std::unique_ptr<CopyBackend> backend) {
+                                                      std::unique_ptr<CopyBackend> backend,
+                                                      RestartInputs restart) {
   if (options.max_region_bytes == 0) {
     return absl::InvalidArgumentError("max_region_bytes must be > 0 (the node-wide region cap)");
   }
@@ -153,6 +187,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     Log()->info("file descriptor limit {}", *fd_limit);
   }
 
+  if (options.state_key_bytes < StateFile::kMinKeyCapacity ||
+      options.state_key_bytes > StateFile::kMaxKeyCapacity) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state_key_bytes ", options.state_key_bytes, " is outside [", StateFile::kMinKeyCapacity,
+        ", ", StateFile::kMaxKeyCapacity, "]"));
+  }
+  impl->fd_store = restart.fd_store != nullptr ? std::move(restart.fd_store)
+                                               : std::make_unique<NoFdStore>();
+  impl->durability =
+      std::make_unique<Durability>(impl->fd_store.get(), options.state_key_bytes);
   impl->budget = std::make_unique<MemoryBudget>(options.max_region_bytes);
   impl->release = std::make_unique<DeferredRelease>();
   EngineDeps deps;
@@ -169,7 +213,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   registry_options.idle_engine_ttl = options.idle_engine_ttl;
   registry_options.max_engines = options.max_engines;
   registry_options.min_free_fds = options.min_free_fds;
+  registry_options.durability = impl->durability.get();
   impl->registry = std::make_unique<EngineRegistry>(deps, registry_options);
+  RestoreEngines(std::move(restart.inherited), impl->durability.get(), impl->registry.get());
+  Log()->info("{}", impl->fd_store->Describe());
   impl->engine_service = std::make_unique<EngineService>(impl->registry.get(), impl->peers.get());
   WorkerServiceOptions worker_options;
   worker_options.max_sessions = options.max_worker_sessions;

@@ -14,12 +14,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/copy/copy_backend.h"
 #include "daemon/engine/access.h"
 #include "daemon/region/region.h"
+#include "daemon/restart/fd_store.h"
+#include "daemon/restart/state_file.h"
 
 namespace kvoffload::daemon {
 
@@ -46,6 +49,18 @@ struct DaemonOptions {
   mode_t admin_socket_mode = 0660;
   std::optional<gid_t> admin_socket_gid;
   AccessPolicy access;
+  // Issue 19: key bytes a durable row record holds (StateFile); longer keys are served but come
+  // back as misses after a restart.
+  uint32_t state_key_bytes = StateFile::kDefaultKeyCapacity;
+};
+
+// What a restart hands the daemon (issue 19). main.cc fills it from the environment before any
+// thread starts; tests may pass a store of their own.
+struct RestartInputs {
+  // Where engines' memfds go (FdStoreFromEnvironment); null: nothing outlives the daemon.
+  std::unique_ptr<FdStore> fd_store;
+  // The descriptors the service manager passed at start (TakeInheritedFds).
+  std::vector<InheritedFd> inherited;
 };
 
 inline constexpr char kDataSocketName[] = "kvoffload.sock";
@@ -62,8 +77,12 @@ class Daemon {
   // errno (common::ErrnoStatus).
   // With a metrics_address, serves http://<metrics_address>/metrics too: INVALID_ARGUMENT when
   // it is not host:port, UNAVAILABLE when it cannot be bound (then no socket is created).
+  // Before the sockets exist, the engines in `restart.inherited` are restored (Durability::
+  // Collect, EngineRegistry::Restore); each one refused is logged and removed from the fd store,
+  // and the daemon starts without it.
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const DaemonOptions& options,
-                                                       std::unique_ptr<CopyBackend> backend);
+                                                       std::unique_ptr<CopyBackend> backend,
+                                                       RestartInputs restart = {});
   ~Daemon();  // Shutdown(grace = 0) if not yet shut down
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;

@@ -4,6 +4,7 @@
 #include <sys/sysinfo.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -12,12 +13,14 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/bytes.h"
 #include "common/logging.h"
 #include "daemon/backend_factory.h"
 #include "daemon/daemon.h"
 #include "daemon/flag_reload.h"
-#include "systemd/sd-daemon.h"
+#include "daemon/restart/fd_store.h"
+#include "daemon/restart/state_file.h"
 
 ABSL_FLAG(std::string, runtime_dir, "/run/kvoffload",
           "Directory of the data socket (kvoffload.sock) and the admin socket (admin.sock).");
@@ -77,6 +80,15 @@ ABSL_FLAG(std::string, socket_group, "",
 ABSL_FLAG(std::string, admin_socket_group, "",
           "Group of the admin socket (admin.sock, mode 0660), separate from the data socket's. "
           "Empty: the daemon's group.");
+ABSL_FLAG(bool, durable_regions, true,
+          "Hand every engine's region and row state to the service manager's fd store "
+          "(NOTIFY_SOCKET: systemd with FileDescriptorStoreMax=, or kvoffload-supervise) so that "
+          "READY rows survive a restart, an upgrade or a crash. Without NOTIFY_SOCKET nothing is "
+          "stored.");
+ABSL_FLAG(uint32_t, state_key_bytes, kvoffload::daemon::StateFile::kDefaultKeyCapacity,
+          "Key bytes a durable row record holds (8..256; 24 + this, rounded up to 8, bytes per "
+          "row of state). Rows with longer keys are served but come back as misses after a "
+          "restart.");
 ABSL_FLAG(std::string, admin_group, "",
           "Members of this group (and root) administer every engine through the admin socket "
           "(stats of all engines, drop, cleanup); others only their own. Empty: root only.");
@@ -96,10 +108,19 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// sd_notify(3) by hand (daemon/restart/fd_store.h): nothing when there is no NOTIFY_SOCKET.
+void Notify(const char* text) {
+  const char* socket = getenv("NOTIFY_SOCKET");
+  if (socket == nullptr || socket[0] == '\0') return;
+  absl::Status s = kvoffload::daemon::SendNotify(socket, text);
+  if (!s.ok()) std::fprintf(stderr, "kvoffloadd: notify: %s\n", s.ToString().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   namespace d = kvoffload::daemon;
+  const absl::Time process_start = absl::Now();
   absl::SetProgramUsageMessage("kvoffloadd: the per-node KV-cache offload daemon.");
   // Block the signals we wait for before any thread starts, so that only sigwait sees them.
   sigset_t signals;
@@ -109,6 +130,9 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   absl::ParseCommandLine(argc, argv);
+  // Before any thread starts: this reads and clears LISTEN_* from the environment.
+  absl::StatusOr<std::vector<d::InheritedFd>> inherited = d::TakeInheritedFds();
+  if (!inherited.ok()) return Fail(inherited.status());
 
   if (auto s = kvoffload::common::SetLogLevel(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
     return Fail(s);
@@ -153,6 +177,10 @@ int main(int argc, char** argv) {
   options.region_options.populate_threads = absl::GetFlag(FLAGS_populate_threads);
   options.region_options.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  options.state_key_bytes = absl::GetFlag(FLAGS_state_key_bytes);
+  d::RestartInputs restart;
+  restart.inherited = std::move(*inherited);
+  if (absl::GetFlag(FLAGS_durable_regions)) restart.fd_store = d::FdStoreFromEnvironment();
   struct GroupFlag {
     const char* name;
     std::string value;
@@ -179,9 +207,11 @@ int main(int argc, char** argv) {
   auto backend = d::CreateBackend(backend_options);
   if (!backend.ok()) return Fail(backend.status());
 
-  auto daemon = d::Daemon::Start(options, std::move(*backend));
+  auto daemon = d::Daemon::Start(options, std::move(*backend), std::move(restart));
   if (!daemon.ok()) return Fail(daemon.status());
-  sd_notify(0, "READY=1\nSTATUS=serving");
+  Notify("READY=1\nSTATUS=serving");
+  kvoffload::common::Logger("daemon")->info(
+      "ready {:.1f} ms after start", absl::ToDoubleMilliseconds(absl::Now() - process_start));
 
   for (;;) {
     int signal = 0;
@@ -192,7 +222,7 @@ int main(int argc, char** argv) {
     }
     break;
   }
-  sd_notify(0, "STOPPING=1");
+  Notify("STOPPING=1");
   (*daemon)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
   return 0;
 }

@@ -3,11 +3,20 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace kvoffload::daemon {
+namespace {
 
-absl::StatusOr<EngineCost> CostOfEngine(const common::Geometry& geometry) {
+spdlog::logger* Log() {
+  static spdlog::logger* const log = common::Logger("engine");
+  return log;
+}
+
+}  // namespace
+
+absl::StatusOr<EngineCost> CostOfEngine(const common::Geometry& geometry, uint64_t state_bytes) {
   if (geometry.num_rows > SlotIndex::kMaxRows) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "an engine of ", geometry.num_rows, " rows of ", geometry.row_bytes,
@@ -16,9 +25,9 @@ absl::StatusOr<EngineCost> CostOfEngine(const common::Geometry& geometry) {
   EngineCost cost;
   cost.region_bytes = geometry.capacity_bytes;
   cost.index_bytes = SlotIndex::MetadataBytesFor(geometry.num_rows);
-  cost.total_bytes = cost.region_bytes > UINT64_MAX - cost.index_bytes
-                         ? UINT64_MAX
-                         : cost.region_bytes + cost.index_bytes;
+  cost.state_bytes = state_bytes;
+  auto add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+  cost.total_bytes = add(add(cost.region_bytes, cost.index_bytes), cost.state_bytes);
   return cost;
 }
 
@@ -48,6 +57,70 @@ absl::StatusOr<EngineResources> AcquireEngineResources(const common::EngineSpec&
   }
   resources.index = std::move(*index);
   return resources;
+}
+
+absl::StatusOr<EngineResources> AcquireDurableEngineResources(
+    const StateIdentity& identity, const common::Geometry& geometry, MemoryBudget* budget,
+    CopyBackend* backend, const RegionOptions& region_options, Durability* durability) {
+  const common::EngineSpec& spec = identity.spec;
+  if (durability == nullptr || !durability->enabled()) {
+    return AcquireEngineResources(spec, geometry, budget, backend, region_options);
+  }
+  ASSIGN_OR_RETURN(uint64_t state_bytes, durability->StateBytes(identity, geometry));
+  ASSIGN_OR_RETURN(EngineCost cost, CostOfEngine(geometry, state_bytes));
+  EngineResources resources;
+  ASSIGN_OR_RETURN(
+      resources.reservation,
+      MemoryReservation::Reserve(
+          budget, cost.total_bytes,
+          absl::StrCat("engine ", spec.Key(), " (region ", cost.region_bytes,
+                       " bytes + index metadata ", cost.index_bytes, " bytes + durable state ",
+                       cost.state_bytes, " bytes)")));
+  ASSIGN_OR_RETURN(resources.region,
+                   Region::Create(spec.Key(), geometry.capacity_bytes, region_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<StateFile> state, durability->NewState(identity, geometry));
+  const int state_fd = state->fd();
+  ASSIGN_OR_RETURN(resources.index, SlotIndex::Create(geometry.num_rows, std::move(state)));
+  RETURN_IF_ERROR(backend->RegisterRegion(resources.region->data(), resources.region->size(),
+                                          geometry.row_bytes));
+  // Last: nothing above can fail any more, so the store never holds a region we then freed.
+  if (absl::Status s = durability->Publish(identity.region_epoch, spec.Key(),
+                                           resources.region->fd(), state_fd);
+      !s.ok()) {
+    Log()->error("engine {}: its region cannot be handed to the fd store ({}); it is served but "
+                 "will not outlive this daemon",
+                 spec.Key(), s.ToString());
+  }
+  return resources;
+}
+
+absl::StatusOr<AdoptedResources> AdoptEngineResources(Durability::Restorable restorable,
+                                                      MemoryBudget* budget, CopyBackend* backend,
+                                                      const RegionOptions& region_options) {
+  StateFile::Adopted& state = restorable.state;
+  const common::EngineSpec& spec = state.identity.spec;
+  const common::Geometry& geometry = state.geometry;
+  ASSIGN_OR_RETURN(EngineCost cost, CostOfEngine(geometry, state.file->bytes()));
+  AdoptedResources adopted;
+  EngineResources& resources = adopted.resources;
+  ASSIGN_OR_RETURN(
+      resources.reservation,
+      MemoryReservation::Reserve(
+          budget, cost.total_bytes,
+          absl::StrCat("restored engine ", spec.Key(), " (region ", cost.region_bytes,
+                       " bytes + index metadata ", cost.index_bytes, " bytes + durable state ",
+                       cost.state_bytes, " bytes)")));
+  ASSIGN_OR_RETURN(resources.region, Region::Adopt(restorable.region.release(), spec.Key(),
+                                                   geometry.capacity_bytes, region_options));
+  ASSIGN_OR_RETURN(SlotIndex::RestoreResult restored,
+                   SlotIndex::Restore(geometry.num_rows, std::move(state.rows), state.next_ticket,
+                                      std::move(state.file)));
+  resources.index = std::move(restored.index);
+  adopted.rows_restored = restored.rows_restored;
+  adopted.rows_dropped = restored.rows_dropped;
+  RETURN_IF_ERROR(backend->RegisterRegion(resources.region->data(), resources.region->size(),
+                                          geometry.row_bytes));
+  return adopted;
 }
 
 }  // namespace kvoffload::daemon

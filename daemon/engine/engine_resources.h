@@ -24,6 +24,7 @@
 #include "daemon/index/slot_index.h"
 #include "daemon/region/memory_budget.h"
 #include "daemon/region/region.h"
+#include "daemon/restart/durability.h"
 
 namespace kvoffload::daemon {
 
@@ -31,12 +32,15 @@ namespace kvoffload::daemon {
 struct EngineCost {
   uint64_t region_bytes = 0;
   uint64_t index_bytes = 0;  // SlotIndex::MetadataBytesFor(num_rows)
-  uint64_t total_bytes = 0;  // region + index; UINT64_MAX when the sum does not fit 64 bits
+  uint64_t state_bytes = 0;  // the durable state file (issue 19); 0 when not durable
+  uint64_t total_bytes = 0;  // the sum; UINT64_MAX when it does not fit 64 bits
 };
 
-// The whole cost of an engine of `geometry`, arithmetically (nothing is allocated).
+// The whole cost of an engine of `geometry`, arithmetically (nothing is allocated), with a
+// durable state file of `state_bytes` (Durability::StateBytes).
 // RESOURCE_EXHAUSTED when it cannot be held by any node: more rows than one index can number.
-absl::StatusOr<EngineCost> CostOfEngine(const common::Geometry& geometry);
+absl::StatusOr<EngineCost> CostOfEngine(const common::Geometry& geometry,
+                                        uint64_t state_bytes = 0);
 
 struct EngineResources {
   MemoryReservation reservation;
@@ -53,6 +57,27 @@ absl::StatusOr<EngineResources> AcquireEngineResources(const common::EngineSpec&
                                                        MemoryBudget* budget, CopyBackend* backend,
                                                        const RegionOptions& region_options);
 
+// The same for an engine whose rows outlive the daemon (issue 19; `durability` enabled): its
+// state file is charged with the rest, created after the region, and owned by the index as its
+// journal; both memfds go to the fd store (Durability::Publish) before this returns. A failure
+// to store them is logged and the engine is served without durability rather than refused.
+// With durability disabled, exactly AcquireEngineResources.
+absl::StatusOr<EngineResources> AcquireDurableEngineResources(
+    const StateIdentity& identity, const common::Geometry& geometry, MemoryBudget* budget,
+    CopyBackend* backend, const RegionOptions& region_options, Durability* durability);
+
+// The resources of an engine a previous daemon left in the fd store: charged to the node cap
+// (RESOURCE_EXHAUSTED when it no longer fits; nothing is mapped then), the region adopted
+// (Region::Adopt: not populated again) and registered, the index restored from the state file's
+// READY rows (SlotIndex::Restore) with the state file as its journal.
+struct AdoptedResources {
+  EngineResources resources;
+  uint64_t rows_restored = 0;
+  uint64_t rows_dropped = 0;
+};
+absl::StatusOr<AdoptedResources> AdoptEngineResources(Durability::Restorable restorable,
+                                                      MemoryBudget* budget, CopyBackend* backend,
+                                                      const RegionOptions& region_options);
 }  // namespace kvoffload::daemon
 
 #endif  // KVOFFLOAD_DAEMON_ENGINE_ENGINE_RESOURCES_H_

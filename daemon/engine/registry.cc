@@ -99,10 +99,25 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
     return absl::FailedPreconditionError(EpochMismatch(spec.Key(), expected_epoch, 0));
   }
   RETURN_IF_ERROR(AdmitNewEngine(spec.Key()));
-  const uint64_t epoch = next_epoch_;
-  ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Engine::Create(spec, deps_, epoch));
-  next_epoch_ = epoch + 1 == 0 ? 1 : epoch + 1;
-  engine->set_owner_uid(caller != nullptr ? caller->uid : static_cast<uint32_t>(geteuid()));
+  const uint64_t epoch = TakeEpoch();
+  const uint32_t owner = caller != nullptr ? caller->uid : static_cast<uint32_t>(geteuid());
+  std::shared_ptr<Engine> engine;
+  if (Durable()) {
+    // The owner is known here, before the engine exists: it goes into the durable state.
+    StateIdentity identity{spec, owner, epoch};
+    ASSIGN_OR_RETURN(EngineResources resources,
+                     AcquireDurableEngineResources(identity, geometry, deps_.budget,
+                                                   deps_.backend, deps_.region_options,
+                                                   options_.durability));
+    Log()->info("engine {} ready: {} rows of {} bytes, region epoch {:x}, durable, populated in "
+                "{:.2f}s",
+                spec.Key(), geometry.num_rows, geometry.row_bytes, epoch,
+                resources.region->populate_seconds());
+    engine = Engine::FromResources(spec, geometry, deps_, epoch, std::move(resources));
+  } else {
+    ASSIGN_OR_RETURN(engine, Engine::Create(spec, deps_, epoch));
+  }
+  engine->set_owner_uid(owner);
   absl::MutexLock lock(&mu_);
   if (shutting_down_) {
     // Shutdown began while the region was populated: it will not drain this engine.
@@ -111,6 +126,58 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
   }
   engines_.emplace(spec.Key(), engine);
   return OpenedEngine{std::move(engine), true};
+}
+
+uint64_t EngineRegistry::TakeEpoch() {
+  auto in_use = [&](uint64_t epoch) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, engine] : engines_) {
+      if (engine->region_epoch() == epoch) return true;
+    }
+    return false;
+  };
+  uint64_t epoch = next_epoch_;
+  while (in_use(epoch)) epoch = epoch + 1 == 0 ? 1 : epoch + 1;
+  next_epoch_ = epoch + 1 == 0 ? 1 : epoch + 1;
+  return epoch;
+}
+
+absl::StatusOr<EngineRegistry::RestoredEngine> EngineRegistry::Restore(
+    Durability::Restorable restorable) {
+  const StateIdentity identity = restorable.state.identity;
+  const common::Geometry geometry = restorable.state.geometry;
+  const std::string key = identity.spec.Key();
+  absl::MutexLock create_lock(&create_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return absl::UnavailableError("kvoffloadd is shutting down");
+    if (engines_.count(key) != 0) {
+      return absl::AlreadyExistsError(absl::StrCat("engine ", key, " exists already"));
+    }
+    for (const auto& [other, engine] : engines_) {
+      if (engine->region_epoch() == identity.region_epoch) {
+        return absl::AlreadyExistsError(absl::StrCat("engine ", other, " holds region epoch ",
+                                                     absl::Hex(identity.region_epoch)));
+      }
+    }
+  }
+  RETURN_IF_ERROR(AdmitNewEngine(key));
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(AdoptedResources adopted,
+                   AdoptEngineResources(std::move(restorable), deps_.budget, deps_.backend,
+                                        deps_.region_options));
+  std::shared_ptr<Engine> engine = Engine::FromResources(
+      identity.spec, geometry, deps_, identity.region_epoch, std::move(adopted.resources));
+  engine->set_owner_uid(identity.owner_uid);
+  {
+    absl::MutexLock lock(&mu_);
+    engines_.emplace(key, engine);
+  }
+  Log()->info("engine {} restored: region epoch {:x}, {} READY rows of {} ({} refused), in "
+              "{:.1f} ms",
+              key, identity.region_epoch, adopted.rows_restored, geometry.num_rows,
+              adopted.rows_dropped, absl::ToDoubleMilliseconds(absl::Now() - start));
+  return RestoredEngine{key, identity.region_epoch, adopted.rows_restored, adopted.rows_dropped};
 }
 
 absl::Status EngineRegistry::AdmitNewEngine(const std::string& key) {
@@ -266,6 +333,8 @@ std::vector<std::string> EngineRegistry::DropIdle(const EngineCheck& may_drop) {
 
 void EngineRegistry::CloseAndForget(std::shared_ptr<Engine> engine, const absl::Status& why) {
   Log()->info("dropping engine {}: {}", engine->key(), why.ToString());
+  // Its memory must really go: the fd store lets go of its copies now, ours go with the engine.
+  if (Durable()) options_.durability->Forget(engine->region_epoch(), engine->key());
   engine->Close(why);
   deps_.release->Defer(std::move(engine));
 }

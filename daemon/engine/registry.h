@@ -29,6 +29,7 @@
 #include "common/engine_spec.h"
 #include "daemon/engine/caller.h"
 #include "daemon/engine/engine.h"
+#include "daemon/restart/durability.h"
 
 namespace kvoffload::daemon {
 
@@ -42,8 +43,11 @@ struct RegistryOptions {
   // free below the soft RLIMIT_NOFILE, kept for connections, worker memory and the daemon.
   uint64_t min_free_fds = 256;
   // First region epoch; 0 picks a random one (each daemon start numbers its regions afresh,
-  // so an epoch from an earlier daemon never matches).
+  // so an epoch from an earlier daemon never matches unless its region was restored).
   uint64_t first_region_epoch = 0;
+  // Issue 19: engines' regions and states go to the fd store and come back after a restart.
+  // Not owned; must outlive the registry. Null or disabled: nothing outlives the daemon.
+  Durability* durability = nullptr;
 };
 
 struct OpenedEngine {
@@ -106,6 +110,18 @@ class EngineRegistry {
   // Drops every engine without workers that `may_drop` (when set) approves; returns their keys.
   std::vector<std::string> DropIdle(const EngineCheck& may_drop = nullptr);
 
+  // Issue 19: recreates an engine a previous daemon left in the fd store, with the same region
+  // epoch, owner, members and READY rows (AdoptEngineResources), before any client can see it.
+  // ALREADY_EXISTS when its key is taken, RESOURCE_EXHAUSTED when it no longer fits the node
+  // cap (or --max_engines). On failure the caller Forgets its descriptors.
+  struct RestoredEngine {
+    std::string key;
+    uint64_t region_epoch = 0;
+    uint64_t rows_restored = 0;
+    uint64_t rows_dropped = 0;
+  };
+  absl::StatusOr<RestoredEngine> Restore(Durability::Restorable restorable);
+
   // One maintenance pass (tests call it directly): expires jobs, drops engines idle past TTL.
   void Maintain(absl::Time now);
 
@@ -119,6 +135,9 @@ class EngineRegistry {
   void CloseAndForget(std::shared_ptr<Engine> engine, const absl::Status& why);
   // Engine cap and descriptor headroom; RESOURCE_EXHAUSTED when a new engine must be refused.
   absl::Status AdmitNewEngine(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  // A region epoch no engine holds (restored engines keep theirs).
+  uint64_t TakeEpoch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  bool Durable() const { return options_.durability != nullptr && options_.durability->enabled(); }
 
   const EngineDeps deps_;
   const RegistryOptions options_;
