@@ -60,6 +60,10 @@ struct ClientOptions {
   // sends OpenEngine with the same spec, bounded by open_timeout, and adopts the region it
   // finds. false: such calls keep failing (the caller opens a new SchedulerClient).
   bool reopen = true;
+  // With reopen: at most this long between checks of which region the engine has (the first
+  // call after it sends OpenEngine first, on the same connection). Index requests carry no
+  // epoch; this bounds how long a restart that no call noticed can go unseen.
+  absl::Duration recheck_interval = absl::Seconds(5);
   // Keys per index request, 1..common::kMaxKeysPerRequest (the daemon's limit): larger calls are
   // split into several requests (see SchedulerClient). Lower it only to test the splitting.
   size_t max_keys_per_request = common::kMaxKeysPerRequest;

@@ -10,11 +10,14 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/host/host_kv_memory.h"
 #include "client/kvoffload_client.h"
 #include "client/testing/restartable_daemon.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "kvoffload/v1/kvoffload.grpc.pb.h"
 
 namespace kvoffload::client {
 namespace {
@@ -245,6 +248,54 @@ TEST(ReconnectTest, DestroyingAReconnectingWorkerIsPrompt) {
   const absl::Time before = absl::Now();
   w0->client.reset();
   EXPECT_LT(absl::Now() - before, absl::Seconds(1));
+}
+
+TEST(ReconnectTest, DroppedEngineEndsTheSessionAndTheRecheckFindsTheNewRegion) {
+  // An operator drops the engine (the worker is told why: ABORTED, no reconnect) and another
+  // client re-creates it; the scheduler's connection never broke, yet its periodic check finds
+  // the new region.
+  auto daemon = RestartableDaemon::Start();
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const std::string socket = (*daemon)->data_socket();
+  EngineSpec spec = TwoWorkerSpec();
+  spec.world_size = spec.local_world_size = spec.tp = 1;
+  ClientOptions options;
+  options.recheck_interval = absl::Milliseconds(100);
+  auto scheduler = SchedulerClient::Open(socket, spec, 0, options);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  const uint64_t old_epoch = (*scheduler)->region_epoch();
+  auto w0 = ConnectWorker(socket, spec, 0);
+  ASSERT_NE(w0->client, nullptr);
+  {
+    auto admin = v1::Admin::NewStub(grpc::CreateChannel(
+        absl::StrCat("unix:", (*daemon)->admin_socket()), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    v1::DropEngineRequest request;
+    request.set_engine_id(spec.engine_id);
+    request.set_force(true);
+    v1::Empty response;
+    ASSERT_TRUE(admin->DropEngine(&context, request, &response).ok());
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (w0->client->session_state().phase == Phase::kLive && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const WorkerSessionState state = w0->client->session_state();
+  EXPECT_EQ(state.phase, Phase::kEnded);
+  EXPECT_EQ(state.status.code(), absl::StatusCode::kAborted) << state.status;
+  EXPECT_EQ(state.generation, 1u);
+  EXPECT_EQ(state.reconnect_attempts, 0u);
+
+  auto other = SchedulerClient::Open(socket, spec);
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_NE((*other)->region_epoch(), old_epoch);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  auto states = (*scheduler)->Lookup({"k"});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ((*scheduler)->region_epoch(), (*other)->region_epoch());
+  EXPECT_EQ((*scheduler)->region_changes(), 1u);
+  EXPECT_EQ((*scheduler)->reopens(), 0u);
 }
 
 }  // namespace

@@ -67,6 +67,7 @@ struct SchedulerClient::Impl {
   uint64_t region_changes ABSL_GUARDED_BY(mu) = 0;
   uint64_t reopens ABSL_GUARDED_BY(mu) = 0;
   bool stale ABSL_GUARDED_BY(mu) = false;  // the engine must be opened again before a call
+  absl::Time next_check ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();  // set by Open
   absl::Status stale_why ABSL_GUARDED_BY(mu);
 
   // OpenEngine on `c` (no retry, no wait for a daemon that is not there).
@@ -86,15 +87,18 @@ struct SchedulerClient::Impl {
     {
       absl::MutexLock lock(&mu);
       CheckConnection();
-      if (!stale) return conn;
+      if (!stale && !CheckDue()) return conn;
     }
     absl::MutexLock reopening(&reopen_mu);
     absl::Status why;
+    bool recheck = false;
     {
       absl::MutexLock lock(&mu);
-      if (!stale) return conn;
+      if (!stale && !CheckDue()) return conn;
+      recheck = !stale;
       why = stale_why;
     }
+    if (recheck) return Recheck();
     auto failed = [&](const absl::Status& s) {
       return absl::Status(s.code(), absl::StrCat("kvoffloadd at ", socket_path, " went away (",
                                                  why.message(), "); re-opening the engine: ",
@@ -123,7 +127,48 @@ struct SchedulerClient::Impl {
     region_epoch = response.region_epoch();
     ++reopens;
     stale = false;
+    next_check = absl::Now() + options.recheck_interval;
     return conn;
+  }
+
+  bool CheckDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return options.reopen && absl::Now() >= next_check;
+  }
+
+  // The periodic check (ClientOptions::recheck_interval): OpenEngine on the live connection says
+  // which region the engine has now. Index requests carry no epoch, so a daemon restarted
+  // between the connectivity check and a call could otherwise answer from a new region for as
+  // long as the new connection lasts; this bounds that. Called with reopen_mu held; the RPC is
+  // bounded by call_timeout. Its failure is not the caller's: it only marks the engine as a
+  // failed call would, and the caller's call goes ahead.
+  Conn Recheck() ABSL_EXCLUSIVE_LOCKS_REQUIRED(reopen_mu) {
+    Conn c;
+    {
+      absl::MutexLock lock(&mu);
+      next_check = absl::Now() + options.recheck_interval;
+      c = conn;
+    }
+    v1::OpenEngineRequest request;
+    SpecToProto(spec, request.mutable_spec());
+    grpc::ClientContext context;
+    context.set_deadline(After(options.call_timeout));
+    v1::OpenEngineResponse response;
+    const grpc::Status status = c.stub->OpenEngine(&context, request, &response);
+    absl::MutexLock lock(&mu);
+    if (!status.ok()) {
+      if (EngineGone(status) && c.stub == conn.stub) {
+        stale = true;
+        stale_why = internal::FromGrpcStatus(status);
+      }
+      return c;
+    }
+    if (response.region_epoch() != region_epoch &&
+        response.geometry().fingerprint() == geometry.fingerprint) {
+      ++region_changes;
+      region_epoch = response.region_epoch();
+      created = response.created();
+    }
+    return c;
   }
 
   // A channel that is no longer READY lost its connection since the last call: the daemon may
@@ -189,6 +234,11 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
       !s.ok()) {
     return s;
   }
+  if (absl::Status s =
+          internal::CheckTimeout(options.recheck_interval, "ClientOptions.recheck_interval");
+      !s.ok()) {
+    return s;
+  }
   if (options.max_keys_per_request == 0 ||
       options.max_keys_per_request > common::kMaxKeysPerRequest) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -211,6 +261,7 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
     impl->conn = std::move(c);
     impl->created = response.created();
     impl->region_epoch = response.region_epoch();
+    impl->next_check = absl::Now() + options.recheck_interval;
   }
   return std::unique_ptr<SchedulerClient>(new SchedulerClient(std::move(impl)));
 }

@@ -19,11 +19,16 @@ them:
       Without that path a failed load is reported with success=False (vLLM then stops on its
       assert) — never as a success, which would serve the GPU blocks' stale bytes.
 * Rows being written look up as pending (KeyState.HIT_PENDING), never as a miss or a hit.
-* A lost session or a daemon restart: the worker registers again (at most every
-  REDIAL_INTERVAL_S) and resubmits its loads in flight (and stores it never sent) until
-  RETRY_WINDOW_S after their first submit; a store the daemon may have seen is never sent again
-  (a row takes one store job): it fails as above. The daemon's region epoch check refuses a job
-  planned in a region that is gone.
+* A daemon restart (or any end of the session because the daemon went away): the client
+  library registers the worker again by itself and fails every job it had in flight with a
+  verdict of its own (UNAVAILABLE): those jobs end as failed transfers (a store's keys never
+  readable, a load's blocks load errors), never resubmitted, since the daemon may have been
+  copying them. Jobs no session took are held and sent once the worker is registered again,
+  until RETRY_WINDOW_S after their first submit. The scheduler re-opens the engine on its next
+  call; a new region epoch means the cache is empty: keys planned before are not completed in
+  the new region and parts planned before fail the daemon's epoch check (FAILED_PRECONDITION),
+  which end as failed transfers as well. A session that ended for good (or an older client
+  without reconnect) is dialed again here, at most every REDIAL_INTERVAL_S.
 * wait(job_ids) returns only once the daemon finished those jobs (or they failed for good), with
   no deadline of its own, because vLLM reuses the GPU blocks afterwards.
 * A CompleteStore the daemon did not answer (a stalled or restarting daemon) is sent again on
