@@ -40,7 +40,7 @@ struct WorkerRegistration {
   std::vector<std::string> event_handles;   // cudaIpcEventHandle_t bytes each
   // The registering process as the kernel named it (its connection's SO_PEERCRED), never as the
   // message claims. The host backend opens only memory of this process that this uid owns.
-  // caller_pid 0 is the daemon's own process (in-process tests).
+  // In-process tests name this process (getpid()); there is no "self" value.
   int32_t caller_pid = 0;
   uint32_t caller_uid = 0;
 };

@@ -23,7 +23,7 @@ namespace kvoffload::daemon {
 class AdminService final : public v1::Admin::Service {
  public:
   AdminService(EngineRegistry* registry, const CopyBackend* backend, const MemoryBudget* budget,
-               const PeerTable* peers, const AccessPolicy& policy)
+               const CallerSource* peers, const AccessPolicy& policy)
       : registry_(registry),
         backend_(backend),
         budget_(budget),
@@ -48,7 +48,7 @@ class AdminService final : public v1::Admin::Service {
   EngineRegistry* const registry_;
   const CopyBackend* const backend_;
   const MemoryBudget* const budget_;
-  const PeerTable* const peers_;
+  const CallerSource* const peers_;
   const AccessPolicy policy_;
   const absl::Time started_;
 };

@@ -19,7 +19,7 @@ namespace kvoffload::daemon {
 // Thread-safe (gRPC calls it from many threads). Does not own the registry or the peer table.
 class EngineService final : public v1::Engine::Service {
  public:
-  EngineService(EngineRegistry* registry, const PeerTable* peers)
+  EngineService(EngineRegistry* registry, const CallerSource* peers)
       : registry_(registry), peers_(peers) {}
 
   grpc::Status OpenEngine(grpc::ServerContext* context, const v1::OpenEngineRequest* request,
@@ -54,7 +54,7 @@ class EngineService final : public v1::Engine::Service {
       const google::protobuf::RepeatedPtrField<std::string>& keys);
 
   EngineRegistry* const registry_;
-  const PeerTable* const peers_;
+  const CallerSource* const peers_;
 };
 
 }  // namespace kvoffload::daemon

@@ -57,7 +57,6 @@ absl::StatusOr<Caller> PeerTable::CallerOf(grpc::ServerContext* context) const {
   {
     absl::MutexLock lock(&mu_);
     auto it = fd < 0 ? by_fd_.end() : by_fd_.find(fd);
-    if (it == by_fd_.end() && fd < 0 && in_process_.has_value()) return *in_process_;
     if (it == by_fd_.end()) {
       return absl::UnauthenticatedError(
           absl::StrCat("the credentials of connection '", peer, "' are unknown"));
@@ -69,11 +68,6 @@ absl::StatusOr<Caller> PeerTable::CallerOf(grpc::ServerContext* context) const {
     return absl::UnauthenticatedError("the call's connection ended before it was authenticated");
   }
   return caller;
-}
-
-void PeerTable::TEST_TrustInProcessCallsAs(const Caller& caller) {
-  absl::MutexLock lock(&mu_);
-  in_process_ = caller;
 }
 
 }  // namespace kvoffload::daemon

@@ -16,7 +16,6 @@
 #ifndef KVOFFLOAD_DAEMON_SERVICE_PEER_CREDENTIALS_H_
 #define KVOFFLOAD_DAEMON_SERVICE_PEER_CREDENTIALS_H_
 
-#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -34,9 +33,19 @@ absl::StatusOr<Caller> ReadPeerCredentials(int fd);
 // The descriptor number gRPC gave a connection made from a descriptor ("fd:12" → 12), or -1.
 int PeerFd(const std::string& peer);
 
+// Where a handler learns who made its call. The daemon's is the PeerTable (the kernel's word
+// for each accepted connection); tests over gRPC's in-process channel, which has no descriptor,
+// use daemon/service/testing:in_process_callers.
+class CallerSource {
+ public:
+  virtual ~CallerSource() = default;
+  // The call's caller, or UNAUTHENTICATED (fail closed).
+  virtual absl::StatusOr<Caller> CallerOf(grpc::ServerContext* context) const = 0;
+};
+
 // Thread-safe. Bounded by the descriptor table: one entry per descriptor number ever accepted,
 // replaced when the number is reused.
-class PeerTable {
+class PeerTable final : public CallerSource {
  public:
   PeerTable() = default;
   PeerTable(const PeerTable&) = delete;
@@ -47,16 +56,11 @@ class PeerTable {
   // The credentials of the connection a call came on. UNAUTHENTICATED when the connection was not
   // accepted through this table (fail closed) or the call was cancelled (its connection is gone,
   // and its number may already name another connection).
-  absl::StatusOr<Caller> CallerOf(grpc::ServerContext* context) const;
-
-  // Tests only (the daemon never calls it): calls that did not come on an accepted descriptor
-  // (gRPC's in-process channel) are made by `caller`.
-  void TEST_TrustInProcessCallsAs(const Caller& caller);
+  absl::StatusOr<Caller> CallerOf(grpc::ServerContext* context) const override;
 
  private:
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, Caller> by_fd_ ABSL_GUARDED_BY(mu_);
-  std::optional<Caller> in_process_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvoffload::daemon

@@ -19,6 +19,7 @@
 #include "daemon/service/admin_service.h"
 #include "daemon/service/engine_service.h"
 #include "daemon/service/peer_credentials.h"
+#include "daemon/service/testing/in_process_callers.h"
 #include "daemon/service/worker_service.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -66,7 +67,6 @@ class ServiceTest : public ::testing::Test {
   ServiceTest() {
     registry_ = std::make_unique<EngineRegistry>(env_.deps(), RegistryOptions{});
     // The in-process channel has no descriptor: its calls are this process's (root in CI).
-    peers_.TEST_TrustInProcessCallsAs(Caller{static_cast<int32_t>(getpid()), getuid(), getgid(), {}});
     engine_service_ = std::make_unique<EngineService>(registry_.get(), &peers_);
     worker_service_ =
         std::make_unique<WorkerService>(registry_.get(), &peers_, WorkerServiceOptions{});
@@ -152,7 +152,7 @@ class ServiceTest : public ::testing::Test {
 
   EngineTestEnv env_;
   std::unique_ptr<EngineRegistry> registry_;
-  PeerTable peers_;
+  InProcessCallers peers_;  // the in-process channel's calls are this process's
   std::unique_ptr<EngineService> engine_service_;
   std::unique_ptr<WorkerService> worker_service_;
   std::unique_ptr<AdminService> admin_service_;

@@ -12,7 +12,7 @@
 namespace kvoffload::daemon {
 using Stream = WorkerService::Stream;
 
-WorkerService::WorkerService(EngineRegistry* registry, const PeerTable* peers,
+WorkerService::WorkerService(EngineRegistry* registry, const CallerSource* peers,
                              const WorkerServiceOptions& options)
     : registry_(registry),
       peers_(peers),

@@ -39,7 +39,7 @@ struct WorkerServiceOptions {
 class WorkerService final : public v1::Worker::Service {
  public:
   // Borrows `registry` and `peers`.
-  WorkerService(EngineRegistry* registry, const PeerTable* peers,
+  WorkerService(EngineRegistry* registry, const CallerSource* peers,
                 const WorkerServiceOptions& options);
   ~WorkerService() override;
   WorkerService(const WorkerService&) = delete;
@@ -60,7 +60,7 @@ class WorkerService final : public v1::Worker::Service {
   bool WatchHasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; }
 
   EngineRegistry* const registry_;
-  const PeerTable* const peers_;
+  const CallerSource* const peers_;
   const WorkerServiceOptions options_;
 
   absl::Mutex mu_;

@@ -29,6 +29,7 @@
 #include "daemon/service/admin_service.h"
 #include "daemon/service/engine_service.h"
 #include "daemon/service/peer_credentials.h"
+#include "daemon/service/testing/in_process_callers.h"
 #include "daemon/service/worker_service.h"
 #include "grpcpp/grpcpp.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
@@ -76,9 +77,6 @@ struct Node {
     daemon::RegistryOptions options;
     options.idle_engine_ttl = absl::ZeroDuration();  // dropped explicitly after each input
     registry = std::make_unique<daemon::EngineRegistry>(env->deps(), options);
-    // The in-process channel has no descriptor: its calls are this process's.
-    peers.TEST_TrustInProcessCallsAs(
-        daemon::Caller{static_cast<int32_t>(getpid()), getuid(), getgid(), {}});
     engine_service = std::make_unique<daemon::EngineService>(registry.get(), &peers);
     worker_service = std::make_unique<daemon::WorkerService>(registry.get(), &peers,
                                                              daemon::WorkerServiceOptions{});
@@ -104,7 +102,7 @@ struct Node {
   // Node outlives every input; it is never destroyed (libFuzzer exits the process).
   std::unique_ptr<daemon::testing::EngineTestEnv> env;
   std::unique_ptr<daemon::EngineRegistry> registry;
-  daemon::PeerTable peers;
+  daemon::InProcessCallers peers;  // the in-process channel's calls are this process's
   std::unique_ptr<daemon::EngineService> engine_service;
   std::unique_ptr<daemon::WorkerService> worker_service;
   std::unique_ptr<daemon::AdminService> admin_service;

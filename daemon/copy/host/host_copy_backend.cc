@@ -58,8 +58,12 @@ class ShmMapping {
           what, ": the host backend opens only \"memfd:<fd>\" handles (a sealed memfd of the "
           "registering process); named shm objects are not opened"));
     }
-    const std::string path = pid == 0 ? absl::StrCat("/proc/self/fd/", number)
-                                      : absl::StrCat("/proc/", pid, "/fd/", number);
+    if (pid <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the registration names no calling process (caller_pid ", pid,
+          "); the daemon opens a worker's memfd through /proc/<its pid>/fd"));
+    }
+    const std::string path = absl::StrCat("/proc/", pid, "/fd/", number);
     const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) {
       const int err = errno;

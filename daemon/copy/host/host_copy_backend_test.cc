@@ -40,7 +40,7 @@ void FillRandom(uint8_t* data, uint64_t bytes, std::mt19937_64& rng) {
 
 // A test worker's "device memory": a memfd sealed against shrinking (what the backend requires),
 // filled with random bytes, mapped here too so the test can inspect it. Its handle is
-// "memfd:<fd>" of this process (the backend opens it through /proc/self/fd with caller_pid 0).
+// "memfd:<fd>" of this process (the backend opens it through /proc/<getpid()>/fd).
 // Unmapped and closed on destruction.
 class ShmObject {
  public:
@@ -147,7 +147,7 @@ struct Worker {
     }
     registration.device = 0;
     registration.event_handles.assign(num_events, std::string(64, 'e'));
-    registration.caller_pid = 0;  // this process
+    registration.caller_pid = getpid();  // this process
     registration.caller_uid = geteuid();
   }
 
@@ -427,6 +427,14 @@ TEST_F(HostCopyBackendTest, RefusesMemoryThatCouldHurtTheDaemonOrIsNotTheCallers
     r.caller_uid = geteuid() + 1;  // not the owner of the memfds
     auto memory = backend_->OpenWorker(r);
     EXPECT_EQ(memory.status().code(), absl::StatusCode::kPermissionDenied) << memory.status();
+  }
+  {
+    WorkerRegistration r = worker.registration;
+    r.caller_pid = 0;  // no calling process: there is no "the daemon itself" shortcut
+    auto memory = backend_->OpenWorker(r);
+    EXPECT_EQ(memory.status().code(), absl::StatusCode::kInvalidArgument) << memory.status();
+    EXPECT_NE(memory.status().message().find("names no calling process"), std::string::npos)
+        << memory.status();
   }
   {
     auto unsealed = ShmObject::Create(worker.k_alloc->bytes(), rng_, /*seals=*/0);
