@@ -57,8 +57,9 @@ struct ClientOptions {
   absl::Duration call_timeout = kDefaultCallTimeout;
   // Re-open the engine after the daemon went away (a call failed UNAVAILABLE, or NOT_FOUND for
   // the engine, or the connection to the daemon had to be made again): the next call first
-  // sends OpenEngine with the same spec, bounded by open_timeout, and adopts the region it
-  // finds. false: such calls keep failing (the caller opens a new SchedulerClient).
+  // sends OpenEngine with the same spec, bounded by call_timeout (a call never waits longer for
+  // the re-open; one that finds the region still being created fails DEADLINE_EXCEEDED and a
+  // later call joins it), and adopts the region it finds. false: such calls keep failing (the caller opens a new SchedulerClient).
   bool reopen = true;
   // With reopen: at most this long between checks of which region the engine has (the first
   // call after it sends OpenEngine first, on the same connection). Index requests carry no

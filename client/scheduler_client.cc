@@ -72,13 +72,13 @@ struct SchedulerClient::Impl {
 
   // OpenEngine on `c` (no retry, no wait for a daemon that is not there).
   grpc::Status OpenEngine(const Conn& c, uint64_t epoch, bool wait_for_ready,
-                          v1::OpenEngineResponse* response) const {
+                          absl::Duration timeout, v1::OpenEngineResponse* response) const {
     v1::OpenEngineRequest request;
     SpecToProto(spec, request.mutable_spec());
     request.set_region_epoch(epoch);
     grpc::ClientContext context;
     context.set_wait_for_ready(wait_for_ready);
-    context.set_deadline(After(options.open_timeout));
+    context.set_deadline(After(timeout));
     return c.stub->OpenEngine(&context, request, response);
   }
 
@@ -110,10 +110,13 @@ struct SchedulerClient::Impl {
     // Epoch 0: the engine is joined whatever region it has now; comparing the epoch says
     // whether it is the one this client knew (one request, and the same answer as sending the
     // old epoch and then 0 after its FAILED_PRECONDITION).
-    grpc::Status status = OpenEngine(fresh, /*epoch=*/0, /*wait_for_ready=*/false, &response);
+    // Bounded by call_timeout, not open_timeout: it runs inside an index call, which must not
+    // hang the caller for longer (a region still being pinned is joined by a later call).
+    grpc::Status status = OpenEngine(fresh, /*epoch=*/0, /*wait_for_ready=*/false,
+                                     options.call_timeout, &response);
     if (!status.ok()) {
-      return failed(CallStatus(status, "OpenEngine (ClientOptions.open_timeout)", socket_path,
-                               options.open_timeout));
+      return failed(CallStatus(status, "OpenEngine (ClientOptions.call_timeout)", socket_path,
+                               options.call_timeout));
     }
     if (response.geometry().fingerprint() != geometry.fingerprint) {
       return failed(absl::FailedPreconditionError(absl::StrCat(
@@ -148,12 +151,9 @@ struct SchedulerClient::Impl {
       next_check = absl::Now() + options.recheck_interval;
       c = conn;
     }
-    v1::OpenEngineRequest request;
-    SpecToProto(spec, request.mutable_spec());
-    grpc::ClientContext context;
-    context.set_deadline(After(options.call_timeout));
     v1::OpenEngineResponse response;
-    const grpc::Status status = c.stub->OpenEngine(&context, request, &response);
+    const grpc::Status status = OpenEngine(c, /*epoch=*/0, /*wait_for_ready=*/false,
+                                           options.call_timeout, &response);
     absl::MutexLock lock(&mu);
     if (!status.ok()) {
       if (EngineGone(status) && c.stub == conn.stub) {
@@ -250,7 +250,8 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
   Conn c = Connect(socket_path);
   v1::OpenEngineResponse response;
   // wait_for_ready: the socket exists, the daemon may still be starting.
-  grpc::Status status = impl->OpenEngine(c, region_epoch, /*wait_for_ready=*/true, &response);
+  grpc::Status status = impl->OpenEngine(c, region_epoch, /*wait_for_ready=*/true,
+                                         options.open_timeout, &response);
   if (!status.ok()) {
     return CallStatus(status, "OpenEngine (ClientOptions.open_timeout)", socket_path,
                       options.open_timeout);
