@@ -1,6 +1,7 @@
 #include "daemon/service/engine_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "daemon/engine/access.h"
 #include "daemon/service/convert.h"
 
@@ -43,9 +44,16 @@ absl::StatusOr<std::shared_ptr<Engine>> EngineService::IndexedEngine(
 
 absl::StatusOr<EngineService::IndexRequest> EngineService::ResolveIndexRequest(
     grpc::ServerContext* context, const char* action, const std::string& engine_id,
-    uint32_t dp_rank, const google::protobuf::RepeatedPtrField<std::string>& keys) {
+    uint32_t dp_rank, uint64_t region_epoch,
+    const google::protobuf::RepeatedPtrField<std::string>& keys) {
   auto engine = IndexedEngine(context, engine_id, dp_rank, action);
   if (!engine.ok()) return engine.status();
+  if (region_epoch != 0 && region_epoch != (*engine)->region_epoch()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "engine %s: the request was planned against region epoch %x, but the engine's region is "
+        "epoch %x (re-created since: it holds none of the caller's keys); open the engine again",
+        (*engine)->key(), region_epoch, (*engine)->region_epoch()));
+  }
   auto parsed = KeysFromProto(keys);
   if (!parsed.ok()) return parsed.status();
   return IndexRequest{std::move(*engine), std::move(*parsed)};
@@ -54,7 +62,8 @@ absl::StatusOr<EngineService::IndexRequest> EngineService::ResolveIndexRequest(
 grpc::Status EngineService::Lookup(grpc::ServerContext* context, const v1::KeysRequest* request,
                                    v1::LookupResponse* response) {
   auto req = ResolveIndexRequest(context, "look up keys in", request->engine_id(),
-                                 request->dp_rank(), request->keys());
+                                 request->dp_rank(), request->region_epoch(),
+                                 request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   for (SlotIndex::KeyState s : req->engine->index().Lookup(req->keys)) {
     switch (s) {
@@ -76,7 +85,8 @@ grpc::Status EngineService::PrepareStore(grpc::ServerContext* context,
                                          const v1::KeysRequest* request,
                                          v1::PrepareStoreResponse* response) {
   auto req = ResolveIndexRequest(context, "prepare a store in", request->engine_id(),
-                                 request->dp_rank(), request->keys());
+                                 request->dp_rank(), request->region_epoch(),
+                                 request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   auto result = req->engine->index().PrepareStore(req->keys);
   if (!result.ok()) return ToGrpcStatus(result.status());
@@ -91,7 +101,8 @@ grpc::Status EngineService::PrepareStore(grpc::ServerContext* context,
 grpc::Status EngineService::CompleteStore(grpc::ServerContext* context,
                                           const v1::CompleteStoreRequest* request, v1::Empty*) {
   auto req = ResolveIndexRequest(context, "complete a store in", request->engine_id(),
-                                 request->dp_rank(), request->keys());
+                                 request->dp_rank(), request->region_epoch(),
+                                 request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   return ToGrpcStatus(req->engine->index().CompleteStore(req->keys, request->success()));
 }
@@ -100,7 +111,8 @@ grpc::Status EngineService::PrepareLoad(grpc::ServerContext* context,
                                         const v1::KeysRequest* request,
                                         v1::PrepareLoadResponse* response) {
   auto req = ResolveIndexRequest(context, "prepare a load in", request->engine_id(),
-                                 request->dp_rank(), request->keys());
+                                 request->dp_rank(), request->region_epoch(),
+                                 request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   std::vector<uint32_t> tickets;
   auto rows = req->engine->index().PrepareLoad(req->keys, &tickets);
@@ -116,7 +128,8 @@ grpc::Status EngineService::CompleteLoad(grpc::ServerContext* context,
                                          const v1::KeysRequest* request,
                                          v1::Empty*) {
   auto req = ResolveIndexRequest(context, "complete a load in", request->engine_id(),
-                                 request->dp_rank(), request->keys());
+                                 request->dp_rank(), request->region_epoch(),
+                                 request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   return ToGrpcStatus(req->engine->index().CompleteLoad(req->keys));
 }
@@ -124,7 +137,8 @@ grpc::Status EngineService::CompleteLoad(grpc::ServerContext* context,
 grpc::Status EngineService::Touch(grpc::ServerContext* context, const v1::KeysRequest* request,
                                   v1::Empty*) {
   auto req = ResolveIndexRequest(context, "touch keys in", request->engine_id(),
-                                 request->dp_rank(), request->keys());
+                                 request->dp_rank(), request->region_epoch(),
+                                 request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   return ToGrpcStatus(req->engine->index().Touch(req->keys));
 }

@@ -43,14 +43,15 @@ class EngineService final : public v1::Engine::Service {
   absl::StatusOr<std::shared_ptr<Engine>> IndexedEngine(grpc::ServerContext* context,
                                                         const std::string& engine_id,
                                                         uint32_t dp_rank, const char* action);
-  // IndexedEngine, and the request's keys validated (KeysFromProto).
+  // IndexedEngine, its region the one the caller planned against (region_epoch 0: not checked;
+  // another: FAILED_PRECONDITION naming both), and the request's keys validated (KeysFromProto).
   struct IndexRequest {
     std::shared_ptr<Engine> engine;
     std::vector<std::string> keys;
   };
   absl::StatusOr<IndexRequest> ResolveIndexRequest(
       grpc::ServerContext* context, const char* action, const std::string& engine_id,
-      uint32_t dp_rank,
+      uint32_t dp_rank, uint64_t region_epoch,
       const google::protobuf::RepeatedPtrField<std::string>& keys);
 
   EngineRegistry* const registry_;

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/copy/testing/fault_copy_backend.h"
 #include "daemon/copy/testing/shm_memory.h"
@@ -66,7 +67,6 @@ class ServiceTest : public ::testing::Test {
  protected:
   ServiceTest() {
     registry_ = std::make_unique<EngineRegistry>(env_.deps(), RegistryOptions{});
-    // The in-process channel has no descriptor: its calls are this process's (root in CI).
     engine_service_ = std::make_unique<EngineService>(registry_.get(), &peers_);
     worker_service_ =
         std::make_unique<WorkerService>(registry_.get(), &peers_, WorkerServiceOptions{});
@@ -369,6 +369,65 @@ TEST_F(ServiceTest, CompleteStoreTrueAfterAFailedStoreIsFailedPrecondition) {
   v1::LookupResponse lookup;
   ASSERT_TRUE(engine_stub_->Lookup(&context, Keys({"a"}), &lookup).ok());
   EXPECT_EQ(lookup.states(0), v1::KEY_STATE_MISS);
+}
+
+// Index calls that name the region they were planned against are refused, changing nothing,
+// once the engine's region is another one (re-created after a drop, or a restart that could not
+// keep it): a scheduler whose channel reconnected silently cannot be answered from a new region.
+TEST_F(ServiceTest, IndexCallsPlannedAgainstAnotherRegionAreFailedPrecondition) {
+  auto open = [&]() {
+    grpc::ClientContext context;
+    v1::OpenEngineRequest request;
+    SpecToProto(PerRankSpec(1), request.mutable_spec());
+    v1::OpenEngineResponse response;
+    EXPECT_TRUE(engine_stub_->OpenEngine(&context, request, &response).ok());
+    return response.region_epoch();
+  };
+  const uint64_t epoch = open();
+  ASSERT_NE(epoch, 0u);
+  v1::KeysRequest request = Keys({"a", "b"});
+  request.set_region_epoch(epoch);
+  {
+    grpc::ClientContext context;
+    v1::PrepareStoreResponse response;
+    ASSERT_TRUE(engine_stub_->PrepareStore(&context, request, &response).ok());
+    EXPECT_EQ(response.rows_size(), 2);
+  }
+  v1::KeysRequest stale = Keys({"c"});
+  stale.set_region_epoch(epoch ^ 1);
+  {
+    grpc::ClientContext context;
+    v1::PrepareStoreResponse response;
+    grpc::Status status = engine_stub_->PrepareStore(&context, stale, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(status.error_message().find(absl::StrFormat("epoch %x", epoch ^ 1)),
+              std::string::npos)
+        << status.error_message();
+    EXPECT_NE(status.error_message().find(absl::StrFormat("epoch %x", epoch)), std::string::npos)
+        << status.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    v1::CompleteStoreRequest complete;
+    complete.set_engine_id("engine");
+    complete.add_keys("a");
+    complete.set_success(true);
+    complete.set_region_epoch(epoch ^ 1);
+    v1::Empty empty;
+    EXPECT_EQ(engine_stub_->CompleteStore(&context, complete, &empty).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  // Nothing changed: "c" was not stored, "a" and "b" are still WRITING (uncommitted).
+  {
+    grpc::ClientContext context;
+    v1::LookupResponse lookup;
+    v1::KeysRequest all = Keys({"a", "b", "c"});  // epoch 0: not checked
+    ASSERT_TRUE(engine_stub_->Lookup(&context, all, &lookup).ok());
+    ASSERT_EQ(lookup.states_size(), 3);
+    EXPECT_EQ(lookup.states(0), v1::KEY_STATE_HIT_PENDING);
+    EXPECT_EQ(lookup.states(1), v1::KEY_STATE_HIT_PENDING);
+    EXPECT_EQ(lookup.states(2), v1::KEY_STATE_MISS);
+  }
 }
 
 TEST_F(ServiceTest, IndexAndAdminCallsRefuseBadRequestsWithExactCodes) {
