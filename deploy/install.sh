@@ -14,6 +14,9 @@
 #   --kvoffloadd=PATH   the daemon binary (bazel-bin/daemon/kvoffloadd)
 #   --kvoffloadctl=PATH the admin CLI (bazel-bin/client/ctl/kvoffloadctl)
 #   --client_lib=PATH   the engines' C ABI library (bazel-bin/client/libkvoffload_c.so), if built
+#   --fdstore_preserve=auto|yes|no  install kvoffloadd.service.d/fdstore-preserve.conf
+#                       (FileDescriptorStorePreserve=yes: the cache survives `systemctl stop`);
+#                       auto: when this machine's systemd is 254 or newer (the key's first version)
 #   --dry-run           print the commands instead of running them
 #
 # Installed: PREFIX/bin/{kvoffloadd,kvoffloadctl}, UNITDIR/kvoffloadd.service (ExecStart points at
@@ -32,6 +35,7 @@ sysconfdir=/etc/kvoffload
 kvoffloadd="${repo}/bazel-bin/daemon/kvoffloadd"
 kvoffloadctl="${repo}/bazel-bin/client/ctl/kvoffloadctl"
 client_lib="${repo}/bazel-bin/client/libkvoffload_c.so"
+fdstore_preserve=auto
 dry_run=0
 
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -45,6 +49,7 @@ for arg in "$@"; do
     --kvoffloadd=*) kvoffloadd="${arg#*=}" ;;
     --kvoffloadctl=*) kvoffloadctl="${arg#*=}" ;;
     --client_lib=*) client_lib="${arg#*=}" ;;
+    --fdstore_preserve=auto|--fdstore_preserve=yes|--fdstore_preserve=no) fdstore_preserve="${arg#*=}" ;;
     --dry-run) dry_run=1 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument ${arg}" ;;
@@ -57,7 +62,7 @@ destdir="${destdir%/}"
 for f in "${kvoffloadd}" "${kvoffloadctl}"; do
   [[ -x "${f}" ]] || die "${f} is missing or not executable (bazel build //daemon:kvoffloadd //client/ctl:kvoffloadctl, or pass --kvoffloadd= / --kvoffloadctl=)"
 done
-for f in kvoffloadd.service kvoffloadd.flags kvoffload.sysusers.conf; do
+for f in kvoffloadd.service kvoffloadd.flags kvoffload.sysusers.conf fdstore-preserve.conf; do
   [[ -f "${here}/${f}" ]] || die "${here}/${f} is missing"
 done
 if [[ -z "${destdir}" && ${dry_run} -eq 0 && $(id -u) -ne 0 ]]; then
@@ -90,6 +95,25 @@ trap 'rm -f "${unit_tmp}"' EXIT
 sed "s#^ExecStart=/usr/local/bin/kvoffloadd#ExecStart=${bindir}/kvoffloadd#; s#file:///usr/local/share/doc/kvoffload/#file://${docdir}/#" \
   "${here}/kvoffloadd.service" >"${unit_tmp}"
 run install -m 0644 "${unit_tmp}" "${destdir}${unitdir}/kvoffloadd.service"
+
+# FileDescriptorStorePreserve= exists from systemd 254 on (version read from systemd-analyze, which
+# never changes the system); an older systemd warns about it and
+# ignores it, so it goes in a drop-in installed only where it means something.
+if [[ "${fdstore_preserve}" == auto ]]; then
+  systemd_version="$(systemd-analyze --version 2>/dev/null | awk 'NR == 1 { print $2 }' || true)"
+  if [[ "${systemd_version}" =~ ^[0-9]+$ && "${systemd_version}" -ge 254 ]]; then
+    fdstore_preserve=yes
+  else
+    fdstore_preserve=no
+    echo "install.sh: systemd ${systemd_version:-not found} < 254: no FileDescriptorStorePreserve=;" \
+         "restarts, upgrades and crashes keep the cache, 'systemctl stop' empties it"
+  fi
+fi
+if [[ "${fdstore_preserve}" == yes ]]; then
+  run install -d -m 0755 "${destdir}${unitdir}/kvoffloadd.service.d"
+  run install -m 0644 "${here}/fdstore-preserve.conf" \
+    "${destdir}${unitdir}/kvoffloadd.service.d/fdstore-preserve.conf"
+fi
 
 run install -m 0644 "${here}/kvoffloadd.flags" "${destdir}${sysconfdir}/kvoffloadd.flags.example"
 if [[ -e "${destdir}${sysconfdir}/kvoffloadd.flags" ]]; then

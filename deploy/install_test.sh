@@ -65,6 +65,21 @@ check "sysusers.d puts the daemon in it" grep -qx 'm kvoffload kvoffload-admin' 
 check "unit joins the admin group" grep -qx 'SupplementaryGroups=kvoffload-admin' "${unit}"
 check "flagfile names the socket groups" grep -qx -e '--admin_socket_group=kvoffload-admin' "${root}/etc/kvoffload/kvoffloadd.flags"
 check "metrics doc installed" test -f "${root}/usr/local/share/doc/kvoffload/metrics.md"
+check "unit keeps engines in the fd store" grep -qx 'FileDescriptorStoreMax=1024' "${unit}"
+check "unit restarts on failure" grep -qx 'Restart=on-failure' "${unit}"
+# FileDescriptorStorePreserve= only where systemd knows it (254+): a drop-in, installed by version.
+preserve="${root}/etc/systemd/system/kvoffloadd.service.d/fdstore-preserve.conf"
+systemd_version="$(systemd-analyze --version 2>/dev/null | awk 'NR == 1 { print $2 }' || true)"
+if [[ "${systemd_version}" =~ ^[0-9]+$ && "${systemd_version}" -ge 254 ]]; then
+  check "fdstore-preserve drop-in installed (systemd ${systemd_version})" cmp -s "${here}/fdstore-preserve.conf" "${preserve}"
+else
+  check "no fdstore-preserve drop-in (systemd ${systemd_version:-none} < 254)" test ! -e "${preserve}"
+fi
+check "no FileDescriptorStorePreserve= in the unit itself" bash -c '! grep -q "^FileDescriptorStorePreserve=" "$0"' "${unit}"
+if "${install}" --destdir="${tmp}/root-preserve" --fdstore_preserve=yes "${bins[@]}" >/dev/null 2>&1; then
+  pass "--fdstore_preserve=yes"; else fail "--fdstore_preserve=yes"; fi
+check "--fdstore_preserve=yes installs the drop-in" cmp -s "${here}/fdstore-preserve.conf" \
+  "${tmp}/root-preserve/etc/systemd/system/kvoffloadd.service.d/fdstore-preserve.conf"
 if command -v systemd-analyze >/dev/null; then
   check "installed unit passes verify_unit.sh" "${here}/verify_unit.sh" --binary="${kvoffloadd}" "${unit}"
 fi
