@@ -5,6 +5,7 @@
 #define KVOFFLOAD_COMMON_LIMITS_H_
 
 #include <cstddef>
+#include <cstdint>
 
 namespace kvoffload::common {
 
@@ -16,6 +17,11 @@ inline constexpr size_t kMinKeyBytes = 1;
 inline constexpr size_t kMaxKeyBytes = 256;
 // Further uids, and further gids, an engine spec may name (EngineSpec.member_uids / _gids).
 inline constexpr size_t kMaxMembersPerEngine = 1024;
+// The region epoch that names no region. In a request (OpenEngine, RegisterWorker, index calls,
+// job parts) it means "not checked"; the client library replaces it with the region it knows
+// before sending (JobRequest.region_epoch, SchedulerClient), so its requests are always checked.
+// A real epoch is never 0.
+inline constexpr uint64_t kUncheckedRegionEpoch = 0;
 
 }  // namespace kvoffload::common
 

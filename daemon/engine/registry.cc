@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/fd_usage.h"
 #include "common/geometry.h"
+#include "common/limits.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/engine/access.h"
@@ -82,7 +83,8 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
       RETURN_IF_ERROR(CheckEngineUse(*caller, it->second->owner_uid(), it->second->spec(), "open"));
     }
     RETURN_IF_ERROR(it->second->CheckSameSpec(spec));
-    if (expected_epoch != 0 && it->second->region_epoch() != expected_epoch) {
+    if (expected_epoch != common::kUncheckedRegionEpoch &&
+        it->second->region_epoch() != expected_epoch) {
       return absl::FailedPreconditionError(
           EpochMismatch(spec.Key(), expected_epoch, it->second->region_epoch()));
     }
@@ -94,7 +96,7 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
   absl::MutexLock create_lock(&create_mu_);
   found = existing();  // created while we waited?
   if (found.ok() || found.status().code() != absl::StatusCode::kNotFound) return found;
-  if (expected_epoch != 0) {
+  if (expected_epoch != common::kUncheckedRegionEpoch) {
     // The caller's region is gone; a fresh one would serve zeroed rows as stored.
     return absl::FailedPreconditionError(EpochMismatch(spec.Key(), expected_epoch, 0));
   }
@@ -120,7 +122,9 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
   engine->set_owner_uid(owner);
   absl::MutexLock lock(&mu_);
   if (shutting_down_) {
-    // Shutdown began while the region was populated: it will not drain this engine.
+    // Shutdown began while the region was populated: it will not drain this engine, and the
+    // next daemon must not find it in the fd store either.
+    if (Durable()) options_.durability->Forget(engine->region_epoch(), engine->key());
     deps_.release->Defer(std::move(engine));
     return absl::UnavailableError("kvoffloadd is shutting down");
   }

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/limits.h"
 #include "daemon/engine/access.h"
 #include "daemon/service/convert.h"
 
@@ -48,7 +49,7 @@ absl::StatusOr<EngineService::IndexRequest> EngineService::ResolveIndexRequest(
     const google::protobuf::RepeatedPtrField<std::string>& keys) {
   auto engine = IndexedEngine(context, engine_id, dp_rank, action);
   if (!engine.ok()) return engine.status();
-  if (region_epoch != 0 && region_epoch != (*engine)->region_epoch()) {
+  if (region_epoch != common::kUncheckedRegionEpoch && region_epoch != (*engine)->region_epoch()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "engine %s: the request was planned against region epoch %x, but the engine's region is "
         "epoch %x (re-created since: it holds none of the caller's keys); open the engine again",
