@@ -551,6 +551,50 @@ TEST(RestartTest, CorruptedOrTruncatedStateIsRefusedAndTheOthersRestored) {
   }
 }
 
+// A restart with a smaller --max_region_bytes (a flag change): engines that no longer fit are
+// refused (and leave the store), the others come back.
+TEST(RestartTest, EnginesThatNoLongerFitTheNodeCapAreRefused) {
+  char dir[] = "/tmp/kvo-cap-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string flagfile = absl::StrCat(dir, "/flags");
+  auto write_cap = [&](const std::string& cap) {
+    FILE* f = fopen(flagfile.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fprintf(f, "--max_region_bytes=%s\n", cap.c_str());
+    fclose(f);
+  };
+  write_cap("96MiB");
+  auto daemon = SupervisedDaemon::Start({absl::StrCat("--flagfile=", flagfile)});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  std::vector<TestEngine> engines(2);
+  std::vector<uint64_t> epochs;
+  for (int i = 0; i < 2; ++i) {
+    engines[i].engine_id = absl::StrCat("cap", i);
+    engines[i].budget_bytes = 40 << 20;
+    RawScheduler scheduler((*daemon)->data_socket(), engines[i]);
+    auto opened = scheduler.Open();
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    epochs.push_back(opened->region_epoch());
+  }
+  write_cap("64MiB");  // room for one of the two
+  ASSERT_TRUE((*daemon)->Restart().ok());
+  EXPECT_EQ((*daemon)->fds_at_start(), 4);
+  int restored = 0;
+  for (int i = 0; i < 2; ++i) {
+    auto same = RawScheduler((*daemon)->data_socket(), engines[i]).Open(epochs[i]);
+    if (same.ok()) {
+      ++restored;
+    } else {
+      EXPECT_EQ(same.status().code(), absl::StatusCode::kFailedPrecondition) << same.status();
+      EXPECT_TRUE(HasEvent(**daemon, absl::StrCat("removed name=kvoffload.state.")));
+    }
+  }
+  EXPECT_EQ(restored, 1);
+  ASSERT_TRUE((*daemon)->Restart().ok());
+  EXPECT_EQ((*daemon)->fds_at_start(), 2);  // the refused engine's descriptors are gone
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RestartTest, DroppedEngineLeavesTheStore) {
   auto daemon = SupervisedDaemon::Start({"--max_region_bytes=64MiB"});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
