@@ -1,5 +1,6 @@
 #include "daemon/engine/engine_resources.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,19 @@ namespace {
 spdlog::logger* Log() {
   static spdlog::logger* const log = common::Logger("engine");
   return log;
+}
+
+// The node-cap reservation of `cost`; a refusal names `what` and every part of the cost.
+absl::StatusOr<MemoryReservation> Reserve(MemoryBudget* budget, const EngineCost& cost,
+                                          const std::string& what) {
+  return MemoryReservation::Reserve(
+      budget, cost.total_bytes,
+      absl::StrCat(what, " (region ", cost.region_bytes, " bytes + index metadata ",
+                   cost.index_bytes, " bytes",
+                   cost.state_bytes == 0
+                       ? std::string()
+                       : absl::StrCat(" + durable state ", cost.state_bytes, " bytes"),
+                   ")"));
 }
 
 }  // namespace
@@ -40,12 +54,8 @@ absl::StatusOr<EngineResources> AcquireEngineResources(const common::EngineSpec&
   // Then the region, then the index; each step is undone by RAII if a later one fails.
   ASSIGN_OR_RETURN(EngineCost cost, CostOfEngine(geometry));
   EngineResources resources;
-  ASSIGN_OR_RETURN(
-      resources.reservation,
-      MemoryReservation::Reserve(budget, cost.total_bytes,
-                                 absl::StrCat("engine ", spec.Key(), " (region ", cost.region_bytes,
-                                              " bytes + index metadata ", cost.index_bytes,
-                                              " bytes)")));
+  ASSIGN_OR_RETURN(resources.reservation,
+                   Reserve(budget, cost, absl::StrCat("engine ", spec.Key())));
   ASSIGN_OR_RETURN(resources.region,
                    Region::Create(spec.Key(), geometry.capacity_bytes, region_options));
   RETURN_IF_ERROR(backend->RegisterRegion(resources.region->data(), resources.region->size(),
@@ -69,13 +79,8 @@ absl::StatusOr<EngineResources> AcquireDurableEngineResources(
   ASSIGN_OR_RETURN(uint64_t state_bytes, durability->StateBytes(identity, geometry));
   ASSIGN_OR_RETURN(EngineCost cost, CostOfEngine(geometry, state_bytes));
   EngineResources resources;
-  ASSIGN_OR_RETURN(
-      resources.reservation,
-      MemoryReservation::Reserve(
-          budget, cost.total_bytes,
-          absl::StrCat("engine ", spec.Key(), " (region ", cost.region_bytes,
-                       " bytes + index metadata ", cost.index_bytes, " bytes + durable state ",
-                       cost.state_bytes, " bytes)")));
+  ASSIGN_OR_RETURN(resources.reservation,
+                   Reserve(budget, cost, absl::StrCat("engine ", spec.Key())));
   ASSIGN_OR_RETURN(resources.region,
                    Region::Create(spec.Key(), geometry.capacity_bytes, region_options));
   ASSIGN_OR_RETURN(std::unique_ptr<StateFile> state, durability->NewState(identity, geometry));
@@ -103,13 +108,8 @@ absl::StatusOr<AdoptedResources> AdoptEngineResources(Durability::Restorable res
   ASSIGN_OR_RETURN(EngineCost cost, CostOfEngine(geometry, state.file->bytes()));
   AdoptedResources adopted;
   EngineResources& resources = adopted.resources;
-  ASSIGN_OR_RETURN(
-      resources.reservation,
-      MemoryReservation::Reserve(
-          budget, cost.total_bytes,
-          absl::StrCat("restored engine ", spec.Key(), " (region ", cost.region_bytes,
-                       " bytes + index metadata ", cost.index_bytes, " bytes + durable state ",
-                       cost.state_bytes, " bytes)")));
+  ASSIGN_OR_RETURN(resources.reservation,
+                   Reserve(budget, cost, absl::StrCat("restored engine ", spec.Key())));
   ASSIGN_OR_RETURN(resources.region, Region::Adopt(restorable.region.release(), spec.Key(),
                                                    geometry.capacity_bytes, region_options));
   ASSIGN_OR_RETURN(SlotIndex::RestoreResult restored,
