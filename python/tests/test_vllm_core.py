@@ -9,7 +9,7 @@ import unittest
 
 import kvoffload
 from kvoffload import KvoffloadError, StatusCode
-from kvoffload.vllm import core
+from kvoffload.vllm import core, manager_core, worker_core
 
 
 class FakeWorker:
@@ -67,6 +67,38 @@ class FakeWorker:
         self.alive = False
 
 
+class ReconnectingWorker(FakeWorker):
+    """A kvoffload.Worker of C ABI 3: when the daemon goes away it fails its jobs in flight
+    (UNAVAILABLE verdicts, polled while it registers again) and comes back by itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.phase = kvoffload.SessionPhase.LIVE
+        self.generation = 1
+
+    def session_state(self):
+        live = self.phase == kvoffload.SessionPhase.LIVE
+        return kvoffload.SessionState(self.phase, 0 if live else StatusCode.UNAVAILABLE, "",
+                                      self.generation, self.generation - 1, 0, 1, 1)
+
+    def lose(self):
+        self.alive = False
+        self.phase = kvoffload.SessionPhase.RECONNECTING
+        for job_id in self.held:
+            self.done[job_id] = kvoffload.FinishedJob(job_id, False, StatusCode.UNAVAILABLE,
+                                                      "kvoffloadd went away", 0)
+        self.held = set()
+
+    def back(self):
+        self.alive = True
+        self.phase = kvoffload.SessionPhase.LIVE
+        self.generation += 1
+
+    def poll(self):
+        out, self.done = list(self.done.values()), {}
+        return out
+
+
 def rows(r, nonce=7, keys=(), epoch=0):
     return types.SimpleNamespace(block_ids=list(r), job_nonce=nonce, keys=list(keys),
                                  region_epoch=epoch, failed=False)
@@ -98,8 +130,8 @@ class WorkerCoreTest(unittest.TestCase):
         wc.submit(core.STORE, 2, [4], 0, rows([1], keys=[b"k"]))
         self.assertEqual(wc.get_finished(), [])  # in flight
         first.alive = False  # the daemon restarted
-        core.REDIAL_INTERVAL_S, saved = 0.0, core.REDIAL_INTERVAL_S
-        self.addCleanup(setattr, core, "REDIAL_INTERVAL_S", saved)
+        worker_core.REDIAL_INTERVAL_S, saved = 0.0, worker_core.REDIAL_INTERVAL_S
+        self.addCleanup(setattr, worker_core, "REDIAL_INTERVAL_S", saved)
         done = wc.get_finished() + wc.get_finished()  # resubmitted, then finished
         self.assertEqual(sorted((f.vllm_id, f.ok) for f in done), [(1, True), (2, True)])
         # The load went to the new session; the store (a row takes one store job) did not:
@@ -107,6 +139,26 @@ class WorkerCoreTest(unittest.TestCase):
         self.assertEqual(second.calls, [("load", 7 << 32 | 1, -1)])
         self.assertEqual(self.released, [([b"k"], False)])
         self.assertIs(wc.worker, second)
+
+    def test_jobs_in_flight_end_with_the_clients_verdict_and_are_never_resubmitted(self):
+        # The client reconnects by itself: jobs in flight when the daemon went away fail with its
+        # verdict (the daemon may have been copying them: a second copy could race the first into
+        # GPU blocks vLLM reuses); a job submitted meanwhile is held and sent once it is back.
+        w = ReconnectingWorker()
+        w.held.update({7 << 32 | 1, 7 << 32 | 2})
+        wc = self.make([w])
+        wc.submit(core.LOAD, 1, [3], 0, rows([0]))
+        wc.submit(core.STORE, 2, [4], 0, rows([1], keys=[b"k"]))
+        w.lose()
+        wc.submit(core.LOAD, 3, [5], 0, rows([2]))  # refused: not registered yet
+        done = wc.get_finished()
+        self.assertEqual(sorted((f.vllm_id, f.ok) for f in done), [(1, False), (2, True)])
+        self.assertEqual(self.released, [([b"k"], False)])  # the store's keys never readable
+        w.back()
+        done = wc.get_finished() + wc.get_finished()
+        self.assertEqual([(f.vllm_id, f.ok) for f in done], [(3, True)])
+        self.assertEqual([c[1] for c in w.calls], [7 << 32 | 1, 7 << 32 | 2, 7 << 32 | 3])
+        self.assertIs(wc.worker, w)  # no second session dialed
 
     def test_a_job_no_session_takes_within_the_window_fails_and_its_keys_are_released(self):
         first = FakeWorker()
@@ -198,8 +250,8 @@ class ManagerCoreTest(unittest.TestCase):
         m = core.ManagerCore(index, lambda: index, job_nonce=1)
         index.fail_next = 1
         m.complete_store([b"a", b"b"])  # the daemon did not answer
-        core.COMMIT_RETRY_S, saved = 0.0, core.COMMIT_RETRY_S
-        self.addCleanup(setattr, core, "COMMIT_RETRY_S", saved)
+        manager_core.COMMIT_RETRY_S, saved = 0.0, manager_core.COMMIT_RETRY_S
+        self.addCleanup(setattr, manager_core, "COMMIT_RETRY_S", saved)
         m.lookup(b"x")  # any later call sends it again
         self.assertEqual(index.calls, [("complete_store", [b"a", b"b"], True)] * 2)
         m.lookup(b"x")
