@@ -62,7 +62,8 @@ Engine::Engine(const common::EngineSpec& spec, const common::Geometry& geometry,
       reservation_(std::move(resources.reservation)),
       region_(std::move(resources.region)),
       index_(std::move(resources.index)),
-      sessions_(geometry, spec.Key()),
+      record_layout_(std::move(resources.record_layout)),
+      sessions_(geometry, spec.Key(), std::move(resources.layout)),
       jobs_(VoteRule::For(geometry, spec), LimitsOf(deps), spec.Key()) {}
 
 Engine::~Engine() {
@@ -107,8 +108,12 @@ absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank, const WorkerRegistra
   absl::Status free = sessions_.CheckAttach(mp_rank, *slot, pages);
   if (!free.ok()) return refuse(free);
   const bool writer = common::IsStoreWriter(geometry_, mp_rank);
+  bool fixed_layout = false;
   WorkerSession& session =
-      sessions_.Add(mp_rank, *slot, writer, pages, std::move(memory), listener);
+      sessions_.Add(mp_rank, *slot, writer, pages, std::move(memory), listener, &fixed_layout);
+  // Before any row can become READY (a store needs an attached worker): a restored engine then
+  // refuses a worker whose tensors split the same bytes differently.
+  if (fixed_layout && record_layout_) record_layout_(pages);
   Log()->info("engine {}: mp_rank {} attached in slot {} (writer={})", key(), mp_rank, *slot,
               writer);
   return WorkerInfo{session.id, *slot, writer, region_epoch_};

@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -208,6 +209,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   MemoryReservation reservation_;
   std::unique_ptr<Region> region_;
   const std::unique_ptr<SlotIndex> index_;
+  // EngineResources::record_layout: the first worker's layout goes to the durable state.
+  const std::function<void(const std::vector<uint64_t>&)> record_layout_;
 
   // Held shared from collecting verdicts until they are delivered, exclusively by Detach: a
   // listener is never called after Detach returns.

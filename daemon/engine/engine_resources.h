@@ -15,7 +15,9 @@
 #define KVOFFLOAD_DAEMON_ENGINE_ENGINE_RESOURCES_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/engine_spec.h"
@@ -46,6 +48,14 @@ struct EngineResources {
   MemoryReservation reservation;
   std::unique_ptr<Region> region;  // registered with the backend
   std::unique_ptr<SlotIndex> index;
+  // The layout identity (per-tensor page sizes) the rows were stored with, when the engine's
+  // rows outlive a daemon: restored from the state file; empty when no worker has fixed it yet.
+  // A worker with another layout is refused (WorkerSessions::CheckAttach).
+  std::vector<uint64_t> layout;
+  // Called once, with the engine's lock held, when the first worker fixes the layout — before
+  // any row can become READY — so that a restored engine knows it (the state file records it).
+  // Must be quick (a few stores into the state memfd). Empty: nothing to record.
+  std::function<void(const std::vector<uint64_t>&)> record_layout;
 };
 
 // Reserves the whole cost (CostOfEngine) against the node cap, then creates and populates the

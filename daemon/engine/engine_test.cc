@@ -734,3 +734,63 @@ TEST_F(EngineTest, ARankRegistersAgainOnlyOnceItsOldCopiesEnded) {
 
 }  // namespace
 }  // namespace kvoffload::daemon
+
+namespace kvoffload::daemon {
+namespace {
+
+// The layout identity outlives a daemon through EngineResources: a restored engine refuses a
+// worker whose tensors split the same bytes per block differently, and a new engine reports the
+// first worker's layout exactly once.
+TEST(EngineLayoutTest, ARestoredLayoutRefusesAnotherSplitAndANewOneIsRecordedOnce) {
+  EngineTestEnv env;
+  const common::EngineSpec spec = PerRankSpec(2);
+  auto geometry = common::ComputeGeometry(spec);
+  ASSERT_TRUE(geometry.ok());
+  auto make = [&](std::vector<uint64_t> layout, std::vector<std::vector<uint64_t>>* recorded) {
+    auto resources = AcquireEngineResources(spec, *geometry, &env.budget(), &env.backend(),
+                                            env.deps().region_options);
+    EXPECT_TRUE(resources.ok()) << resources.status();
+    resources->layout = std::move(layout);
+    resources->record_layout = [recorded](const std::vector<uint64_t>& pages) {
+      recorded->push_back(pages);
+    };
+    return Engine::FromResources(spec, *geometry, env.deps(), /*region_epoch=*/7,
+                                 *std::move(resources));
+  };
+  auto attach = [&](Engine& engine, uint32_t rank, uint32_t tensors, RecordingListener* listener,
+                    std::unique_ptr<ShmWorkerMemory>* keep) {
+    auto memory = ShmWorkerMemory::Create(tensors, kWorkerBlocks, kBytesPerBlock / tensors,
+                                          /*seed=*/rank);
+    EXPECT_TRUE(memory.ok()) << memory.status();
+    auto opened = env.backend().OpenWorker((*memory)->Registration());
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    auto info = engine.Attach(rank, (*memory)->Registration(), *std::move(opened), listener);
+    *keep = *std::move(memory);
+    return info.status();
+  };
+  RecordingListener l0, l1;
+  std::unique_ptr<ShmWorkerMemory> m0, m1;
+  {
+    std::vector<std::vector<uint64_t>> recorded;
+    std::shared_ptr<Engine> restored = make({kBytesPerBlock}, &recorded);
+    absl::Status other = attach(*restored, 0, /*tensors=*/2, &l0, &m0);
+    EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition) << other;
+    EXPECT_TRUE(attach(*restored, 0, /*tensors=*/1, &l0, &m0).ok());
+    EXPECT_TRUE(recorded.empty());  // restored, not fixed again
+    restored->Close(absl::CancelledError("test over"));
+    ASSERT_TRUE(restored->WaitClosed(absl::Now() + absl::Seconds(5)));
+    restored->Detach(1);
+  }
+  ASSERT_TRUE(env.Settle());
+  {
+    std::vector<std::vector<uint64_t>> recorded;
+    std::shared_ptr<Engine> fresh = make({}, &recorded);
+    EXPECT_TRUE(attach(*fresh, 0, /*tensors=*/2, &l0, &m0).ok());
+    EXPECT_TRUE(attach(*fresh, 1, /*tensors=*/2, &l1, &m1).ok());
+    ASSERT_EQ(recorded.size(), 1u);
+    EXPECT_EQ(recorded[0], (std::vector<uint64_t>{kBytesPerBlock / 2, kBytesPerBlock / 2}));
+  }
+}
+
+}  // namespace
+}  // namespace kvoffload::daemon

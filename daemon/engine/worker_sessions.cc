@@ -40,8 +40,12 @@ std::vector<uint64_t> PagesOf(const WorkerRegistration& registration) {
   return pages;
 }
 
-WorkerSessions::WorkerSessions(const common::Geometry& geometry, std::string engine_key)
-    : geometry_(geometry), engine_key_(std::move(engine_key)), idle_since_(absl::Now()) {}
+WorkerSessions::WorkerSessions(const common::Geometry& geometry, std::string engine_key,
+                               std::vector<uint64_t> layout)
+    : geometry_(geometry),
+      engine_key_(std::move(engine_key)),
+      tensor_pages_(std::move(layout)),
+      idle_since_(absl::Now()) {}
 
 absl::Status WorkerSessions::CheckAttach(uint32_t mp_rank, uint32_t slot,
                                          const std::vector<uint64_t>& pages) const {
@@ -78,8 +82,11 @@ absl::Status WorkerSessions::CheckAttach(uint32_t mp_rank, uint32_t slot,
 
 WorkerSession& WorkerSessions::Add(uint32_t mp_rank, uint32_t slot, bool writer,
                                    const std::vector<uint64_t>& pages,
-                                   std::shared_ptr<WorkerMemory> memory, JobListener* listener) {
-  if (tensor_pages_.empty()) tensor_pages_ = pages;
+                                   std::shared_ptr<WorkerMemory> memory, JobListener* listener,
+                                   bool* fixed_layout) {
+  const bool first = tensor_pages_.empty();
+  if (first) tensor_pages_ = pages;
+  if (fixed_layout != nullptr) *fixed_layout = first;
   WorkerSession session;
   session.id = next_session_id_++;
   session.mp_rank = mp_rank;

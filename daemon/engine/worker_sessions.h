@@ -61,7 +61,10 @@ struct WorkerSession {
 
 class WorkerSessions {
  public:
-  WorkerSessions(const common::Geometry& geometry, std::string engine_key);
+  // `layout`: the per-tensor page sizes the engine's rows were stored with (restored after a
+  // restart), or empty to let the first worker fix it.
+  WorkerSessions(const common::Geometry& geometry, std::string engine_key,
+                 std::vector<uint64_t> layout = {});
   WorkerSessions(const WorkerSessions&) = delete;
   WorkerSessions& operator=(const WorkerSessions&) = delete;
 
@@ -70,10 +73,13 @@ class WorkerSessions {
   // (rank or slot taken), RESOURCE_EXHAUSTED (every local worker is attached).
   absl::Status CheckAttach(uint32_t mp_rank, uint32_t slot,
                            const std::vector<uint64_t>& pages) const;
-  // Attaches a worker CheckAttach accepted; the first one fixes the layout.
+  // Attaches a worker CheckAttach accepted; the first one fixes the layout, and *fixed_layout
+  // (if given) tells whether this call did.
   WorkerSession& Add(uint32_t mp_rank, uint32_t slot, bool writer,
                      const std::vector<uint64_t>& pages, std::shared_ptr<WorkerMemory> memory,
-                     JobListener* listener);
+                     JobListener* listener, bool* fixed_layout = nullptr);
+  // The layout identity, or empty before the first worker.
+  const std::vector<uint64_t>& layout() const { return tensor_pages_; }
   // The session, or nullptr.
   WorkerSession* Find(uint64_t session_id);
   // Detaches a session and returns its memory reference, which is also remembered (weakly) as
@@ -97,7 +103,7 @@ class WorkerSessions {
   std::map<uint64_t, WorkerSession> sessions_;
   uint64_t next_session_id_ = 1;
   std::map<uint32_t, std::weak_ptr<WorkerMemory>> departed_;
-  std::vector<uint64_t> tensor_pages_;  // set by the first worker
+  std::vector<uint64_t> tensor_pages_;  // set by the first worker (or restored)
   absl::Time idle_since_;
 };
 

@@ -96,6 +96,20 @@ TEST(WorkerSessionsTest, ReplicatedRanksShareSlotZeroUpToTheLocalWorkers) {
   EXPECT_EQ(sessions.CheckAttach(2, 0, pages).code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST(WorkerSessionsTest, ARestoredLayoutBindsTheFirstWorkerToo) {
+  const common::Geometry g = GeometryOf(Spec(2, 2, common::Attention::kMha));
+  WorkerSessions sessions(g, "e/0", /*layout=*/{8192});
+  EXPECT_EQ(sessions.CheckAttach(0, 0, {4096, 4096}).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(sessions.CheckAttach(0, 0, {8192}).ok());
+  bool fixed = true;
+  sessions.Add(0, 0, true, {8192}, std::make_shared<FakeMemory>(), nullptr, &fixed);
+  EXPECT_FALSE(fixed);  // it was fixed before this worker
+  WorkerSessions fresh(g, "e/1");
+  fresh.Add(0, 0, true, {4096, 4096}, std::make_shared<FakeMemory>(), nullptr, &fixed);
+  EXPECT_TRUE(fixed);
+  EXPECT_EQ(fresh.layout(), (std::vector<uint64_t>{4096, 4096}));
+}
+
 TEST(WorkerSessionsTest, ARankIsRefusedWhileItsDepartedMemoryIsStillHeld) {
   const common::Geometry g = GeometryOf(Spec(2, 2, common::Attention::kMha));
   WorkerSessions sessions(g, "e/0");
