@@ -243,9 +243,10 @@ int kvo_worker_submit(kvo_worker* worker, uint64_t job_id, int32_t direction,
                       size_t num_rows, int32_t event_index, char* err, size_t err_len);
 
 /* kvo_worker_submit, checked against the region the rows were planned in: region_epoch is the
- * scheduler's kvo_scheduler_region_epoch (0 = this session's own region, which kvo_worker_submit
- * always sends). A re-created region fails the job with FAILED_PRECONDITION naming both epochs
- * instead of serving zeroed rows as stored. */
+ * scheduler's kvo_scheduler_region_epoch (0 = the live session's own region, which
+ * kvo_worker_submit always sends: rows planned before the worker registered again must be sent
+ * with their epoch). A re-created region fails the job with FAILED_PRECONDITION naming both
+ * epochs instead of serving zeroed rows as stored. */
 int kvo_worker_submit_epoch(kvo_worker* worker, uint64_t job_id, int32_t direction,
                             const uint64_t* gpu_blocks, size_t num_gpu_blocks,
                             const uint64_t* rows, size_t num_rows, int32_t event_index,

@@ -152,8 +152,10 @@ struct JobRequest {
   std::vector<uint64_t> rows;
   int32_t event_index = -1;
   // The region the rows were planned against (the scheduler's SchedulerClient::region_epoch());
-  // 0 = this session's region (registration().region_epoch). Always checked by the daemon: a
+  // 0 = the live session's region (registration().region_epoch). Always checked by the daemon: a
   // re-created region fails the part with FAILED_PRECONDITION instead of serving zeroed rows.
+  // Rows planned before a reconnect must carry their epoch: with 0 they would be taken as rows
+  // of the region the worker registered in again.
   uint64_t region_epoch = 0;
   // After the explicit lists: consecutive rows and blocks, sent as 24 bytes a run.
   std::vector<BlockRun> runs;
