@@ -196,7 +196,8 @@ class Worker(_Handle):
         """Sends this worker's part of a store (GPU → host) job: gpu_blocks has
         len(rows) × blocks_per_row entries. event_index: an event recorded with record_event
         after the KV writes (the daemon waits on it), or -1. region_epoch: the scheduler's
-        Scheduler.region_epoch the rows were planned in (0 = this session's region); a
+        Scheduler.region_epoch the rows were planned in (0 = the live session's region: rows
+        planned before the worker registered again must carry their epoch); a
         re-created region fails the job with FAILED_PRECONDITION. The verdict comes from
         poll/wait."""
         self._submit(Direction.STORE, job_id, gpu_blocks, rows, event_index, region_epoch)
