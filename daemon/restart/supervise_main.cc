@@ -17,7 +17,8 @@
 //     `systemctl restart` is; replacing the binary on disk first makes that an upgrade;
 //   - SIGTERM or SIGINT stops the daemon (SIGTERM) and then the supervisor, dropping the stored
 //     descriptors (their memory is freed) — what `systemctl stop` is on systemd < 254;
-//   - a daemon that exits 0 on its own ends the supervisor too (exit 0).
+//   - a daemon that exits 0 on its own ends the supervisor too (exit 0); one that fails
+//     --start_limit_burst times in a row within 10 s of its start ends it with exit 1.
 // Events are printed one per line on stdout (started, ready, stored, removed, exited, stopped)
 // for scripts and tests; the daemon's own stdout goes to stderr.
 #include <errno.h>
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -52,6 +54,9 @@
 ABSL_FLAG(int64_t, restart_delay_ms, 100, "Wait this long before starting a failed daemon again.");
 ABSL_FLAG(uint32_t, fdstore_max, 4096,
           "Most descriptors kept (systemd's FileDescriptorStoreMax=); more are closed.");
+ABSL_FLAG(int32_t, start_limit_burst, 5,
+          "Give up (exit 1) after this many failures in a row within 10 s of their start "
+          "(systemd's StartLimitBurst=), instead of restarting a daemon that cannot start.");
 ABSL_FLAG(std::string, notify_dir, "",
           "Directory for the notify socket; empty: a fresh /tmp/kvo-supervise.XXXXXX.");
 
@@ -118,6 +123,15 @@ class Supervisor {
           return failed && !stopping_ ? 1 : 0;
         }
         if (!restart_requested_) {
+          // A daemon that keeps failing right after its start will not get better by itself.
+          const bool quick = time(nullptr) - started_at_ < 10;
+          quick_failures_ = quick ? quick_failures_ + 1 : 0;
+          if (quick_failures_ >= absl::GetFlag(FLAGS_start_limit_burst)) {
+            Event(absl::StrCat("gave up after ", quick_failures_, " failures within 10 s of start"));
+            stored_.clear();
+            Event("stopped");
+            return 1;
+          }
           usleep(static_cast<useconds_t>(absl::GetFlag(FLAGS_restart_delay_ms) * 1000));
         }
         restart_requested_ = false;
@@ -191,6 +205,7 @@ class Supervisor {
       _exit(127);
     }
     child_ = pid;
+    started_at_ = time(nullptr);
     Event(absl::StrCat("started pid=", pid, " fds=", n));
     return true;
   }
@@ -266,6 +281,8 @@ class Supervisor {
   UniqueFd signals_;
   std::vector<Stored> stored_;
   pid_t child_ = -1;
+  time_t started_at_ = 0;
+  int quick_failures_ = 0;
   bool restart_requested_ = false;
   bool stopping_ = false;
 };

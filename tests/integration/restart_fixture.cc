@@ -62,6 +62,7 @@ absl::StatusOr<std::unique_ptr<SupervisedDaemon>> SupervisedDaemon::Start(
   std::vector<std::string> argv = {
       std::filesystem::absolute(RunfilePath("daemon/restart/kvoffload-supervise")).string(),
       "--restart_delay_ms=20",
+      "--start_limit_burst=1000000",  // the soak kills the daemon right after its starts
       absl::StrCat("--notify_dir=", daemon->dir_),
       "--",
       daemon_binary,

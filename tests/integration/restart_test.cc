@@ -615,5 +615,26 @@ TEST(RestartTest, DroppedEngineLeavesTheStore) {
   EXPECT_EQ(states.status().code(), absl::StatusCode::kNotFound);
 }
 
+// kvoffload-supervise gives a daemon that cannot start a bounded number of tries, as systemd's
+// StartLimitBurst= does, instead of restarting it for ever.
+TEST(RestartTest, SupervisorGivesUpOnADaemonThatCannotStart) {
+  auto supervisor = common::ChildProcess::Spawn(
+      {std::filesystem::absolute(RunfilePath("daemon/restart/kvoffload-supervise")).string(),
+       "--restart_delay_ms=1", "--start_limit_burst=3", "--", "/bin/false"});
+  ASSERT_TRUE(supervisor.ok());
+  std::vector<std::string> lines;
+  for (std::string line = (*supervisor)->ReadLine(10); !line.empty();
+       line = (*supervisor)->ReadLine(10)) {
+    lines.push_back(line);
+  }
+  EXPECT_EQ((*supervisor)->Wait(), 1);
+  int started = 0;
+  for (const std::string& l : lines) started += absl::StartsWith(l, "started ");
+  EXPECT_EQ(started, 3) << absl::StrJoin(lines, "\n");
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_TRUE(absl::StartsWith(lines[lines.size() - 2], "gave up after 3 failures"));
+  EXPECT_EQ(lines.back(), "stopped");
+}
+
 }  // namespace
 }  // namespace kvoffload::testing
