@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -84,7 +85,7 @@ ABSL_FLAG(bool, durable_regions, true,
           "Hand every engine's region and row state to the service manager's fd store "
           "(NOTIFY_SOCKET: systemd with FileDescriptorStoreMax=, or kvoffload-supervise) so that "
           "READY rows survive a restart, an upgrade or a crash. Without NOTIFY_SOCKET nothing is "
-          "stored.");
+          "stored; false also releases what an earlier daemon stored.");
 ABSL_FLAG(uint32_t, state_key_bytes, kvoffload::daemon::StateFile::kDefaultKeyCapacity,
           "Key bytes a durable row record holds (8..256; 24 + this, rounded up to 8, bytes per "
           "row of state). Rows with longer keys are served but come back as misses after a "
@@ -179,8 +180,18 @@ int main(int argc, char** argv) {
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   options.state_key_bytes = absl::GetFlag(FLAGS_state_key_bytes);
   d::RestartInputs restart;
-  restart.inherited = std::move(*inherited);
-  if (absl::GetFlag(FLAGS_durable_regions)) restart.fd_store = d::FdStoreFromEnvironment();
+  if (absl::GetFlag(FLAGS_durable_regions)) {
+    restart.fd_store = d::FdStoreFromEnvironment();
+    restart.inherited = std::move(*inherited);
+  } else if (!inherited->empty()) {
+    // Durability switched off: what an earlier daemon stored is released, not served, so that
+    // the manager does not keep its memory until the unit stops.
+    std::unique_ptr<d::FdStore> store = d::FdStoreFromEnvironment();
+    for (const d::InheritedFd& fd : *inherited) (void)store->Remove(fd.name);
+    std::fprintf(stderr, "kvoffloadd: --durable_regions=false: released %zu stored descriptors\n",
+                 inherited->size());
+    inherited->clear();
+  }
   struct GroupFlag {
     const char* name;
     std::string value;

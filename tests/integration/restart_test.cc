@@ -595,6 +595,34 @@ TEST(RestartTest, EnginesThatNoLongerFitTheNodeCapAreRefused) {
   std::filesystem::remove_all(dir);
 }
 
+// --durable_regions=false after a restart: what the store held is released, nothing is served.
+TEST(RestartTest, DurabilityTurnedOffReleasesTheStore) {
+  char dir[] = "/tmp/kvo-off-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string flagfile = absl::StrCat(dir, "/flags");
+  auto write_flags = [&](bool durable) {
+    FILE* f = fopen(flagfile.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fprintf(f, "--max_region_bytes=64MiB\n--durable_regions=%s\n", durable ? "true" : "false");
+    fclose(f);
+  };
+  write_flags(true);
+  auto daemon = SupervisedDaemon::Start({absl::StrCat("--flagfile=", flagfile)});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  TestEngine e;
+  e.engine_id = "off";
+  auto opened = RawScheduler((*daemon)->data_socket(), e).Open();
+  ASSERT_TRUE(opened.ok());
+  write_flags(false);
+  ASSERT_TRUE((*daemon)->Restart().ok());
+  EXPECT_EQ((*daemon)->fds_at_start(), 2);
+  EXPECT_EQ(RawScheduler((*daemon)->data_socket(), e).Open(opened->region_epoch()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*daemon)->Restart().ok());
+  EXPECT_EQ((*daemon)->fds_at_start(), 0);  // released, and nothing new was stored
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RestartTest, DroppedEngineLeavesTheStore) {
   auto daemon = SupervisedDaemon::Start({"--max_region_bytes=64MiB"});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
