@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/copy/copy_run.h"
 
 namespace kvoffload::daemon {
 
@@ -65,16 +66,13 @@ class WorkerMemory {
   WorkerMemory() = default;
 };
 
-enum class CopyDirection { kStore, kLoad };  // store: GPU → region; load: region → GPU
-
-inline const char* CopyDirectionName(CopyDirection d) {
-  return d == CopyDirection::kStore ? "store" : "load";
-}
-
-// One worker's copy for one job. Row i of `rows` takes GPU blocks
-// gpu_blocks[i × blocks_per_row .. (i+1) × blocks_per_row). In the region, the worker's bytes for
-// GPU block j of row r start at region_base + r × row_bytes + slot × slot_bytes + j × bytes_per_block,
-// tensors concatenated in registration order. All indices were validated by the caller.
+// One worker's copy for one job, as runs (copy_run.h): run k moves GPU blocks
+// [gpu_block, gpu_block + num_blocks) ↔ region blocks [region_block, ...). In the region, the
+// worker's bytes for block j of row r start at
+// region_base + r × row_bytes + slot × slot_bytes + j × bytes_per_block, tensors concatenated in
+// registration order. The runs were validated by the caller (ValidatePart, engine/job_part.h);
+// a backend re-checks only what keeps its own memory safe (GPU blocks its worker holds, bytes
+// inside the registered region), in O(runs).
 struct CopyJob {
   CopyDirection direction = CopyDirection::kStore;
   WorkerMemory* memory = nullptr;  // not owned
@@ -83,11 +81,7 @@ struct CopyJob {
   uint64_t slot_bytes = 0;
   uint32_t slot = 0;
   uint32_t blocks_per_row = 1;
-  std::vector<uint64_t> gpu_blocks;
-  std::vector<uint64_t> rows;
-  // When not empty (loads that start or end inside a row): gpu_blocks[i] ↔ region block
-  // region_blocks[i] = row × blocks_per_row + block; `rows` then only lists the rows touched.
-  std::vector<uint64_t> region_blocks;
+  std::vector<CopyRun> runs;  // in the job's order
   int32_t event_index = -1;  // into memory's event pool; -1 = none
   absl::Duration timeout = absl::Seconds(30);  // a wait on the worker's event fails after this
 };

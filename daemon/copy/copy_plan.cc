@@ -32,19 +32,38 @@ absl::Status ValidateTensorGeometry(size_t index, uint64_t offset, uint64_t num_
   return absl::OkStatus();
 }
 
+BlockShape ShapeOf(const std::vector<TensorDescriptor>& tensors, uint64_t bytes_per_block) {
+  BlockShape shape;
+  if (tensors.empty()) return shape;
+  shape.block_contiguous = true;
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    const TensorDescriptor& a = tensors[i - 1];
+    const TensorDescriptor& b = tensors[i];
+    if (b.block_stride_bytes != a.block_stride_bytes ||
+        b.gpu_address != a.gpu_address + a.page_bytes) {
+      shape.block_contiguous = false;
+      break;
+    }
+  }
+  shape.blocks_contiguous =
+      shape.block_contiguous && tensors.front().block_stride_bytes == bytes_per_block;
+  return shape;
+}
+
 uint64_t CountHostRuns(const DescriptorTable& table) {
   uint64_t runs = 0;
   uint64_t previous_end = kNever;
-  for (const BlockDescriptor& d : table.blocks) {
-    if (d.host_offset != previous_end) ++runs;
-    previous_end = d.host_offset + table.bytes_per_block;
+  for (const RunDescriptor& r : table.runs) {
+    if (r.host_offset != previous_end) ++runs;
+    previous_end = r.host_offset + r.num_blocks * table.bytes_per_block;
   }
   return runs;
 }
 
-absl::StatusOr<StagedPlan> PlanStagedChunks(const DescriptorTable& table, uint64_t chunk_bytes,
+absl::StatusOr<StagedPlan> PlanStagedChunks(const std::vector<BlockDescriptor>& blocks,
+                                            uint64_t bytes_per_block, uint64_t chunk_bytes,
                                             uint32_t num_buffers, uint64_t first_buffer) {
-  const uint64_t bpb = table.bytes_per_block;
+  const uint64_t bpb = bytes_per_block;
   if (num_buffers == 0) return absl::InvalidArgumentError("staged plan: no staging buffers");
   if (bpb == 0 || bpb > chunk_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("staged plan: a block of ", bpb,
@@ -53,7 +72,7 @@ absl::StatusOr<StagedPlan> PlanStagedChunks(const DescriptorTable& table, uint64
   }
   const uint64_t blocks_per_chunk = chunk_bytes / bpb;
   StagedPlan plan;
-  const size_t n = table.blocks.size();
+  const size_t n = blocks.size();
   plan.chunks.reserve((n + blocks_per_chunk - 1) / blocks_per_chunk);
   for (size_t begin = 0; begin < n; begin += blocks_per_chunk) {
     StagedChunk c;
@@ -62,7 +81,7 @@ absl::StatusOr<StagedPlan> PlanStagedChunks(const DescriptorTable& table, uint64
     c.buffer = static_cast<uint32_t>((first_buffer + plan.chunks.size()) % num_buffers);
     c.copy_begin = plan.copies.size();
     for (size_t i = c.block_begin; i < c.block_end; ++i) {
-      const uint64_t host = table.blocks[i].host_offset;
+      const uint64_t host = blocks[i].host_offset;
       const uint64_t staged = (i - c.block_begin) * bpb;
       if (plan.copies.size() > c.copy_begin &&
           plan.copies.back().host_offset + plan.copies.back().bytes == host) {
@@ -92,12 +111,11 @@ const char* CopyPathName(CopyPath path) {
 CopyPath ChooseCopyPath(const DescriptorTable& table, const std::vector<TensorDescriptor>& tensors,
                         const CopyPathPolicy& policy) {
   if (!policy.sm_paths) return CopyPath::kCopyEngine;
-  if (table.blocks.empty() || tensors.empty()) return CopyPath::kStaged;
+  if (table.num_blocks == 0 || tensors.empty()) return CopyPath::kStaged;
   uint64_t segment_bytes = kNever;
   if (tensors.size() == 1) {
     uint64_t segments = 0;
-    VisitSegments(table.blocks.data(), table.blocks.data() + table.blocks.size(), tensors,
-                  [&](const Segment&) { ++segments; });
+    VisitSegments(table, 0, table.num_blocks, tensors, [&](const Segment&) { ++segments; });
     segment_bytes = table.total_bytes() / segments;
   } else {
     for (const TensorDescriptor& t : tensors) segment_bytes = std::min(segment_bytes, t.page_bytes);

@@ -2,7 +2,9 @@
 //
 //   * ValidateTensorGeometry — the one rule for a registered tensor, for both backends;
 //   * VisitSegments          — a job's pages as maximal segments contiguous on both sides (what
-//                              the copy engines, or memcpy in the host backend, move directly);
+//                              the copy engines, or memcpy in the host backend, move directly),
+//                              walking the table's runs: a run of blocks contiguous on the GPU
+//                              too is one step, not one per block;
 //   * PlanStagedChunks       — the staged path's layout: blocks packed into staging chunks laid
 //                              out like the host side, one copy per contiguous host run;
 //   * ChooseCopyPath         — which path moves a job: copy engines unless SM paths are allowed,
@@ -15,6 +17,7 @@
 #ifndef KVOFFLOAD_DAEMON_COPY_COPY_PLAN_H_
 #define KVOFFLOAD_DAEMON_COPY_COPY_PLAN_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -42,32 +45,89 @@ struct Segment {
   uint64_t bytes = 0;
 };
 
-// Calls visit(const Segment&) for the pages of blocks [first, last) × tensors, block-major (the
-// region's order), merging a page into the previous segment when it follows it on both sides.
+// How a worker's tensors lay out one block on the GPU, for VisitSegments' shortcuts.
+struct BlockShape {
+  // A block's pages follow each other on the GPU (equal strides, tensor i + 1 starting where
+  // tensor i's page ends): each block is one contiguous span of bytes_per_block bytes.
+  bool block_contiguous = false;
+  // And consecutive blocks follow each other (stride == bytes_per_block): n consecutive blocks
+  // are one span of n × bytes_per_block bytes.
+  bool blocks_contiguous = false;
+};
+BlockShape ShapeOf(const std::vector<TensorDescriptor>& tensors, uint64_t bytes_per_block);
+
+// Greedy merging of spans in order: a span that follows the open segment on both sides extends
+// it; otherwise the open one is emitted. Emitting a span contiguous in itself at once gives the
+// same segments as emitting its pages one by one.
 template <typename Visit>
-void VisitSegments(const BlockDescriptor* first, const BlockDescriptor* last,
+class SegmentMerger {
+ public:
+  explicit SegmentMerger(Visit& visit) : visit_(visit) {}
+  void Add(uint64_t gpu, uint64_t host, uint64_t bytes) {
+    if (open_.bytes != 0 && open_.gpu_address + open_.bytes == gpu &&
+        open_.host_offset + open_.bytes == host) {
+      open_.bytes += bytes;
+      return;
+    }
+    if (open_.bytes != 0) visit_(static_cast<const Segment&>(open_));
+    open_ = Segment{gpu, host, bytes};
+  }
+  void Flush() {
+    if (open_.bytes != 0) visit_(static_cast<const Segment&>(open_));
+    open_ = Segment{};
+  }
+
+ private:
+  Visit& visit_;
+  Segment open_;
+};
+
+// Calls visit(const Segment&) for the pages of the job's blocks [first_block, last_block)
+// (counted in job order) × tensors, block-major (the region's order), merging a page into the
+// previous segment when it follows it on both sides. Work: O(runs) when the worker's blocks are
+// contiguous on the GPU (BlockShape::blocks_contiguous), O(blocks) when each block is, and
+// O(blocks × tensors) otherwise — the segments are the same in every case.
+template <typename Visit>
+void VisitSegments(const DescriptorTable& table, uint64_t first_block, uint64_t last_block,
                    const std::vector<TensorDescriptor>& tensors, Visit&& visit) {
-  Segment open;
-  for (const BlockDescriptor* d = first; d != last; ++d) {
-    for (const TensorDescriptor& t : tensors) {
-      const uint64_t gpu = t.gpu_address + d->gpu_block * t.block_stride_bytes;
-      const uint64_t host = d->host_offset + t.host_offset;
-      if (open.bytes != 0 && open.gpu_address + open.bytes == gpu &&
-          open.host_offset + open.bytes == host) {
-        open.bytes += t.page_bytes;
+  if (first_block >= last_block || tensors.empty()) return;
+  const uint64_t bpb = table.bytes_per_block;
+  const BlockShape shape = ShapeOf(tensors, bpb);
+  const TensorDescriptor& t0 = tensors.front();
+  SegmentMerger<Visit> merger(visit);
+  // The run holding first_block: the last whose first_block is not after it.
+  auto it = std::upper_bound(
+      table.runs.begin(), table.runs.end(), first_block,
+      [](uint64_t b, const RunDescriptor& r) { return b < r.first_block; });
+  if (it != table.runs.begin()) --it;
+  for (; it != table.runs.end() && it->first_block < last_block; ++it) {
+    const uint64_t from = std::max(first_block, it->first_block) - it->first_block;
+    const uint64_t to = std::min(last_block, it->first_block + it->num_blocks) - it->first_block;
+    if (from >= to) continue;
+    const uint64_t gpu_block = it->gpu_block + from;
+    const uint64_t host = it->host_offset + from * bpb;
+    if (shape.blocks_contiguous) {
+      merger.Add(t0.gpu_address + gpu_block * t0.block_stride_bytes, host, (to - from) * bpb);
+      continue;
+    }
+    for (uint64_t k = 0; k < to - from; ++k) {
+      if (shape.block_contiguous) {
+        merger.Add(t0.gpu_address + (gpu_block + k) * t0.block_stride_bytes, host + k * bpb, bpb);
         continue;
       }
-      if (open.bytes != 0) visit(static_cast<const Segment&>(open));
-      open = Segment{gpu, host, t.page_bytes};
+      for (const TensorDescriptor& t : tensors) {
+        merger.Add(t.gpu_address + (gpu_block + k) * t.block_stride_bytes,
+                   host + k * bpb + t.host_offset, t.page_bytes);
+      }
     }
   }
-  if (open.bytes != 0) visit(static_cast<const Segment&>(open));
+  merger.Flush();
 }
 
 // Number of maximal contiguous host runs of a table (adjacent blocks merge).
 uint64_t CountHostRuns(const DescriptorTable& table);
 
-// Staged copies: the job's blocks, in job order, packed into chunks of at most `chunk_bytes`
+// Staged copies (SM paths only): the job's blocks (ExpandBlocks), in job order, packed into chunks of at most `chunk_bytes`
 // (whole blocks). Chunk c uses staging buffer (first_buffer + c) % num_buffers; block k of a chunk
 // sits at staging offset (k − block_begin) × bytes_per_block, so the staging buffer is laid out
 // like the host side and each contiguous host run within a chunk is one copy.
@@ -77,7 +137,7 @@ struct StagedCopy {
   uint64_t bytes = 0;
 };
 struct StagedChunk {
-  size_t block_begin = 0;  // into table.blocks
+  size_t block_begin = 0;  // into the expanded blocks
   size_t block_end = 0;
   uint32_t buffer = 0;
   size_t copy_begin = 0;  // into StagedPlan::copies
@@ -88,7 +148,8 @@ struct StagedPlan {
   std::vector<StagedCopy> copies;
 };
 // INVALID_ARGUMENT when a block does not fit a chunk or num_buffers is 0.
-absl::StatusOr<StagedPlan> PlanStagedChunks(const DescriptorTable& table, uint64_t chunk_bytes,
+absl::StatusOr<StagedPlan> PlanStagedChunks(const std::vector<BlockDescriptor>& blocks,
+                                            uint64_t bytes_per_block, uint64_t chunk_bytes,
                                             uint32_t num_buffers, uint64_t first_buffer);
 
 enum class CopyPath {
@@ -117,9 +178,9 @@ struct CopyPathPolicy {
   uint64_t staging_chunk_bytes = uint64_t{32} << 20;
 };
 
-// Picks the path for a job: kCopyEngine without SM paths; else by shape. Host work: O(blocks) when
-// the worker has one tensor, O(tensors) otherwise (plus one pass over the host runs for the
-// staged decision).
+// Picks the path for a job: kCopyEngine without SM paths; else by shape. Host work: as
+// VisitSegments when the worker has one tensor, O(tensors) otherwise (plus one pass over the
+// table's runs for the staged decision).
 CopyPath ChooseCopyPath(const DescriptorTable& table, const std::vector<TensorDescriptor>& tensors,
                         const CopyPathPolicy& policy);
 

@@ -1,5 +1,7 @@
 #include "daemon/copy/copy_plan.h"
 
+#include <random>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -7,11 +9,60 @@
 namespace kvoffload::daemon {
 namespace {
 
+// A table of one-block runs (as a list of scattered blocks would give).
 DescriptorTable Table(uint64_t bpb, std::vector<std::pair<uint64_t, uint64_t>> blocks) {
   DescriptorTable t;
   t.bytes_per_block = bpb;
-  for (auto [gpu, host] : blocks) t.blocks.push_back(BlockDescriptor{gpu, host});
+  for (auto [gpu, host] : blocks) {
+    t.runs.push_back(RunDescriptor{gpu, host, 1, t.num_blocks});
+    ++t.num_blocks;
+  }
   return t;
+}
+
+std::vector<Segment> Segments(const DescriptorTable& t, const std::vector<TensorDescriptor>& ts,
+                              uint64_t first, uint64_t last) {
+  std::vector<Segment> got;
+  VisitSegments(t, first, last, ts, [&](const Segment& s) { got.push_back(s); });
+  return got;
+}
+std::vector<Segment> Segments(const DescriptorTable& t, const std::vector<TensorDescriptor>& ts) {
+  return Segments(t, ts, 0, t.num_blocks);
+}
+
+// The reference: every page of every block, merged greedily (what the planner did over its
+// per-block list before runs).
+std::vector<Segment> PageByPage(const DescriptorTable& t, const std::vector<TensorDescriptor>& ts,
+                                uint64_t first, uint64_t last) {
+  std::vector<Segment> got;
+  Segment open;
+  const std::vector<BlockDescriptor> blocks = ExpandBlocks(t);
+  for (uint64_t i = first; i < last; ++i) {
+    for (const TensorDescriptor& d : ts) {
+      const uint64_t gpu = d.gpu_address + blocks[i].gpu_block * d.block_stride_bytes;
+      const uint64_t host = blocks[i].host_offset + d.host_offset;
+      if (open.bytes != 0 && open.gpu_address + open.bytes == gpu &&
+          open.host_offset + open.bytes == host) {
+        open.bytes += d.page_bytes;
+        continue;
+      }
+      if (open.bytes != 0) got.push_back(open);
+      open = Segment{gpu, host, d.page_bytes};
+    }
+  }
+  if (open.bytes != 0) got.push_back(open);
+  return got;
+}
+
+bool SameSegments(const std::vector<Segment>& a, const std::vector<Segment>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tie(a[i].gpu_address, a[i].host_offset, a[i].bytes) !=
+        std::tie(b[i].gpu_address, b[i].host_offset, b[i].bytes)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 TEST(ValidateTensorGeometryTest, OneRuleForEveryBackend) {
@@ -40,9 +91,7 @@ TEST(VisitSegmentsTest, MergesOnlyWhatIsContiguousOnBothSides) {
   // One tensor, block-first: stride == page, so consecutive blocks into consecutive rows merge.
   std::vector<TensorDescriptor> one = {{0x10000, 4096, 4096, 0}};
   DescriptorTable t = Table(4096, {{0, 0}, {1, 4096}, {2, 8192}, {7, 12288}, {8, 65536}});
-  std::vector<Segment> got;
-  VisitSegments(t.blocks.data(), t.blocks.data() + t.blocks.size(), one,
-                [&](const Segment& s) { got.push_back(s); });
+  std::vector<Segment> got = Segments(t, one);
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[0].gpu_address, 0x10000u);
   EXPECT_EQ(got[0].host_offset, 0u);
@@ -54,9 +103,7 @@ TEST(VisitSegmentsTest, MergesOnlyWhatIsContiguousOnBothSides) {
   // Two tensors (K and V of a layer, apart on the GPU): pages never merge, block-major order.
   std::vector<TensorDescriptor> kv = {{0x100000, 8192, 4096, 0}, {0x900000, 8192, 4096, 4096}};
   DescriptorTable t2 = Table(8192, {{0, 0}, {1, 8192}});
-  got.clear();
-  VisitSegments(t2.blocks.data(), t2.blocks.data() + t2.blocks.size(), kv,
-                [&](const Segment& s) { got.push_back(s); });
+  got = Segments(t2, kv);
   ASSERT_EQ(got.size(), 4u);
   EXPECT_EQ(got[1].gpu_address, 0x900000u);
   EXPECT_EQ(got[1].host_offset, 4096u);
@@ -65,6 +112,118 @@ TEST(VisitSegmentsTest, MergesOnlyWhatIsContiguousOnBothSides) {
   uint64_t total = 0;
   for (const Segment& s : got) total += s.bytes;
   EXPECT_EQ(total, t2.total_bytes());
+}
+
+// Cross-layer blocks (a block's tensors back to back on the GPU, stride = the block): a run of
+// consecutive blocks into consecutive region blocks is one segment across tensors and rows.
+TEST(VisitSegmentsTest, MergesAcrossTensorsAndRowsWhereBothSidesAreContiguous) {
+  std::vector<TensorDescriptor> cross = {{0x100000, 8192, 4096, 0}, {0x101000, 8192, 4096, 4096}};
+  CopyJob job;
+  job.blocks_per_row = 2;
+  job.slot_bytes = 2 * 8192;
+  job.row_bytes = 2 * 8192;  // one slot filling the row: rows back to back
+  job.runs = {CopyRun{3, 1, 5}};  // starts mid-row 0, ends mid-row 2
+  auto table = BuildDescriptorTable(job, 16, 8192);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<Segment> got = Segments(*table, cross);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].gpu_address, 0x100000u + 3 * 8192);
+  EXPECT_EQ(got[0].host_offset, 8192u);
+  EXPECT_EQ(got[0].bytes, 5 * 8192u);
+  EXPECT_TRUE(SameSegments(got, PageByPage(*table, cross, 0, table->num_blocks)));
+  // The same blocks, two slots per row: one segment per row the run touches.
+  job.row_bytes = 4 * 8192;
+  table = BuildDescriptorTable(job, 16, 8192);
+  ASSERT_TRUE(table.ok()) << table.status();
+  got = Segments(*table, cross);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].bytes, 8192u);
+  EXPECT_EQ(got[1].host_offset, 4 * 8192u);
+  EXPECT_EQ(got[1].bytes, 2 * 8192u);
+  EXPECT_EQ(got[2].bytes, 2 * 8192u);
+  EXPECT_TRUE(SameSegments(got, PageByPage(*table, cross, 0, table->num_blocks)));
+}
+
+// Runs give exactly the segments the page-by-page merge gives, for every tensor layout (block
+// contiguous, each block contiguous, pages apart), consecutive and random blocks, runs starting
+// mid-row, one or several slots, and any slice [first, last) of the job (the host backend's
+// chunks).
+TEST(VisitSegmentsTest, RunsGiveThePageByPageSegments) {
+  std::mt19937_64 rng(17);
+  auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  const uint64_t kBlocks = 64;
+  for (int iteration = 0; iteration < 400; ++iteration) {
+    // Tensors: 1..3, page 512 or 1024 bytes, laid out in one of three ways.
+    const size_t num_tensors = 1 + pick(3);
+    const int layout = static_cast<int>(pick(3));
+    std::vector<TensorDescriptor> tensors;
+    uint64_t bpb = 0;
+    for (size_t i = 0; i < num_tensors; ++i) {
+      const uint64_t page = 512u << pick(2);
+      tensors.push_back({0, 0, page, bpb});
+      bpb += page;
+    }
+    for (size_t i = 0; i < num_tensors; ++i) {
+      TensorDescriptor& t = tensors[i];
+      if (layout == 0) {  // cross-layer: a block is one span, blocks back to back
+        t.gpu_address = 0x1000000 + t.host_offset;
+        t.block_stride_bytes = bpb;
+      } else if (layout == 1) {  // each block one span, blocks apart
+        t.gpu_address = 0x1000000 + t.host_offset;
+        t.block_stride_bytes = 2 * bpb;
+      } else {  // per-layer: each tensor its own allocation, stride = its page
+        t.gpu_address = (uint64_t{i} + 1) << 32;
+        t.block_stride_bytes = t.page_bytes;
+      }
+    }
+    CopyJob job;
+    job.blocks_per_row = static_cast<uint32_t>(1 + pick(4));
+    job.slot_bytes = job.blocks_per_row * bpb;
+    const uint32_t slots = static_cast<uint32_t>(1 + pick(2));
+    job.slot = static_cast<uint32_t>(pick(slots));
+    job.row_bytes = slots * job.slot_bytes;
+    const bool consecutive = pick(2) == 0;
+    uint64_t gpu = pick(8);
+    for (int r = 0, n = static_cast<int>(1 + pick(6)); r < n; ++r) {
+      const uint64_t len = 1 + pick(6);
+      if (!consecutive) gpu = pick(kBlocks - len);
+      const uint64_t region = consecutive && !job.runs.empty()
+                                  ? job.runs.back().region_block + job.runs.back().num_blocks
+                                  : pick(40);
+      if (gpu + len > kBlocks) break;
+      job.runs.push_back(CopyRun{gpu, region, len});
+      gpu += len;
+    }
+    if (job.runs.empty()) continue;
+    auto table = BuildDescriptorTable(job, kBlocks, bpb);
+    ASSERT_TRUE(table.ok()) << table.status();
+    const uint64_t first = pick(table->num_blocks);
+    const uint64_t last = first + 1 + pick(table->num_blocks - first);
+    ASSERT_TRUE(SameSegments(Segments(*table, tensors),
+                             PageByPage(*table, tensors, 0, table->num_blocks)))
+        << "iteration " << iteration << " layout " << layout;
+    ASSERT_TRUE(SameSegments(Segments(*table, tensors, first, last),
+                             PageByPage(*table, tensors, first, last)))
+        << "iteration " << iteration << " slice " << first << ".." << last;
+  }
+}
+
+// Random blocks of a block-first tensor merge only where they happen to be consecutive;
+// consecutive blocks into consecutive rows of a one-slot engine are one segment.
+TEST(VisitSegmentsTest, RandomVersusConsecutiveBlocks) {
+  std::vector<TensorDescriptor> one = {{0x10000, 4096, 4096, 0}};
+  CopyJob job;
+  job.blocks_per_row = 1;
+  job.slot_bytes = 4096;
+  job.row_bytes = 4096;
+  job.runs = {CopyRun{0, 10, 1000}};
+  auto table = BuildDescriptorTable(job, 1000, 4096);
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(Segments(*table, one).size(), 1u);
+  job.runs = RunsOfLists({5, 2, 9, 3}, {0, 1, 2, 3}, 1);
+  table = BuildDescriptorTable(job, 1000, 4096);
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(Segments(*table, one).size(), 4u);
 }
 
 TEST(CountHostRunsTest, AdjacentRowsMerge) {
@@ -76,7 +235,7 @@ TEST(CountHostRunsTest, AdjacentRowsMerge) {
 TEST(PlanStagedChunksTest, PacksWholeBlocksAndOneCopyPerHostRun) {
   // 5 blocks of 100 bytes, chunks of 250 bytes → 2 blocks per chunk → 3 chunks.
   DescriptorTable t = Table(100, {{0, 1000}, {1, 1100}, {2, 5000}, {3, 5100}, {4, 5200}});
-  absl::StatusOr<StagedPlan> plan = PlanStagedChunks(t, 250, 2, 1);
+  absl::StatusOr<StagedPlan> plan = PlanStagedChunks(ExpandBlocks(t), 100, 250, 2, 1);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->chunks.size(), 3u);
   EXPECT_EQ(plan->chunks[0].block_begin, 0u);
@@ -99,16 +258,18 @@ TEST(PlanStagedChunksTest, PacksWholeBlocksAndOneCopyPerHostRun) {
 
   // Scattered rows: one copy per block, staging offsets follow the block's place in its chunk.
   DescriptorTable s = Table(100, {{0, 900}, {1, 100}, {2, 500}});
-  plan = PlanStagedChunks(s, 1000, 3, 0);
+  plan = PlanStagedChunks(ExpandBlocks(s), 100, 1000, 3, 0);
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->chunks.size(), 1u);
   ASSERT_EQ(plan->copies.size(), 3u);
   EXPECT_EQ(plan->copies[2].host_offset, 500u);
   EXPECT_EQ(plan->copies[2].staging_offset, 200u);
 
-  EXPECT_EQ(PlanStagedChunks(t, 99, 2, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PlanStagedChunks(t, 1000, 0, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<StagedPlan> empty = PlanStagedChunks(Table(100, {}), 1000, 2, 0);
+  EXPECT_EQ(PlanStagedChunks(ExpandBlocks(t), 100, 99, 2, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanStagedChunks(ExpandBlocks(t), 100, 1000, 0, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<StagedPlan> empty = PlanStagedChunks({}, 100, 1000, 2, 0);
   ASSERT_TRUE(empty.ok());
   EXPECT_TRUE(empty->chunks.empty());
 }

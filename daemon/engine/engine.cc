@@ -139,8 +139,7 @@ void Engine::Detach(uint64_t session_id) {
   Deliver(verdicts);
 }
 
-absl::StatusOr<Job*> Engine::OpenOrJoin(const WorkerSession& session, const JobPart& part,
-                                        const std::vector<uint32_t>& tickets) {
+absl::StatusOr<Job*> Engine::OpenOrJoin(const WorkerSession& session, const ValidPart& part) {
   Job* job = jobs_.Find(part.job_id);
   if (job == nullptr) {
     RETURN_IF_ERROR(jobs_.CheckNew(part, session.mp_rank));
@@ -148,31 +147,18 @@ absl::StatusOr<Job*> Engine::OpenOrJoin(const WorkerSession& session, const JobP
     // the job retires (no eviction or reuse while a copy may still touch them). Engines that
     // assign rows themselves own that bookkeeping.
     if (!spec_.rows_assigned_by_engine) {
-      RETURN_IF_ERROR(index_->BeginCopy(part.direction, part.rows, tickets));
+      RETURN_IF_ERROR(index_->BeginCopyRuns(part.direction, part.rows));
     }
-    job = &jobs_.Open(part, tickets, absl::Now());
+    job = &jobs_.Open(part, absl::Now());
   } else {
-    RETURN_IF_ERROR(jobs_.CheckJoin(*job, part, tickets, session.mp_rank));
+    RETURN_IF_ERROR(jobs_.CheckJoin(*job, part, session.mp_rank));
   }
   job->submitted.insert(session.mp_rank);
   job->sessions.insert(session.id);
   return job;
 }
 
-absl::Status Engine::Submit(uint64_t session_id, JobPart part) {
-  // Rows come back as the index handed them out, with their tickets (SlotIndex::StoreHandle):
-  // split them, so that a part planned against a row that has since been handed to another key
-  // is refused rather than copied into or out of that key's row. (Region blocks are plain.)
-  std::vector<uint32_t> tickets;
-  if (!spec_.rows_assigned_by_engine) {
-    for (size_t i = 0; i < part.rows.size(); ++i) {
-      const uint32_t ticket = SlotIndex::TicketOfHandle(part.rows[i]);
-      if (ticket == 0) continue;
-      if (tickets.empty()) tickets.resize(part.rows.size(), 0);
-      tickets[i] = ticket;
-      part.rows[i] = SlotIndex::RowOfHandle(part.rows[i]);
-    }
-  }
+absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
   CopyJob copy;
   std::shared_ptr<WorkerMemory> memory;
   uint32_t mp_rank = 0;
@@ -189,11 +175,16 @@ absl::Status Engine::Submit(uint64_t session_id, JobPart part) {
             absl::StrCat("session ", session_id, " is not a registered worker of ", key()));
       }
       mp_rank = session->mp_rank;
-      RETURN_IF_ERROR(ValidateJobPart(
-          part, geometry_,
-          PartBounds{region_epoch_, session->memory->num_blocks(), session->memory->num_events(),
-                     deps_.max_blocks_per_job},
-          absl::StrCat("job ", part.job_id, " of mp_rank ", mp_rank)));
+      // Rows come back as the index handed them out, with their tickets (row handles): the
+      // validator splits them, so that a part planned against a row since handed to another
+      // key is refused by BeginCopy rather than copied into or out of that key's row.
+      ASSIGN_OR_RETURN(
+          ValidPart valid,
+          ValidatePart(part, geometry_,
+                       PartBounds{region_epoch_, session->memory->num_blocks(),
+                                  session->memory->num_events(), deps_.max_blocks_per_job,
+                                  /*row_handles=*/!spec_.rows_assigned_by_engine},
+                       absl::StrCat("job ", part.job_id, " of mp_rank ", mp_rank)));
       if (part.direction == CopyDirection::kStore && !session->writer &&
           jobs_.rule().stores_by_writer_only) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -206,7 +197,7 @@ absl::Status Engine::Submit(uint64_t session_id, JobPart part) {
             " jobs in flight (limit ", deps_.max_jobs_per_session,
             " per session, --max_jobs_per_session); wait for verdicts"));
       }
-      ASSIGN_OR_RETURN(Job * job, OpenOrJoin(*session, part, tickets));
+      ASSIGN_OR_RETURN(Job * job, OpenOrJoin(*session, valid));
       ++session->jobs_in_flight;
       if (part.direction == CopyDirection::kStore && !session->writer) {
         // Replicated non-writer: acknowledges without copying. The writer's vote is still needed.
@@ -222,10 +213,8 @@ absl::Status Engine::Submit(uint64_t session_id, JobPart part) {
         copy.slot_bytes = geometry_.slot_bytes;
         copy.slot = session->slot;
         copy.blocks_per_row = geometry_.blocks_per_row;
-        copy.gpu_blocks = std::move(part.gpu_blocks);
-        copy.rows = std::move(part.rows);
-        copy.region_blocks = std::move(part.region_blocks);
-        copy.event_index = part.event_index;
+        copy.runs = std::move(valid.runs);
+        copy.event_index = valid.event_index;
         copy.timeout = deps_.job_timeout;
       }
     }
@@ -282,11 +271,11 @@ bool Engine::SettleIfDue(Job& job, Verdicts* verdicts) {
     // a written row that was committed becomes READY; a failed one is refused CompleteStore(true)
     // (or dropped, when its commit came first), so it never reads as HIT.
     absl::Status ended = job.direction == CopyDirection::kStore
-                             ? index_->EndStoreCopy(job.rows, job.status.ok())
-                             : index_->EndCopy(job.rows);
+                             ? index_->EndStoreCopyRuns(job.rows, job.status.ok())
+                             : index_->EndCopyRuns(job.rows);
     // Rows that could be served although no copy wrote them: the state cannot be trusted.
     KVO_CHECK(ended.ok(), "engine ", key(), ": retiring ", CopyDirectionName(job.direction),
-              " job ", job.id, " of ", job.rows.size(), " rows: ", ended.ToString());
+              " job ", job.id, " of ", CountRows(job.rows), " rows: ", ended.ToString());
   }
   jobs_.Retire(job);  // `job` is dangling from here on
   MaybeAnnounceClosed(verdicts);

@@ -156,7 +156,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // Validates and applies one worker's part of a job. A rejected part changes nothing and returns
   // the error (INVALID_ARGUMENT, OUT_OF_RANGE, ALREADY_EXISTS, FAILED_PRECONDITION, ...).
-  absl::Status Submit(uint64_t session_id, JobPart part);
+  absl::Status Submit(uint64_t session_id, const JobPart& part);
 
   // Fails jobs past their deadline (DEADLINE_EXCEEDED). Called by the registry's maintenance.
   void ExpireJobs(absl::Time now);
@@ -188,8 +188,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // Opens the job of a first part (index copy begun) or joins an open one; the part is counted
   // as submitted. Returns the job, or why the part is refused (nothing changed).
-  absl::StatusOr<Job*> OpenOrJoin(const WorkerSession& session, const JobPart& part,
-                                  const std::vector<uint32_t>& tickets)
+  absl::StatusOr<Job*> OpenOrJoin(const WorkerSession& session, const ValidPart& part)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnCopyDone(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::Status status,
                   uint64_t bytes);

@@ -644,10 +644,8 @@ TEST_F(EngineTest, LoadsOfSingleBlocksOfRows) {
   JobPart part;
   part.job_id = 2;
   part.direction = CopyDirection::kLoad;
-  part.gpu_blocks = {20, 21, 22};
-  part.region_blocks = {(*load_rows)[0] * 2 + 1, (*load_rows)[1] * 2, (*load_rows)[1] * 2 + 1};
-  part.rows = RowsCovered(part.region_blocks, 2);
-  for (uint64_t b : part.gpu_blocks) w.memory->Scramble(b, b);
+  part.runs = {PartRun{20, (*load_rows)[0], 0, 1, 1}, PartRun{21, (*load_rows)[1], 0, 0, 2}};
+  for (uint64_t b : {20, 21, 22}) w.memory->Scramble(b, b);
   ASSERT_TRUE(engine_->Submit(w.info.session_id, part).ok());
   ASSERT_TRUE(w.listener.WaitForResults(2));
   ASSERT_TRUE(w.listener.ResultsFor(2)[0].status.ok()) << w.listener.ResultsFor(2)[0].status;
@@ -656,19 +654,20 @@ TEST_F(EngineTest, LoadsOfSingleBlocksOfRows) {
   EXPECT_EQ(w.memory->Block(21), b6);
   EXPECT_EQ(w.memory->Block(22), b7);
 
-  // Refused, changing nothing: a store by block, rows that do not match, a block past the end.
+  // Refused, changing nothing: a store by block, a range starting past its row, a block past
+  // the end of the region.
   JobPart bad = part;
   bad.job_id = 3;
   bad.direction = CopyDirection::kStore;
   EXPECT_EQ(engine_->Submit(w.info.session_id, bad).code(), absl::StatusCode::kInvalidArgument);
   bad = part;
   bad.job_id = 4;
-  bad.rows = {(*load_rows)[1]};
+  bad.runs[0].first_block = 2;
   EXPECT_EQ(engine_->Submit(w.info.session_id, bad).code(), absl::StatusCode::kInvalidArgument);
   bad = part;
   bad.job_id = 5;
-  bad.region_blocks.back() = engine_->geometry().num_rows * 2;
-  bad.rows = RowsCovered(bad.region_blocks, 2);
+  bad.runs.back().row = engine_->geometry().num_rows - 1;
+  bad.runs.back().first_block = 1;
   EXPECT_EQ(engine_->Submit(w.info.session_id, bad).code(), absl::StatusCode::kOutOfRange);
   ASSERT_TRUE(engine_->index().CompleteLoad(keys).ok());
   EXPECT_EQ(engine_->Snapshot().jobs_in_flight, 0u);

@@ -12,16 +12,19 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "daemon/copy/copy_backend.h"
+#include "daemon/copy/copy_run.h"
 
 namespace kvoffload::daemon {
 
 struct Job {
   uint64_t id = 0;
   CopyDirection direction = CopyDirection::kStore;
-  std::vector<uint64_t> rows;  // shared by every part
-  std::vector<uint32_t> tickets;        // stores: the rows' store tickets, or empty (unchecked)
-  std::vector<uint64_t> region_blocks;  // loads by block: shared by every part
+  // The rows of the first part, with their tickets (ValidPart::rows): every part names the
+  // same ones, and the index's copy of them ends when the job retires.
+  std::vector<RowRun> rows;
+  // The region blocks of the first part, as ranges (CopyRun with gpu_block 0; consecutive ones
+  // merged): every part must name the same region blocks, its GPU blocks are its own.
+  std::vector<CopyRun> region_ranges;
   std::set<uint32_t> voted;    // mp_ranks whose part is counted
   // Slots whose part is counted. A per-rank job needs every slot: a rank that voted and left
   // must not be counted again through a newcomer in the same slot.

@@ -1,5 +1,5 @@
 // The one validator of a job part: every rule with its exact status code, against a geometry of
-// 8 rows of 2 blocks and a worker of 16 blocks and 4 events.
+// 8 rows of 2 blocks and a worker of 16 blocks and 4 events; and the runs it makes.
 #include "daemon/engine/job_part.h"
 
 #include <string>
@@ -26,6 +26,8 @@ common::Geometry TwoBlockRows() {
 constexpr PartBounds kBounds{/*region_epoch=*/42, /*worker_blocks=*/16, /*worker_events=*/4,
                              /*max_blocks_per_job=*/6};
 
+uint64_t Handle(uint32_t ticket, uint64_t row) { return (uint64_t{ticket} << 32) | row; }
+
 JobPart Store(std::vector<uint64_t> gpu_blocks, std::vector<uint64_t> rows) {
   JobPart p;
   p.job_id = 1;
@@ -34,33 +36,80 @@ JobPart Store(std::vector<uint64_t> gpu_blocks, std::vector<uint64_t> rows) {
   return p;
 }
 
-JobPart LoadByBlock(std::vector<uint64_t> gpu_blocks, std::vector<uint64_t> region_blocks) {
+// Whole rows [row, row + num_rows) from gpu_block.
+PartRun Rows(uint64_t gpu_block, uint64_t row, uint64_t num_rows) {
+  return PartRun{gpu_block, row, num_rows, 0, 0};
+}
+// num_blocks blocks from block first_block of row.
+PartRun Range(uint64_t gpu_block, uint64_t row, uint32_t first_block, uint64_t num_blocks) {
+  return PartRun{gpu_block, row, 0, first_block, num_blocks};
+}
+
+JobPart Part(CopyDirection direction, std::vector<PartRun> runs) {
   JobPart p;
   p.job_id = 2;
-  p.direction = CopyDirection::kLoad;
-  p.gpu_blocks = std::move(gpu_blocks);
-  p.region_blocks = std::move(region_blocks);
-  p.rows = RowsCovered(p.region_blocks, 2);
+  p.direction = direction;
+  p.runs = std::move(runs);
   return p;
 }
 
-absl::Status Check(const JobPart& part) {
-  return ValidateJobPart(part, TwoBlockRows(), kBounds, "job");
-}
-
-TEST(JobPartTest, RowsCoveredListsEachRowOfARunOnce) {
-  EXPECT_THAT(RowsCovered({1, 2, 3, 7, 6}, 2), ElementsAre(0, 1, 3));
-  EXPECT_THAT(RowsCovered({5, 5}, 0), ElementsAre(5));  // 0 means one block per row
-  EXPECT_TRUE(RowsCovered({}, 2).empty());
+absl::StatusOr<ValidPart> Check(const JobPart& part, PartBounds bounds = kBounds) {
+  return ValidatePart(part, TwoBlockRows(), bounds, "job");
 }
 
 TEST(JobPartTest, ValidPartsPass) {
   EXPECT_TRUE(Check(Store({0, 1, 14, 15}, {0, 7})).ok());
-  EXPECT_TRUE(Check(LoadByBlock({3, 4, 5}, {1, 2, 3})).ok());
+  EXPECT_TRUE(Check(Part(CopyDirection::kLoad, {Range(3, 0, 1, 3)})).ok());
   JobPart p = Store({0, 1}, {3});
   p.event_index = 3;
   p.region_epoch = 42;
   EXPECT_TRUE(Check(p).ok());
+}
+
+// Lists become one-row runs (entries consecutive on both sides merge); runs of rows and ranges
+// stay one run each, however many blocks; rows carry their handles' tickets.
+TEST(JobPartTest, ListsAndRunsBecomeRuns) {
+  JobPart p = Store({4, 5, 6, 7, 9, 3}, {Handle(5, 1), Handle(5, 2), Handle(5, 6)});
+  p.runs = {Rows(10, Handle(6, 3), 2)};
+  auto valid = Check(p, PartBounds{42, 16, 4, 100});
+  ASSERT_TRUE(valid.ok()) << valid.status();
+  EXPECT_THAT(valid->runs, ElementsAre(CopyRun{4, 2, 4}, CopyRun{9, 12, 1}, CopyRun{3, 13, 1},
+                                       CopyRun{10, 6, 4}));
+  EXPECT_THAT(valid->rows, ElementsAre(RowRun{1, 2, 5}, RowRun{6, 1, 5}, RowRun{3, 2, 6}));
+  EXPECT_EQ(valid->num_blocks, 10u);
+
+  // A load: a whole row, then the tail of row 3 and the head of row 4 (region blocks 7..9).
+  JobPart load = Part(CopyDirection::kLoad, {Rows(0, 1, 1), Range(10, Handle(7, 3), 1, 3)});
+  valid = Check(load);
+  ASSERT_TRUE(valid.ok()) << valid.status();
+  EXPECT_THAT(valid->runs, ElementsAre(CopyRun{0, 2, 2}, CopyRun{10, 7, 3}));
+  EXPECT_THAT(valid->rows, ElementsAre(RowRun{1, 1, 0}, RowRun{3, 2, 7}));
+
+  // Ranges that share a row list it once (the first ticket kept), as the rows they lie in.
+  load = Part(CopyDirection::kLoad, {Range(0, Handle(1, 2), 0, 1), Range(8, Handle(2, 2), 1, 2)});
+  valid = Check(load);
+  ASSERT_TRUE(valid.ok()) << valid.status();
+  EXPECT_THAT(valid->runs, ElementsAre(CopyRun{0, 4, 1}, CopyRun{8, 5, 2}));
+  EXPECT_THAT(valid->rows, ElementsAre(RowRun{2, 1, 1}, RowRun{3, 1, 2}));
+
+  // Without ranges a row listed twice counts twice (a load may read a row twice).
+  valid = Check(Store({0, 1, 2, 3}, {5, 5}));
+  ASSERT_TRUE(valid.ok()) << valid.status();
+  EXPECT_THAT(valid->rows, ElementsAre(RowRun{5, 1, 0}, RowRun{5, 1, 0}));
+}
+
+// Engines that assign rows themselves: rows are plain values, a ticket in one is out of range.
+TEST(JobPartTest, PlainRowsWhereTheEngineAssignsThem) {
+  PartBounds plain = kBounds;
+  plain.row_handles = false;
+  auto valid = Check(Store({0, 1}, {3}), plain);
+  ASSERT_TRUE(valid.ok()) << valid.status();
+  EXPECT_THAT(valid->rows, ElementsAre(RowRun{3, 1, 0}));
+  EXPECT_EQ(Check(Store({0, 1}, {Handle(1, 3)}), plain).status().code(), Code::kOutOfRange);
+  EXPECT_EQ(Check(Part(CopyDirection::kLoad, {Range(0, Handle(1, 3), 0, 1)}), plain)
+                .status()
+                .code(),
+            Code::kOutOfRange);
 }
 
 TEST(JobPartTest, EveryRuleHasItsCode) {
@@ -73,34 +122,64 @@ TEST(JobPartTest, EveryRuleHasItsCode) {
   auto add = [&](JobPart p, Code code, const char* message) {
     cases.push_back({std::move(p), code, message});
   };
+  const CopyDirection kLoad = CopyDirection::kLoad;
+  // Shape: from the part alone.
+  add(Part(kLoad, {Range(0, 1, 2, 1)}), Code::kInvalidArgument, "first_block");  // past the row
+  add(Part(kLoad, {PartRun{0, 1, 1, 0, 2}}), Code::kInvalidArgument, "num_rows 0");  // both
+  add(Part(kLoad, {PartRun{0, 1, 1, 1, 0}}), Code::kInvalidArgument, "first_block 0");
+  add(Part(kLoad, {PartRun{0, 1, 0, 0, 0}}), Code::kInvalidArgument, "num_rows >= 1");  // none
+  add(Part(kLoad, {Range(1, 0, 0, UINT64_MAX)}), Code::kInvalidArgument, "overflow");
+  add(Part(kLoad, {Rows(0, UINT64_MAX, 2)}), Code::kInvalidArgument, "overflow");
+  add(Part(kLoad, {Rows(0, 0, UINT64_MAX / 2 + 1)}), Code::kInvalidArgument, "overflow");
+  add(Store({0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3}), Code::kInvalidArgument, "exceed the limit");
+  add(Part(kLoad, {Rows(0, 0, 2), Range(0, 4, 0, 3)}), Code::kInvalidArgument, "exceed the limit");
+  add(Part(CopyDirection::kStore, {Range(0, 1, 0, 2)}), Code::kInvalidArgument, "whole rows");
+  // The region.
   JobPart epoch = Store({0, 1}, {0});
   epoch.region_epoch = 41;
   add(epoch, Code::kFailedPrecondition, "region epoch");
+  // Lists.
   add(Store({}, {}), Code::kInvalidArgument, "no rows");
   add(Store({0, 1, 2}, {0}), Code::kInvalidArgument, "want 2");
-  add(Store({0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3}), Code::kInvalidArgument, "exceed the limit");
+  // Bounds.
   add(Store({0, 16}, {0}), Code::kOutOfRange, "gpu block 16");
+  add(Part(kLoad, {Rows(15, 0, 1)}), Code::kOutOfRange, "gpu block 16");
+  add(Part(kLoad, {Range(14, 0, 0, 3)}), Code::kOutOfRange, "gpu block 16");
   add(Store({0, 1}, {8}), Code::kOutOfRange, "row 8");
+  add(Store({0, 1}, {Handle(3, 8)}), Code::kOutOfRange, "row 8");
+  add(Part(kLoad, {Rows(0, 7, 2)}), Code::kOutOfRange, "row 8");
+  add(Part(kLoad, {Range(0, 8, 0, 1)}), Code::kOutOfRange, "region block 16");
+  add(Part(kLoad, {Range(0, 7, 1, 2)}), Code::kOutOfRange, "region block 16");
+  // The event pool.
   JobPart event = Store({0, 1}, {0});
   event.event_index = 4;
   add(event, Code::kInvalidArgument, "event index 4");
   event.event_index = -2;
   add(event, Code::kInvalidArgument, "event index -2");
-  JobPart store_by_block = LoadByBlock({0}, {1});
-  store_by_block.direction = CopyDirection::kStore;
-  add(store_by_block, Code::kInvalidArgument, "whole rows");
-  JobPart short_blocks = LoadByBlock({0, 1}, {1, 2});
-  short_blocks.gpu_blocks.pop_back();
-  add(short_blocks, Code::kInvalidArgument, "region blocks");
-  add(LoadByBlock({0}, {16}), Code::kOutOfRange, "region block 16");
-  JobPart wrong_rows = LoadByBlock({0, 1}, {1, 2});
-  wrong_rows.rows = {1};
-  add(wrong_rows, Code::kInvalidArgument, "rows differ");
   for (const Case& c : cases) {
-    const absl::Status s = Check(c.part);
+    const absl::Status s = Check(c.part).status();
     EXPECT_EQ(s.code(), c.code) << s;
     EXPECT_THAT(s.message(), HasSubstr(c.message)) << s;
   }
+}
+
+// The shape comes first: a bad run is INVALID_ARGUMENT even in a part of another epoch.
+TEST(JobPartTest, ShapeIsCheckedBeforeTheEpoch) {
+  JobPart p = Part(CopyDirection::kStore, {Range(0, 1, 0, 1)});
+  p.region_epoch = 41;
+  EXPECT_EQ(Check(p).status().code(), Code::kInvalidArgument);
+}
+
+// A million blocks in one run are one run, checked in O(1).
+TEST(JobPartTest, AMillionBlocksAreOneRun) {
+  common::Geometry g;
+  g.blocks_per_row = 1;
+  g.num_rows = 1 << 20;
+  auto valid = ValidatePart(Part(CopyDirection::kStore, {Rows(0, 0, 1 << 20)}), g,
+                            PartBounds{0, 1 << 20, 0, 1 << 20}, "job");
+  ASSERT_TRUE(valid.ok()) << valid.status();
+  EXPECT_THAT(valid->runs, ElementsAre(CopyRun{0, 0, 1 << 20}));
+  EXPECT_THAT(valid->rows, ElementsAre(RowRun{0, 1 << 20, 0}));
 }
 
 }  // namespace

@@ -11,15 +11,38 @@
 namespace kvoffload::daemon {
 namespace {
 
-// True when a row repeats. Rows that only go up (a run, or rows the index handed out in order)
-// are checked in one pass; anything else is sorted (O(n log n), a copy).
-bool HasDuplicateRow(const std::vector<uint64_t>& rows) {
-  if (std::adjacent_find(rows.begin(), rows.end(), std::greater_equal<uint64_t>()) == rows.end()) {
+// True when a row repeats. Runs that only go up (rows the index handed out in order, a run) are
+// checked in one pass; anything else is sorted (O(runs log runs), a copy).
+bool HasDuplicateRow(const std::vector<RowRun>& rows) {
+  auto overlaps = [](const std::vector<RowRun>& sorted) {
+    for (size_t i = 1; i < sorted.size(); ++i) {
+      if (sorted[i].first_row < sorted[i - 1].first_row + sorted[i - 1].num_rows) return true;
+    }
     return false;
+  };
+  if (!overlaps(rows)) return false;  // each run starts past the one before it
+  std::vector<RowRun> sorted = rows;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const RowRun& a, const RowRun& b) { return a.first_row < b.first_row; });
+  return overlaps(sorted);
+}
+
+// Whether two parts name the same region blocks in the same order, whatever their GPU blocks
+// (O(runs): runs that continue each other on the region side are walked as one).
+bool SameRegionBlocks(const std::vector<CopyRun>& a, const std::vector<CopyRun>& b) {
+  size_t i = 0, j = 0;
+  uint64_t ai = 0, bj = 0;  // blocks of a[i] / b[j] already matched
+  while (i < a.size() && j < b.size()) {
+    const uint64_t at_a = a[i].region_block + ai;
+    const uint64_t at_b = b[j].region_block + bj;
+    if (at_a != at_b) return false;
+    const uint64_t n = std::min(a[i].num_blocks - ai, b[j].num_blocks - bj);
+    ai += n;
+    bj += n;
+    if (ai == a[i].num_blocks) ++i, ai = 0;
+    if (bj == b[j].num_blocks) ++j, bj = 0;
   }
-  std::vector<uint64_t> sorted = rows;
-  std::sort(sorted.begin(), sorted.end());
-  return std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
+  return i == a.size() && j == b.size();
 }
 
 spdlog::logger* Log() {
@@ -60,7 +83,7 @@ Job* JobTable::Find(uint64_t id) {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-absl::Status JobTable::CheckNew(const JobPart& part, uint32_t mp_rank) const {
+absl::Status JobTable::CheckNew(const ValidPart& part, uint32_t mp_rank) const {
   if (const RetiredJobs::Outcome* done = retired_.Find(part.job_id)) {
     // A failed job's late part gets the job's verdict (the worker may not have heard it yet);
     // any other part with a retired id is a duplicate.
@@ -83,31 +106,36 @@ absl::Status JobTable::CheckNew(const JobPart& part, uint32_t mp_rank) const {
   return absl::OkStatus();
 }
 
-Job& JobTable::Open(const JobPart& part, std::vector<uint32_t> tickets, absl::Time now) {
+Job& JobTable::Open(const ValidPart& part, absl::Time now) {
   Job job;
   job.id = part.job_id;
   job.direction = part.direction;
   job.rows = part.rows;
-  job.tickets = std::move(tickets);
-  job.region_blocks = part.region_blocks;
+  std::vector<CopyRun>& ranges = job.region_ranges;
+  for (const CopyRun& run : part.runs) {
+    if (!ranges.empty() && ranges.back().region_block + ranges.back().num_blocks == run.region_block) {
+      ranges.back().num_blocks += run.num_blocks;
+    } else {
+      ranges.push_back(CopyRun{0, run.region_block, run.num_blocks});
+    }
+  }
   job.started = now;
   job.deadline = now + limits_.job_timeout;
   return jobs_.emplace(part.job_id, std::move(job)).first->second;
 }
 
-absl::Status JobTable::CheckJoin(const Job& job, const JobPart& part,
-                                 const std::vector<uint32_t>& tickets, uint32_t mp_rank) const {
+absl::Status JobTable::CheckJoin(const Job& job, const ValidPart& part, uint32_t mp_rank) const {
   if (job.submitted.count(mp_rank)) {
     return absl::AlreadyExistsError(
         absl::StrCat("job ", part.job_id, ": mp_rank ", mp_rank, " already submitted its part"));
   }
-  if (job.direction != part.direction || job.rows != part.rows || job.tickets != tickets ||
-      job.region_blocks != part.region_blocks) {
+  if (job.direction != part.direction || job.rows != part.rows ||
+      !SameRegionBlocks(job.region_ranges, part.runs)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "job ", part.job_id, ": mp_rank ", mp_rank, " submitted a ",
-        CopyDirectionName(part.direction), " of ", part.rows.size(),
+        CopyDirectionName(part.direction), " of ", CountRows(part.rows),
         " rows that differs from the job's ", CopyDirectionName(job.direction), " of ",
-        job.rows.size(), " rows"));
+        CountRows(job.rows), " rows"));
   }
   return absl::OkStatus();
 }

@@ -6,8 +6,8 @@
 // outcome (RetiredJobs), so a late part gets the job's verdict instead of reusing its id.
 //
 //   JobTable jobs(VoteRule::For(geometry, spec), limits, spec.Key());
-//   RETURN_IF_ERROR(jobs.CheckNew(part, mp_rank));       // or CheckJoin for an open job
-//   Job& job = jobs.Open(part, tickets, absl::Now());
+//   RETURN_IF_ERROR(jobs.CheckNew(part, mp_rank));       // a ValidPart; or CheckJoin
+//   Job& job = jobs.Open(part, absl::Now());
 //   ... copy ends ...
 //   jobs.Vote(job, mp_rank, slot, status);
 //   if (jobs.Due(job)) { report job; end the index's copy of its rows; jobs.Retire(job); }
@@ -79,15 +79,14 @@ class JobTable {
   // ALREADY_EXISTS — except a late part of a failed job from a rank whose part had not arrived,
   // which gets the job's verdict; RESOURCE_EXHAUSTED at the open-job limit; a store naming a row
   // twice is INVALID_ARGUMENT.
-  absl::Status CheckNew(const JobPart& part, uint32_t mp_rank) const;
+  absl::Status CheckNew(const ValidPart& part, uint32_t mp_rank) const;
   // Opens the job of a part CheckNew accepted (the caller has begun the index's copy of its
-  // rows in between). `tickets`: the rows' store tickets, or empty.
-  Job& Open(const JobPart& part, std::vector<uint32_t> tickets, absl::Time now);
+  // rows in between). The job keeps the part's row runs (with their tickets) and runs.
+  Job& Open(const ValidPart& part, absl::Time now);
   // Whether mp_rank's `part` may join open `job`: ALREADY_EXISTS when the rank's part is in;
-  // INVALID_ARGUMENT when it names other rows, tickets, blocks or direction (the ranks of a
-  // replicated layout must copy the same bytes).
-  absl::Status CheckJoin(const Job& job, const JobPart& part, const std::vector<uint32_t>& tickets,
-                         uint32_t mp_rank) const;
+  // INVALID_ARGUMENT when it names other rows, tickets, region blocks or direction (the ranks
+  // of a replicated layout must copy the same bytes). O(runs).
+  absl::Status CheckJoin(const Job& job, const ValidPart& part, uint32_t mp_rank) const;
 
   // Records mp_rank's vote (in `slot`) and its error, the first of which becomes the job's.
   void Vote(Job& job, uint32_t mp_rank, uint32_t slot, const absl::Status& status);

@@ -7,12 +7,17 @@
 namespace kvoffload::daemon {
 namespace {
 
-JobPart Part(uint64_t id, CopyDirection direction, std::vector<uint64_t> rows) {
-  JobPart part;
+// A part of one-block rows, GPU block i into row rows[i], every row under `ticket`.
+ValidPart Part(uint64_t id, CopyDirection direction, std::vector<uint64_t> rows,
+               uint32_t ticket = 0) {
+  ValidPart part;
   part.job_id = id;
   part.direction = direction;
-  part.rows = std::move(rows);
-  part.gpu_blocks = part.rows;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    AppendRun(&part.runs, CopyRun{i, rows[i], 1});
+    AppendRows(&part.rows, RowRun{rows[i], 1, ticket});
+  }
+  part.num_blocks = rows.size();
   return part;
 }
 
@@ -58,9 +63,9 @@ TEST(VoteRuleTest, WriterOnlyStoresWaitForNoNonWriter) {
 
 TEST(JobTableTest, AJobIsDueWhenEveryVoteIsInAndNoCopyRuns) {
   JobTable jobs(PerRank(2), Limits(), "e/0");
-  const JobPart part = Part(7, CopyDirection::kStore, {3, 4});
+  const ValidPart part = Part(7, CopyDirection::kStore, {3, 4});
   ASSERT_TRUE(jobs.CheckNew(part, 0).ok());
-  Job& job = jobs.Open(part, {}, absl::Now());
+  Job& job = jobs.Open(part, absl::Now());
   job.submitted.insert(0);
   job.copies_in_flight = 1;
   jobs.Vote(job, 0, 0, absl::OkStatus());
@@ -85,7 +90,7 @@ TEST(JobTableTest, AJobIsDueWhenEveryVoteIsInAndNoCopyRuns) {
 
 TEST(JobTableTest, TheFirstErrorIsTheVerdictAndAFailedJobWaitsForItsCopies) {
   JobTable jobs(PerRank(2), Limits(), "e/0");
-  Job& job = jobs.Open(Part(1, CopyDirection::kLoad, {0}), {}, absl::Now());
+  Job& job = jobs.Open(Part(1, CopyDirection::kLoad, {0}), absl::Now());
   job.submitted = {0, 1};
   job.copies_in_flight = 1;
   jobs.Vote(job, 0, 0, absl::DataLossError("first"));
@@ -98,7 +103,7 @@ TEST(JobTableTest, TheFirstErrorIsTheVerdictAndAFailedJobWaitsForItsCopies) {
   EXPECT_EQ(jobs.counters().jobs_failed, 1u);
   // A late part of the failed job from a rank whose part was in: ALREADY_EXISTS; from another
   // rank: the job's verdict.
-  const JobPart late = Part(1, CopyDirection::kLoad, {0});
+  const ValidPart late = Part(1, CopyDirection::kLoad, {0});
   EXPECT_EQ(jobs.CheckNew(late, 1).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(jobs.CheckNew(late, 2), absl::DataLossError("first"));
 }
@@ -108,25 +113,32 @@ TEST(JobTableTest, RefusesOverTheLimitRowsTwiceInAStoreAndDifferingParts) {
   EXPECT_EQ(jobs.CheckNew(Part(1, CopyDirection::kStore, {5, 2, 5}), 0).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(jobs.CheckNew(Part(1, CopyDirection::kLoad, {5, 2, 5}), 0).ok());  // loads may
-  const JobPart part = Part(1, CopyDirection::kStore, {1, 2});
-  Job& job = jobs.Open(part, {9, 9}, absl::Now());
+  const ValidPart part = Part(1, CopyDirection::kStore, {1, 2}, /*ticket=*/9);
+  Job& job = jobs.Open(part, absl::Now());
   job.submitted.insert(0);
   EXPECT_EQ(jobs.CheckNew(Part(2, CopyDirection::kStore, {3}), 0).code(),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(jobs.CheckJoin(job, part, {9, 9}, 0).code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_TRUE(jobs.CheckJoin(job, part, {9, 9}, 1).ok());
-  EXPECT_EQ(jobs.CheckJoin(job, part, {9, 8}, 1).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(jobs.CheckJoin(job, Part(1, CopyDirection::kStore, {1, 3}), {9, 9}, 1).code(),
+  EXPECT_EQ(jobs.CheckJoin(job, part, 0).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(jobs.CheckJoin(job, part, 1).ok());
+  EXPECT_EQ(jobs.CheckJoin(job, Part(1, CopyDirection::kStore, {1, 2}, 8), 1).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(jobs.CheckJoin(job, Part(1, CopyDirection::kLoad, {1, 2}), {9, 9}, 1).code(),
+  EXPECT_EQ(jobs.CheckJoin(job, Part(1, CopyDirection::kStore, {1, 3}, 9), 1).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(jobs.CheckJoin(job, Part(1, CopyDirection::kLoad, {1, 2}, 9), 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Another rank's GPU blocks are its own: only the region blocks must agree.
+  ValidPart other_blocks = part;
+  other_blocks.runs = {CopyRun{7, 1, 1}, CopyRun{3, 2, 1}};
+  EXPECT_TRUE(jobs.CheckJoin(job, other_blocks, 1).ok());
+  other_blocks.runs = {CopyRun{7, 1, 1}, CopyRun{3, 3, 1}};
+  EXPECT_EQ(jobs.CheckJoin(job, other_blocks, 1).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(JobTableTest, DrainingFailsJobsThatCanGetNoMoreVotes) {
   JobTable jobs(PerRank(2), Limits(), "e/0");
-  jobs.Vote(jobs.Open(Part(1, CopyDirection::kStore, {0}), {}, absl::Now()), 0, 0,
+  jobs.Vote(jobs.Open(Part(1, CopyDirection::kStore, {0}), absl::Now()), 0, 0,
             absl::OkStatus());
-  jobs.Open(Part(2, CopyDirection::kStore, {1}), {}, absl::Now()).copies_in_flight = 1;
+  jobs.Open(Part(2, CopyDirection::kStore, {1}), absl::Now()).copies_in_flight = 1;
   Job& waiting = *jobs.Find(1);  // references last until the next Open
   Job& copying = *jobs.Find(2);
   EXPECT_EQ(jobs.WaitingForParts(), std::vector<uint64_t>{1});
@@ -139,7 +151,7 @@ TEST(JobTableTest, DrainingFailsJobsThatCanGetNoMoreVotes) {
 TEST(JobTableTest, ExpiredJobsNameTheRanksWhoseCopiesArePending) {
   JobTable jobs(PerRank(2), Limits(), "e/0");
   const absl::Time t0 = absl::Now();
-  Job& job = jobs.Open(Part(3, CopyDirection::kLoad, {0}), {}, t0);
+  Job& job = jobs.Open(Part(3, CopyDirection::kLoad, {0}), t0);
   job.submitted = {0, 1};
   jobs.Vote(job, 0, 0, absl::OkStatus());
   EXPECT_TRUE(jobs.Expired(t0 + absl::Seconds(29), 2).empty());
@@ -156,8 +168,8 @@ TEST(JobTableTest, ExpiredJobsNameTheRanksWhoseCopiesArePending) {
 
 TEST(JobTableTest, AwaitingVoteOfSkipsVotedJobsAndWriterOnlyStores) {
   JobTable jobs(Replicated(2, true), Limits(), "e/0");
-  jobs.Open(Part(1, CopyDirection::kStore, {0}), {}, absl::Now());
-  jobs.Open(Part(2, CopyDirection::kLoad, {0}), {}, absl::Now());
+  jobs.Open(Part(1, CopyDirection::kStore, {0}), absl::Now());
+  jobs.Open(Part(2, CopyDirection::kLoad, {0}), absl::Now());
   EXPECT_EQ(jobs.AwaitingVoteOf(1), std::vector<uint64_t>{2});
   jobs.Vote(*jobs.Find(2), 1, 0, absl::OkStatus());
   EXPECT_TRUE(jobs.AwaitingVoteOf(1).empty());
@@ -167,7 +179,7 @@ TEST(JobTableTest, AwaitingVoteOfSkipsVotedJobsAndWriterOnlyStores) {
 TEST(JobTableTest, RetiredOutcomesAreBounded) {
   JobTable jobs(PerRank(1), Limits(8, /*remembered=*/2), "e/0");
   for (uint64_t id = 1; id <= 3; ++id) {
-    Job& job = jobs.Open(Part(id, CopyDirection::kLoad, {0}), {}, absl::Now());
+    Job& job = jobs.Open(Part(id, CopyDirection::kLoad, {0}), absl::Now());
     jobs.Vote(job, 0, 0, absl::OkStatus());
     ASSERT_TRUE(jobs.Due(job));
     jobs.Report(job);

@@ -99,7 +99,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/limits.h"
-#include "daemon/copy/copy_backend.h"  // CopyDirection
+#include "daemon/copy/copy_run.h"  // CopyDirection, RowRun
 #include "daemon/index/row_journal.h"
 
 namespace kvoffload::daemon {
@@ -260,6 +260,10 @@ class SlotIndex {
   //   INVALID_ARGUMENT     not one ticket per row
   absl::Status CheckRows(CopyDirection direction, const std::vector<uint64_t>& rows,
                          const std::vector<uint32_t>& tickets = {}) const;
+  // The same for row runs (copy_run.h), each row of a run checked against its ticket. The *Runs
+  // forms are what the engine calls: a job's rows stay runs (O(rows) here, nothing allocated
+  // per row); the list forms are one-row runs.
+  absl::Status CheckRowRuns(CopyDirection direction, const std::vector<RowRun>& rows) const;
 
   // CheckRows and, in the same critical section, one more copy in flight on every row (a row may
   // appear more than once). Call before the copy touches the region; every successful BeginCopy
@@ -267,6 +271,7 @@ class SlotIndex {
   // never to touch the region again — not when it timed out. Same errors as CheckRows.
   absl::Status BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows,
                          const std::vector<uint32_t>& tickets = {});
+  absl::Status BeginCopyRuns(CopyDirection direction, const std::vector<RowRun>& rows);
 
   // Records that a store job on `rows` failed (a copy failed, a worker left, the job timed out):
   // each row still WRITING is marked, and CompleteStore(success=true) of its key is refused with
@@ -288,6 +293,7 @@ class SlotIndex {
   //   OUT_OF_RANGE         a row >= num_rows
   //   FAILED_PRECONDITION  more EndCopy than BeginCopy on a row (a bug in the caller)
   absl::Status EndCopy(const std::vector<uint64_t>& rows);
+  absl::Status EndCopyRuns(const std::vector<RowRun>& rows);  // tickets are not looked at
 
   // The end of a store job on this node, in one critical section: EndCopy(rows), then, when
   // `ok`, every row still WRITING is written (and one whose commit was recorded becomes READY),
@@ -295,6 +301,7 @@ class SlotIndex {
   // between the two (a row freed in between could be handed to another key). Same errors as
   // EndCopy; on error nothing changed.
   absl::Status EndStoreCopy(const std::vector<uint64_t>& rows, bool ok);
+  absl::Status EndStoreCopyRuns(const std::vector<RowRun>& rows, bool ok);
 
   // ---- Introspection. -----------------------------------------------------------------------
 
@@ -378,8 +385,7 @@ class SlotIndex {
   absl::Status ResolvePresentKeys(absl::string_view operation, const std::vector<std::string>& keys,
                                   AllowedFn allowed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Status CheckRowsLocked(CopyDirection direction, const std::vector<uint64_t>& rows,
-                               const std::vector<uint32_t>& tickets) const
+  absl::Status CheckRowsLocked(CopyDirection direction, const std::vector<RowRun>& rows) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   void LruUnlink(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -403,10 +409,10 @@ class SlotIndex {
   void MakeReady(std::vector<uint32_t>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRowNumbers(absl::string_view operation, const std::vector<uint64_t>& rows)
       const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status EndCopyLocked(const std::vector<uint64_t>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkStoreFailedLocked(const std::vector<uint64_t>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status EndCopyLocked(const std::vector<RowRun>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkStoreFailedLocked(const std::vector<RowRun>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rows still WRITING with no copy in flight are written; committed ones become READY.
-  void MarkStoreWrittenLocked(const std::vector<uint64_t>& rows)
+  void MarkStoreWrittenLocked(const std::vector<RowRun>& rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a WRITING row's key and frees (or quarantines) the row; returns the key.
   std::string DropWritingKey(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -10,6 +10,28 @@
 // against rows, and how the end of a store job makes rows written, READY or failed.
 
 namespace kvoffload::daemon {
+namespace {
+
+// Rows as one-row runs (the list forms of the guards): consecutive rows under one ticket merge.
+std::vector<RowRun> AsRuns(const std::vector<uint64_t>& rows,
+                           const std::vector<uint32_t>& tickets = {}) {
+  std::vector<RowRun> runs;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    AppendRows(&runs, RowRun{rows[i], 1, tickets.empty() ? 0 : tickets[i]});
+  }
+  return runs;
+}
+
+// The list forms take one ticket per row, or none.
+absl::Status CheckTickets(CopyDirection direction, const std::vector<uint64_t>& rows,
+                          const std::vector<uint32_t>& tickets) {
+  if (tickets.empty() || tickets.size() == rows.size()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(CopyDirectionName(direction), " copy: ",
+                                                 tickets.size(), " tickets for ", rows.size(),
+                                                 " rows"));
+}
+
+}  // namespace
 
 absl::Status SlotIndex::CheckRowNumbers(absl::string_view operation,
                                         const std::vector<uint64_t>& rows) const {
@@ -25,32 +47,37 @@ absl::Status SlotIndex::CheckRowNumbers(absl::string_view operation,
 absl::Status SlotIndex::MarkStoreFailed(const std::vector<uint64_t>& rows) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckRowNumbers("MarkStoreFailed", rows));
-  MarkStoreFailedLocked(rows);
+  MarkStoreFailedLocked(AsRuns(rows));
   return absl::OkStatus();
 }
 
-void SlotIndex::MarkStoreFailedLocked(const std::vector<uint64_t>& rows) {
-  for (uint64_t row : rows) {
-    Row& r = rows_[row];
-    if (r.state != RowState::kWriting) continue;
-    r.store_failed = true;
-    if (r.committed) {
-      // The scheduler already committed this key and will not be asked again: drop it, so it
-      // is a miss rather than a row that stays WRITING for ever.
-      DropWritingKey(static_cast<uint32_t>(row));
-      ++commits_dropped_;
+// (Plain loops over the runs here: the thread-safety analysis does not look into lambdas.)
+void SlotIndex::MarkStoreFailedLocked(const std::vector<RowRun>& rows) {
+  for (const RowRun& run : rows) {
+    for (uint64_t row = run.first_row; row < run.first_row + run.num_rows; ++row) {
+      Row& r = rows_[row];
+      if (r.state != RowState::kWriting) continue;
+      r.store_failed = true;
+      if (r.committed) {
+        // The scheduler already committed this key and will not be asked again: drop it, so
+        // it is a miss rather than a row that stays WRITING for ever.
+        DropWritingKey(static_cast<uint32_t>(row));
+        ++commits_dropped_;
+      }
     }
   }
 }
 
-void SlotIndex::MarkStoreWrittenLocked(const std::vector<uint64_t>& rows) {
+void SlotIndex::MarkStoreWrittenLocked(const std::vector<RowRun>& rows) {
   std::vector<uint32_t> ready;
-  for (uint64_t row : rows) {
-    Row& r = rows_[row];
-    // A row a failed job touched stays failed: another job's success cannot vouch for it.
-    if (r.state != RowState::kWriting || r.store_failed || r.written || r.copies > 0) continue;
-    r.written = true;
-    if (r.committed) ready.push_back(static_cast<uint32_t>(row));
+  for (const RowRun& run : rows) {
+    for (uint64_t row = run.first_row; row < run.first_row + run.num_rows; ++row) {
+      Row& r = rows_[row];
+      // A row a failed job touched stays failed: another job's success cannot vouch for it.
+      if (r.state != RowState::kWriting || r.store_failed || r.written || r.copies > 0) continue;
+      r.written = true;
+      if (r.committed) ready.push_back(static_cast<uint32_t>(row));
+    }
   }
   MakeReady(ready);
 }
@@ -70,38 +97,35 @@ uint64_t SlotIndex::DropStaleCommits(absl::Time cutoff) {
 // ---- Copy-path guards ------------------------------------------------------------------------
 
 absl::Status SlotIndex::CheckRowsLocked(CopyDirection direction,
-                                        const std::vector<uint64_t>& rows,
-                                        const std::vector<uint32_t>& tickets) const {
+                                        const std::vector<RowRun>& rows) const {
   const bool store = direction == CopyDirection::kStore;
   const RowState wanted = store ? RowState::kWriting : RowState::kReading;
-  if (!tickets.empty() && tickets.size() != rows.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(store ? "store" : "load", " copy: ",
-                                                   tickets.size(), " tickets for ", rows.size(),
-                                                   " rows"));
-  }
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const uint64_t row = rows[i];
-    if (row >= num_rows_) {
-      return absl::OutOfRangeError(absl::StrFormat("%s copy: row %d is out of range (num_rows %d)",
-                                                   store ? "store" : "load", row, num_rows_));
-    }
-    const Row& r = rows_[row];
-    if (r.state != wanted) {
-      return absl::FailedPreconditionError(absl::StrCat(store ? "store" : "load", " copy: row ",
-                                                        row, " is ", RowStateName(r.state),
-                                                        ", not ", RowStateName(wanted)));
-    }
-    if (!tickets.empty() && tickets[i] != 0 && tickets[i] != r.ticket) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          store ? "store" : "load", " copy: row ", row,
-          " was handed to another key since this job was planned (ticket ", tickets[i],
-          ", the row's is ", r.ticket, "): the part came late or again"));
-    }
-    if (!store) continue;
-    if (r.copies > 0 || r.written) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "store copy: row ", row, r.copies > 0 ? " has a store job in flight" : " was written",
-          " already; a row takes one store job"));
+  for (const RowRun& run : rows) {
+    const uint32_t ticket = run.ticket;
+    for (uint64_t row = run.first_row; row - run.first_row < run.num_rows; ++row) {
+      if (row >= num_rows_) {
+        return absl::OutOfRangeError(absl::StrFormat(
+            "%s copy: row %d is out of range (num_rows %d)", store ? "store" : "load", row,
+            num_rows_));
+      }
+      const Row& r = rows_[row];
+      if (r.state != wanted) {
+        return absl::FailedPreconditionError(absl::StrCat(store ? "store" : "load",
+                                                          " copy: row ", row, " is ",
+                                                          RowStateName(r.state), ", not ",
+                                                          RowStateName(wanted)));
+      }
+      if (ticket != 0 && ticket != r.ticket) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            store ? "store" : "load", " copy: row ", row,
+            " was handed to another key since this job was planned (ticket ", ticket,
+            ", the row's is ", r.ticket, "): the part came late or again"));
+      }
+      if (store && (r.copies > 0 || r.written)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "store copy: row ", row, r.copies > 0 ? " has a store job in flight" : " was written",
+            " already; a row takes one store job"));
+      }
     }
   }
   return absl::OkStatus();
@@ -109,27 +133,50 @@ absl::Status SlotIndex::CheckRowsLocked(CopyDirection direction,
 
 absl::Status SlotIndex::CheckRows(CopyDirection direction, const std::vector<uint64_t>& rows,
                                   const std::vector<uint32_t>& tickets) const {
+  RETURN_IF_ERROR(CheckTickets(direction, rows, tickets));
+  return CheckRowRuns(direction, AsRuns(rows, tickets));
+}
+
+absl::Status SlotIndex::CheckRowRuns(CopyDirection direction,
+                                     const std::vector<RowRun>& rows) const {
   absl::ReaderMutexLock lock(&mu_);
-  return CheckRowsLocked(direction, rows, tickets);
+  return CheckRowsLocked(direction, rows);
 }
 
 absl::Status SlotIndex::BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows,
                                   const std::vector<uint32_t>& tickets) {
+  RETURN_IF_ERROR(CheckTickets(direction, rows, tickets));
+  return BeginCopyRuns(direction, AsRuns(rows, tickets));
+}
+
+absl::Status SlotIndex::BeginCopyRuns(CopyDirection direction, const std::vector<RowRun>& rows) {
   absl::MutexLock lock(&mu_);
-  absl::Status status = CheckRowsLocked(direction, rows, tickets);
+  absl::Status status = CheckRowsLocked(direction, rows);
   if (!status.ok()) return status;
   // WRITING and READING rows are on no list, so counting a copy moves nothing.
-  for (uint64_t row : rows) ++rows_[row].copies;
-  copies_in_flight_ += rows.size();
+  for (const RowRun& run : rows) {
+    for (uint64_t row = run.first_row; row < run.first_row + run.num_rows; ++row) {
+      ++rows_[row].copies;
+    }
+    copies_in_flight_ += run.num_rows;
+  }
   return absl::OkStatus();
 }
 
 absl::Status SlotIndex::EndCopy(const std::vector<uint64_t>& rows) {
+  return EndCopyRuns(AsRuns(rows));
+}
+
+absl::Status SlotIndex::EndCopyRuns(const std::vector<RowRun>& rows) {
   absl::MutexLock lock(&mu_);
   return EndCopyLocked(rows);
 }
 
 absl::Status SlotIndex::EndStoreCopy(const std::vector<uint64_t>& rows, bool ok) {
+  return EndStoreCopyRuns(AsRuns(rows), ok);
+}
+
+absl::Status SlotIndex::EndStoreCopyRuns(const std::vector<RowRun>& rows, bool ok) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(EndCopyLocked(rows));
   if (ok) {
@@ -140,37 +187,51 @@ absl::Status SlotIndex::EndStoreCopy(const std::vector<uint64_t>& rows, bool ok)
   return absl::OkStatus();
 }
 
-absl::Status SlotIndex::EndCopyLocked(const std::vector<uint64_t>& rows) {
+absl::Status SlotIndex::EndCopyLocked(const std::vector<RowRun>& rows) {
   // Pass 1: decrement, undoing everything on the first bad row (rows may repeat).
-  for (size_t i = 0; i < rows.size(); ++i) {
-    absl::Status status;
-    if (rows[i] >= num_rows_) {
-      status = absl::OutOfRangeError(
-          absl::StrFormat("EndCopy: row %d is out of range (num_rows %d)", rows[i], num_rows_));
-    } else if (rows_[rows[i]].copies == 0) {
-      status = absl::FailedPreconditionError(
-          absl::StrCat("EndCopy: row ", rows[i], " has no copy in flight"));
+  absl::Status status;
+  uint64_t decremented = 0;
+  for (const RowRun& run : rows) {
+    for (uint64_t row = run.first_row; status.ok() && row - run.first_row < run.num_rows; ++row) {
+      if (row >= num_rows_) {
+        status = absl::OutOfRangeError(
+            absl::StrFormat("EndCopy: row %d is out of range (num_rows %d)", row, num_rows_));
+      } else if (rows_[row].copies == 0) {
+        status = absl::FailedPreconditionError(
+            absl::StrCat("EndCopy: row ", row, " has no copy in flight"));
+      } else {
+        --rows_[row].copies;
+        ++decremented;
+      }
     }
-    if (!status.ok()) {
-      for (size_t j = 0; j < i; ++j) ++rows_[rows[j]].copies;
-      return status;
-    }
-    --rows_[rows[i]].copies;
+    if (!status.ok()) break;
   }
-  copies_in_flight_ -= rows.size();
-  // Pass 2: rows whose last copy ended, each once, back to front (rows[0] most recent).
+  if (!status.ok()) {
+    uint64_t undo = decremented;
+    for (auto run = rows.begin(); run != rows.end() && undo > 0; ++run) {
+      for (uint64_t row = run->first_row; undo > 0 && row - run->first_row < run->num_rows;
+           ++row, --undo) {
+        ++rows_[row].copies;
+      }
+    }
+    return status;
+  }
+  copies_in_flight_ -= decremented;
+  // Pass 2: rows whose last copy ended, each once, back to front (the first row most recent).
   scratch_rows_.clear();
-  for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
-    const uint32_t row = static_cast<uint32_t>(*it);
-    Row& r = rows_[row];
-    if (r.copies > 0 || r.marked) continue;
-    r.marked = true;
-    scratch_rows_.push_back(row);
-    if (r.state == RowState::kFree) {  // quarantined until now
-      --rows_quarantined_;
-      FreePush(row);
-    } else if (r.state == RowState::kReady) {
-      LruPushMostRecent(row);
+  for (auto run = rows.rbegin(); run != rows.rend(); ++run) {
+    for (uint64_t i = run->num_rows; i-- > 0;) {
+      const uint32_t row = static_cast<uint32_t>(run->first_row + i);
+      Row& r = rows_[row];
+      if (r.copies > 0 || r.marked) continue;
+      r.marked = true;
+      scratch_rows_.push_back(row);
+      if (r.state == RowState::kFree) {  // quarantined until now
+        --rows_quarantined_;
+        FreePush(row);
+      } else if (r.state == RowState::kReady) {
+        LruPushMostRecent(row);
+      }
     }
   }
   for (uint32_t row : scratch_rows_) rows_[row].marked = false;

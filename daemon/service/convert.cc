@@ -38,8 +38,7 @@ absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& p) {
   return r;
 }
 
-absl::StatusOr<JobPart> FromProto(const v1::Submit& p, uint32_t blocks_per_row,
-                                  uint64_t max_blocks) {
+absl::StatusOr<JobPart> FromProto(const v1::Submit& p) {
   JobPart part;
   part.job_id = p.job_id();
   switch (p.direction()) {
@@ -53,97 +52,13 @@ absl::StatusOr<JobPart> FromProto(const v1::Submit& p, uint32_t blocks_per_row,
       return absl::InvalidArgumentError(
           absl::StrCat("job ", p.job_id(), ": direction must be STORE or LOAD"));
   }
-  // Sizes first, from the message alone: a hostile run cannot make the daemon allocate.
-  const uint64_t bpr = blocks_per_row == 0 ? 1 : blocks_per_row;
-  uint64_t run_rows = 0;
-  uint64_t range_blocks = 0;  // blocks of runs addressed block by block (num_blocks > 0)
-  for (const v1::BlockRun& r : p.runs()) {
-    uint64_t end = 0;
-    if (r.num_blocks() > 0) {
-      uint64_t first = 0;
-      if (r.num_rows() != 0 || r.first_block() >= bpr ||
-          __builtin_mul_overflow(SlotIndex::RowOfHandle(r.row()), bpr, &first) ||
-          __builtin_add_overflow(first, uint64_t{r.first_block()}, &first) ||
-          __builtin_add_overflow(first, r.num_blocks(), &end) ||
-          __builtin_add_overflow(r.gpu_block(), r.num_blocks(), &end) ||
-          __builtin_add_overflow(range_blocks, r.num_blocks(), &range_blocks)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "job ", p.job_id(), ": a block run needs num_rows 0, first_block < blocks_per_row (",
-            bpr, ") and must not overflow (row ", r.row(), ", first_block ", r.first_block(),
-            ", num_blocks ", r.num_blocks(), ")"));
-      }
-      continue;
-    }
-    if (r.num_rows() == 0 || r.first_block() != 0 ||
-        __builtin_add_overflow(run_rows, r.num_rows(), &run_rows) ||
-        __builtin_add_overflow(r.row(), r.num_rows(), &end)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job ", p.job_id(), ": a run needs num_rows >= 1 (or num_blocks >= 1), first_block 0 "
-          "unless num_blocks is set, and must not overflow (row ", r.row(), ", num_rows ",
-          r.num_rows(), ", first_block ", r.first_block(), ")"));
-    }
-  }
-  uint64_t run_blocks = 0;
-  uint64_t total_blocks = 0;
-  if (__builtin_mul_overflow(run_rows, bpr, &run_blocks) ||
-      __builtin_add_overflow(run_blocks, uint64_t(p.gpu_blocks_size()), &total_blocks) ||
-      __builtin_add_overflow(total_blocks, range_blocks, &total_blocks) ||
-      total_blocks > max_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job ", p.job_id(), ": ", p.gpu_blocks_size(), " listed blocks, runs of ", run_rows,
-        " rows and block runs of ", range_blocks, " blocks exceed the limit of ", max_blocks,
-        " blocks per job"));
-  }
-  if (range_blocks > 0 && part.direction != CopyDirection::kLoad) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job ", p.job_id(), ": a store must write whole rows; runs of single blocks "
-        "(num_blocks) are for loads only"));
-  }
-  part.gpu_blocks.reserve(total_blocks);
-  part.rows.reserve(p.rows_size() + run_rows);
+  // Copied as sent (bounded by the message size); every rule is ValidatePart's.
   part.gpu_blocks.assign(p.gpu_blocks().begin(), p.gpu_blocks().end());
   part.rows.assign(p.rows().begin(), p.rows().end());
+  part.runs.reserve(p.runs_size());
   for (const v1::BlockRun& r : p.runs()) {
-    if (r.num_blocks() > 0) continue;
-    const uint64_t blocks = r.num_rows() * bpr;
-    uint64_t last = 0;
-    if (__builtin_add_overflow(r.gpu_block(), blocks, &last)) {
-      return absl::InvalidArgumentError(absl::StrCat("job ", p.job_id(), ": run at gpu block ",
-                                                     r.gpu_block(), " overflows"));
-    }
-    for (uint64_t i = 0; i < r.num_rows(); ++i) part.rows.push_back(r.row() + i);
-    for (uint64_t b = 0; b < blocks; ++b) part.gpu_blocks.push_back(r.gpu_block() + b);
-  }
-  if (range_blocks > 0) {
-    // Block by block: every entry gets its region block (of the row without its handle's
-    // ticket), and rows become the rows covered, as handles with the tickets they came with.
-    if (part.gpu_blocks.size() != part.rows.size() * bpr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job ", p.job_id(), ": ", part.gpu_blocks.size(), " gpu blocks for ", part.rows.size(),
-          " rows of ", bpr, " blocks (want ", part.rows.size() * bpr, ")"));
-    }
-    std::vector<uint32_t> block_tickets;
-    part.region_blocks.reserve(total_blocks);
-    block_tickets.reserve(total_blocks);
-    auto add = [&](uint64_t handle, uint64_t first, uint64_t n) {
-      const uint64_t start = SlotIndex::RowOfHandle(handle) * bpr + first;  // < 2^32 × 2^32
-      for (uint64_t b = 0; b < n; ++b) {
-        part.region_blocks.push_back(start + b);
-        block_tickets.push_back(SlotIndex::TicketOfHandle(handle));
-      }
-    };
-    for (uint64_t row : part.rows) add(row, 0, bpr);
-    for (const v1::BlockRun& r : p.runs()) {
-      if (r.num_blocks() == 0) continue;
-      for (uint64_t b = 0; b < r.num_blocks(); ++b) part.gpu_blocks.push_back(r.gpu_block() + b);
-      add(r.row(), r.first_block(), r.num_blocks());
-    }
-    part.rows.clear();
-    for (size_t i = 0; i < part.region_blocks.size(); ++i) {
-      const uint64_t row = part.region_blocks[i] / bpr;
-      if (!part.rows.empty() && SlotIndex::RowOfHandle(part.rows.back()) == row) continue;
-      part.rows.push_back(SlotIndex::StoreHandle(block_tickets[i], row));
-    }
+    part.runs.push_back(
+        PartRun{r.gpu_block(), r.row(), r.num_rows(), r.first_block(), r.num_blocks()});
   }
   part.event_index = p.event_index();
   part.region_epoch = p.region_epoch();

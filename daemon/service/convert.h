@@ -23,10 +23,10 @@ namespace kvoffload::daemon {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& proto);
-// Expands `runs` after the explicit lists. INVALID_ARGUMENT, before allocating anything, when the
-// part would hold more than `max_blocks` blocks or a run overflows.
-absl::StatusOr<JobPart> FromProto(const v1::Submit& proto, uint32_t blocks_per_row,
-                                  uint64_t max_blocks);
+// The part as sent: lists and runs copied, nothing expanded and nothing checked but the
+// direction (a value that is neither STORE nor LOAD is INVALID_ARGUMENT). The engine validates
+// it (ValidatePart, engine/job_part.h) and turns it into runs.
+absl::StatusOr<JobPart> FromProto(const v1::Submit& proto);
 void ToProto(const EngineSnapshot& snapshot, v1::EngineStats* proto);
 
 // Keys of an index request: 1..kMaxKeysPerRequest keys (limits.h) of 1..256 bytes.

@@ -148,8 +148,7 @@ grpc::Status WorkerService::Serve(grpc::ServerContext* context, Stream* stream,
           JobResult{0, absl::InvalidArgumentError("only `submit` may follow `register`"), 0});
       continue;
     }
-    auto part = FromProto(message.submit(), engine->geometry().blocks_per_row,
-                          engine->max_blocks_per_job());
+    auto part = FromProto(message.submit());
     absl::Status status =
         part.ok() ? engine->Submit(info.session_id, *std::move(part)) : part.status();
     if (!status.ok()) writer.OnJobFinished(JobResult{message.submit().job_id(), status, 0});

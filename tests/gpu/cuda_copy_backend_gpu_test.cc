@@ -27,8 +27,11 @@
 namespace kvoffload::testing {
 namespace {
 
+using daemon::AppendRun;
 using daemon::CopyDirection;
 using daemon::CopyJob;
+using daemon::CopyRun;
+using daemon::RunsOfLists;
 using daemon::WorkerMemory;
 using daemon::WorkerRegistration;
 using daemon::cuda::CudaBackendOptions;
@@ -147,7 +150,7 @@ struct Geometry {
   }
 };
 
-// A job whose rows each hold one block and nothing else (slot = row), gpu_blocks[i] ↔ rows[i].
+// A job whose rows each hold one block and nothing else (slot = row), GPU block blocks[i] ↔ row rows[i].
 CopyJob WholeRowJob(CopyDirection direction, WorkerMemory* memory, const HostRegion& region,
                     uint64_t row_bytes, std::vector<uint64_t> blocks, std::vector<uint64_t> rows) {
   CopyJob job;
@@ -156,8 +159,7 @@ CopyJob WholeRowJob(CopyDirection direction, WorkerMemory* memory, const HostReg
   job.region_base = region.base();
   job.row_bytes = row_bytes;
   job.slot_bytes = row_bytes;
-  job.gpu_blocks = std::move(blocks);
-  job.rows = std::move(rows);
+  job.runs = RunsOfLists(blocks, rows, job.blocks_per_row);
   return job;
 }
 
@@ -172,8 +174,7 @@ CopyJob MakeJob(CopyDirection direction, WorkerMemory* memory, const HostRegion&
   job.slot_bytes = g.slot_bytes;
   job.slot = g.slot;
   job.blocks_per_row = g.blocks_per_row;
-  job.gpu_blocks = std::move(blocks);
-  job.rows = std::move(rows);
+  job.runs = RunsOfLists(blocks, rows, job.blocks_per_row);
   job.event_index = event_index;
   return job;
 }
@@ -952,8 +953,7 @@ TEST_F(CudaBackendIpcTest, StagingIsReleasedWhenIdle) {
     job.row_bytes = page;
     job.slot_bytes = page;
     for (uint64_t i = 0; i < n; ++i) {
-      job.gpu_blocks.push_back(i);
-      job.rows.push_back(n - 1 - i);
+      job.runs.push_back(CopyRun{i, n - 1 - i, 1});
     }
     return RunJob(backend->get(), std::move(job));
   };
@@ -1018,8 +1018,7 @@ TEST_F(CudaBackendIpcTest, StagingIsBoundedPerDevice) {
     job.row_bytes = page;
     job.slot_bytes = page;
     for (uint64_t i = 0; i < n; ++i) {
-      job.gpu_blocks.push_back(i);
-      job.rows.push_back(w * n + (n - 1 - i));
+      job.runs.push_back(CopyRun{i, w * n + (n - 1 - i), 1});
     }
     return RunJob(backend->get(), std::move(job));
   };
@@ -1082,8 +1081,7 @@ TEST_F(CudaBackendIpcTest, RegionsArePinnedInTheContextOfAWorkersDevice) {
     job.row_bytes = page;
     job.slot_bytes = page;
     for (uint64_t i = 0; i < n; ++i) {
-      job.gpu_blocks.push_back(i);
-      job.rows.push_back(i);
+      AppendRun(&job.runs, CopyRun{i, i, 1});
     }
     ASSERT_OK(RunJob(backend->get(), std::move(job)).status);
     for (uint64_t i = 0; i < n * page; ++i) {

@@ -56,6 +56,7 @@ namespace {
 
 using daemon::CopyDirection;
 using daemon::CopyJob;
+using daemon::RunsOfLists;
 using daemon::cuda::CopyKernelConfig;
 using daemon::cuda::CopyPagesArgs;
 using daemon::cuda::CudaBackendOptions;
@@ -331,8 +332,7 @@ class Bench {
         job.region_base = host_;
         job.row_bytes = bpb;
         job.slot_bytes = bpb;
-        job.gpu_blocks = blocks;
-        job.rows = rows;
+        job.runs = RunsOfLists(blocks, rows, 1);
         absl::Notification finished;
         absl::Status status;
         (*backend)->Submit(std::move(job), [&](absl::Status s, uint64_t b) {
@@ -562,8 +562,7 @@ class Bench {
           job.region_base = host_;
           job.row_bytes = bpb;
           job.slot_bytes = bpb;
-          job.gpu_blocks = blocks;
-          job.rows = rows;
+          job.runs = RunsOfLists(blocks, rows, 1);
           absl::Notification finished;
           absl::Status status;
           absl::Time end;
@@ -635,8 +634,7 @@ class Bench {
       job.region_base = host_;
       job.row_bytes = page;
       job.slot_bytes = page;
-      job.gpu_blocks = blocks;
-      job.rows = perm;
+      job.runs = RunsOfLists(blocks, perm, 1);
       absl::Notification finished;
       absl::Status status;
       const absl::Time start = absl::Now();

@@ -373,9 +373,12 @@ class CudaCopyBackend::Impl {
         out->path = CopyPath::kKernel;
         break;
     }
+    // Only the SM kernels take a pair per block; the copy engines walk the table's runs.
+    if (out->path != CopyPath::kCopyEngine) out->blocks = ExpandBlocks(out->table);
     if (out->path == CopyPath::kStaged) {
-      ASSIGN_OR_RETURN(out->staged, PlanStagedChunks(out->table, options_.staging_chunk_bytes,
-                                                     kStagingBuffers, 0));
+      ASSIGN_OR_RETURN(out->staged,
+                       PlanStagedChunks(out->blocks, out->table.bytes_per_block,
+                                        options_.staging_chunk_bytes, kStagingBuffers, 0));
     }
     return absl::OkStatus();
   }
@@ -383,7 +386,7 @@ class CudaCopyBackend::Impl {
   // Enqueues a prepared job's GPU work (its worker's event has fired). Sets j->completion, or
   // leaves it null when nothing of the job is left running; j->status is the job's outcome so far.
   void Start(const PreparedJob& job, PendingJob* j) {
-    if (job.table.blocks.empty()) return;
+    if (job.table.num_blocks == 0) return;
     Device* device = job.memory->device_;
     absl::Status s = CudaStatus(cudaSetDevice(device->ordinal()), "cudaSetDevice");
     if (s.ok()) {

@@ -91,13 +91,12 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
   absl::Status status;
   CopyBatcher batcher(kMaxCopiesPerBatch, lane.dma, options.batch_unsupported);
   uint8_t* base = job.region->base();
-  VisitSegments(job.table.blocks.data(), job.table.blocks.data() + job.table.blocks.size(),
-                m->tensors_, [&](const Segment& seg) {
-                  if (!status.ok()) return;
-                  void* gpu = reinterpret_cast<void*>(seg.gpu_address);
-                  status = store ? batcher.Add(base + seg.host_offset, gpu, seg.bytes)
-                                 : batcher.Add(gpu, base + seg.host_offset, seg.bytes);
-                });
+  VisitSegments(job.table, 0, job.table.num_blocks, m->tensors_, [&](const Segment& seg) {
+    if (!status.ok()) return;
+    void* gpu = reinterpret_cast<void*>(seg.gpu_address);
+    status = store ? batcher.Add(base + seg.host_offset, gpu, seg.bytes)
+                   : batcher.Add(gpu, base + seg.host_offset, seg.bytes);
+  });
   if (status.ok()) status = batcher.Flush();
   if (status.ok() && job.load_event != nullptr) {
     status = device->Check(cudaEventRecord(job.load_event, lane.dma),
@@ -118,7 +117,7 @@ absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueO
   Device* device = m->device_;
   const bool store = job.direction == CopyDirection::kStore;
   Lane& lane = store ? m->store_ : m->load_;
-  const uint64_t num_pairs = job.table.blocks.size();
+  const uint64_t num_pairs = job.blocks.size();
   const uint64_t bpb = job.table.bytes_per_block;
   absl::MutexLock lock(&lane.mu);
   absl::Status staging =
@@ -146,7 +145,7 @@ absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueO
         reinterpret_cast<uint64_t>(lane.staging[(c.buffer + first) % n]);
     align_bits |= staging;
     for (size_t i = c.block_begin; i < c.block_end; ++i) {
-      pairs[i] = PagePair{job.table.blocks[i].gpu_block, staging + (i - c.block_begin) * bpb};
+      pairs[i] = PagePair{job.blocks[i].gpu_block, staging + (i - c.block_begin) * bpb};
     }
   }
   absl::Status status = device->Check(
@@ -215,7 +214,7 @@ absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueO
   Device* device = m->device_;
   const bool store = job.direction == CopyDirection::kStore;
   Lane& lane = store ? m->store_ : m->load_;
-  const uint64_t num_pairs = job.table.blocks.size();
+  const uint64_t num_pairs = job.blocks.size();
   ASSIGN_OR_RETURN(const std::vector<uint64_t>* chunks,
                    job.region->DevicePointers(device->ordinal()));
   absl::StatusOr<Device::Buffer> buffer = device->AcquireBuffer(num_pairs * sizeof(PagePair));
@@ -229,7 +228,7 @@ absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueO
   const uint64_t chunk_bytes = job.region->chunk_bytes();
   uint64_t align_bits = m->align_bits_;
   for (uint64_t i = 0; i < num_pairs; ++i) {
-    const BlockDescriptor& d = job.table.blocks[i];
+    const BlockDescriptor& d = job.blocks[i];
     const uint64_t host = (*chunks)[d.host_offset / chunk_bytes] + d.host_offset % chunk_bytes;
     pairs[i] = PagePair{d.gpu_block, host};
     align_bits |= host;

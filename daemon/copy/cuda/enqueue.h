@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -36,6 +37,9 @@ struct PreparedJob {
   std::shared_ptr<PinnedRegion> region;
   DescriptorTable table;
   CopyPath path = CopyPath::kStaged;
+  // path != kCopyEngine: one (gpu_block, host_offset) pair per block for the SM kernels
+  // (ExpandBlocks(table)); empty on the copy-engine path, which walks the table's runs.
+  std::vector<BlockDescriptor> blocks;
   StagedPlan staged;               // path == kStaged
   cudaEvent_t load_event = nullptr;  // loads: the worker's event, recorded after the copy
 };

@@ -181,11 +181,12 @@ absl::Status ValidateTensor(const TensorRegistration& t, size_t index) {
                                 t.allocation_bytes);
 }
 
-// Moves the bytes of descriptors [first, last): for each pair, every tensor's page, pages that
-// are contiguous on both sides in one memcpy (the same segments the CUDA backend's DMA path uses).
-void CopyBlocks(CopyDirection direction, const BlockDescriptor* first, const BlockDescriptor* last,
-                const std::vector<TensorDescriptor>& tensors, uint8_t* region_base) {
-  VisitSegments(first, last, tensors, [&](const Segment& s) {
+// Moves the bytes of the job's blocks [first, last): every tensor's page, pages that are
+// contiguous on both sides in one memcpy (the same segments the CUDA backend's DMA path uses).
+void CopyBlocks(CopyDirection direction, const DescriptorTable& table, uint64_t first,
+                uint64_t last, const std::vector<TensorDescriptor>& tensors,
+                uint8_t* region_base) {
+  VisitSegments(table, first, last, tensors, [&](const Segment& s) {
     uint8_t* host = region_base + s.host_offset;
     uint8_t* gpu = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(s.gpu_address));
     if (direction == CopyDirection::kStore) {
@@ -209,7 +210,7 @@ struct HostCopyBackend::Job {
   absl::Status status;        // non-OK: rejected at Submit, nothing is copied
   bool holds_region = false;  // counted in regions_[region_key].jobs_in_flight
   uintptr_t region_key = 0;
-  uint64_t pairs_per_chunk = 1;
+  uint64_t blocks_per_chunk = 1;
   size_t num_chunks = 1;
   size_t next_chunk = 0;  // guarded by HostCopyBackend::mu_
   std::atomic<size_t> unfinished_chunks{1};
@@ -362,16 +363,16 @@ void HostCopyBackend::Submit(CopyJob job, CopyDone done) {
   state->table = std::move(table).value();
   state->done = std::move(done);
 
-  const uint64_t pairs = state->table.blocks.size();
+  const uint64_t blocks = state->table.num_blocks;
   const uint64_t bytes_per_block = state->table.bytes_per_block;
   const uint64_t threads = threads_.size();
-  const uint64_t per_thread = (pairs + threads - 1) / threads;
-  const uint64_t min_pairs = (kMinChunkBytes + bytes_per_block - 1) / bytes_per_block;
-  const uint64_t max_pairs = std::max<uint64_t>(1, kMaxChunkBytes / bytes_per_block);
-  state->pairs_per_chunk =
-      std::max<uint64_t>(1, std::min(std::max(per_thread, min_pairs), max_pairs));
+  const uint64_t per_thread = (blocks + threads - 1) / threads;
+  const uint64_t min_blocks = (kMinChunkBytes + bytes_per_block - 1) / bytes_per_block;
+  const uint64_t max_blocks = std::max<uint64_t>(1, kMaxChunkBytes / bytes_per_block);
+  state->blocks_per_chunk =
+      std::max<uint64_t>(1, std::min(std::max(per_thread, min_blocks), max_blocks));
   state->num_chunks =
-      std::max<uint64_t>(1, (pairs + state->pairs_per_chunk - 1) / state->pairs_per_chunk);
+      std::max<uint64_t>(1, (blocks + state->blocks_per_chunk - 1) / state->blocks_per_chunk);
   state->unfinished_chunks.store(state->num_chunks, std::memory_order_relaxed);
 
   absl::MutexLock lock(&mu_);
@@ -438,10 +439,9 @@ void HostCopyBackend::WorkerLoop() {
     if (abort) {
       job->aborted.store(true, std::memory_order_relaxed);
     } else if (job->status.ok()) {
-      const size_t begin = first * job->pairs_per_chunk;
-      const size_t end = std::min<size_t>(job->table.blocks.size(), begin + job->pairs_per_chunk);
-      CopyBlocks(job->direction, job->table.blocks.data() + begin, job->table.blocks.data() + end,
-                 *job->tensors, job->region_base);
+      const uint64_t begin = first * job->blocks_per_chunk;
+      const uint64_t end = std::min(job->table.num_blocks, begin + job->blocks_per_chunk);
+      CopyBlocks(job->direction, job->table, begin, end, *job->tensors, job->region_base);
     }
     const size_t taken = last - first;
     if (job->unfinished_chunks.fetch_sub(taken, std::memory_order_acq_rel) == taken) Finish(*job);

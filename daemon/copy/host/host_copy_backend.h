@@ -2,7 +2,7 @@
 // worker's "device memory" is a memfd it created and sealed against shrinking; the tensor's
 // `allocation_handle` is "memfd:<fd>", that descriptor's number in the worker, and its size is at
 // least `allocation_bytes`. Copies are memcpy on a pool of
-// threads owned by the backend, driven by the same descriptor tables as the CUDA backend, so
+// threads owned by the backend, driven by the same descriptor tables (runs) as the CUDA backend, so
 // everything except the CUDA calls is exercised.
 //
 //   std::unique_ptr<CopyBackend> backend = CreateHostCopyBackend(/*num_threads=*/4);
@@ -21,7 +21,7 @@
 // handles are accepted and ignored:
 // the host backend has no streams to order, a memcpy is finished when it returns.
 //
-// Submit builds the job's descriptor table at once (O(pairs) on the caller's thread; nothing per
+// Submit builds the job's descriptor table at once (O(runs) on the caller's thread; nothing per
 // page), checks the job against the worker's memory and the registered region (INVALID_ARGUMENT,
 // never an abort: the values come from workers), and queues it. Threads take chunks of at most
 // kMaxChunkBytes round-robin across queued jobs, so a small job is not stuck behind a large one

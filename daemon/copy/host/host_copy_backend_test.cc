@@ -198,8 +198,7 @@ struct TestRegion {
     job.slot_bytes = slot_bytes;
     job.slot = slot;
     job.blocks_per_row = blocks_per_row;
-    job.rows = std::move(rows);
-    job.gpu_blocks = std::move(gpu_blocks);
+    job.runs = RunsOfLists(gpu_blocks, rows, blocks_per_row);
     return job;
   }
   // Where tensor t of GPU block j of row r lands: the documented formula.
@@ -304,6 +303,111 @@ TEST_P(RoundTripTest, StoreThenLoadIsByteExact) {
 
 INSTANTIATE_TEST_SUITE_P(BlocksPerRowAndSlot, RoundTripTest,
                          ::testing::Combine(::testing::Values(1u, 2u), ::testing::Values(0u, 1u)));
+
+// Runs, byte-exact, for the worker layouts whose segments the planner merges differently: one
+// block-first tensor (blocks contiguous on the GPU), cross-layer tensors (a block's pages back to
+// back), and the per-layer K/V worker above (nothing merges). Jobs mix a long run across rows, a
+// range starting and ending mid-row, and scattered single blocks; big enough (≥ 2 MiB) that the
+// backend splits them into chunks that cut runs.
+class RunsRoundTripTest : public HostCopyBackendTest,
+                          public ::testing::WithParamInterface<std::tuple<int, uint32_t>> {};
+
+TEST_P(RunsRoundTripTest, StoreThenLoadRunsIsByteExact) {
+  const auto [layout, slots] = GetParam();
+  constexpr uint64_t kBlocks = 1024;
+  constexpr uint32_t kBlocksPerRow = 4;
+  std::unique_ptr<ShmObject> alloc;
+  std::unique_ptr<Worker> kv;  // layout 2
+  WorkerRegistration registration;
+  uint64_t bpb = 0;
+  if (layout == 2) {
+    kv = std::make_unique<Worker>(kBlocks, rng_);
+    registration = kv->registration;
+    bpb = kv->BytesPerBlock();
+  } else {
+    const uint64_t page = layout == 0 ? 4096 : 1024;
+    const int tensors = layout == 0 ? 1 : 4;
+    bpb = page * tensors;
+    alloc = ShmObject::Create(64 + kBlocks * bpb, rng_);
+    for (int t = 0; t < tensors; ++t) {
+      registration.tensors.push_back(
+          TensorRegistration{alloc->name(), 64 + kBlocks * bpb, 64 + t * page, kBlocks, bpb, page});
+    }
+    registration.device = 0;
+    registration.caller_pid = getpid();
+    registration.caller_uid = geteuid();
+  }
+  auto memory = backend_->OpenWorker(registration);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  // Region: 300 rows of `slots` slots; the worker uses slot slots - 1.
+  const uint64_t slot_bytes = kBlocksPerRow * bpb;
+  const uint64_t row_bytes = (slots * slot_bytes + 4095) / 4096 * 4096;
+  std::vector<uint8_t> region(300 * row_bytes);
+  FillRandom(region.data(), region.size(), rng_);
+  ASSERT_TRUE(backend_->RegisterRegion(region.data(), region.size(), row_bytes).ok());
+  CopyJob job;
+  job.memory = memory->get();
+  job.region_base = region.data();
+  job.row_bytes = row_bytes;
+  job.slot_bytes = slot_bytes;
+  job.slot = slots - 1;
+  job.blocks_per_row = kBlocksPerRow;
+  job.runs = {CopyRun{10, 4 * 7 + 2, 700}, CopyRun{800, 4 * 250 + 1, 6}};
+  for (uint64_t i = 0; i < 20; ++i) job.runs.push_back(CopyRun{900 + 5 * i, 4 * 260 + 3 * i, 1});
+
+  // Where GPU block b's page of tensor t is, and where region block r's lands.
+  auto gpu_page = [&](size_t t, uint64_t b) -> uint8_t* {
+    if (kv != nullptr) return kv->Page(t, b);
+    const TensorRegistration& reg = registration.tensors[t];
+    return alloc->data() + reg.offset + b * reg.block_stride_bytes;
+  };
+  auto host_page = [&](size_t t, uint64_t r) -> uint8_t* {
+    uint64_t prefix = 0;
+    for (size_t i = 0; i < t; ++i) prefix += registration.tensors[i].page_bytes;
+    return region.data() + (r / kBlocksPerRow) * row_bytes + job.slot * slot_bytes +
+           (r % kBlocksPerRow) * bpb + prefix;
+  };
+  auto for_each_page = [&](auto&& f) {
+    for (const CopyRun& run : job.runs) {
+      for (uint64_t k = 0; k < run.num_blocks; ++k) {
+        for (size_t t = 0; t < registration.tensors.size(); ++t) {
+          f(gpu_page(t, run.gpu_block + k), host_page(t, run.region_block + k),
+            registration.tensors[t].page_bytes);
+        }
+      }
+    }
+  };
+  std::vector<uint8_t> expected = region;
+  for_each_page([&](uint8_t* gpu, uint8_t* host, uint64_t n) {
+    std::memcpy(expected.data() + (host - region.data()), gpu, n);
+  });
+  job.direction = CopyDirection::kStore;
+  Result stored = RunJob(*backend_, job);
+  ASSERT_TRUE(stored.status.ok()) << stored.status;
+  EXPECT_EQ(stored.bytes, CountBlocks(job.runs) * bpb);
+  ASSERT_TRUE(region == expected) << "layout " << layout << ": region differs";
+
+  // Load into poisoned GPU memory: each page back, byte for byte.
+  if (kv != nullptr) {
+    kv->Poison();
+  } else {
+    std::memset(alloc->data(), kPoison, alloc->bytes());
+  }
+  job.direction = CopyDirection::kLoad;
+  Result loaded = RunJob(*backend_, job);
+  ASSERT_TRUE(loaded.status.ok()) << loaded.status;
+  EXPECT_EQ(loaded.bytes, stored.bytes);
+  uint64_t wrong = 0;
+  for_each_page([&](uint8_t* gpu, uint8_t* host, uint64_t n) {
+    if (std::memcmp(gpu, host, n) != 0) ++wrong;
+  });
+  EXPECT_EQ(wrong, 0u) << "layout " << layout;
+  EXPECT_TRUE(region == expected);  // a load does not write the region
+  backend_->UnregisterRegion(region.data());
+}
+
+INSTANTIATE_TEST_SUITE_P(LayoutAndSlots, RunsRoundTripTest,
+                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values(1u, 2u)));
 
 // Two workers share rows (slots 0 and 1 of a two-copy row); each gets its own bytes back.
 TEST_F(HostCopyBackendTest, TwoWorkersShareRowsWithoutInterfering) {
@@ -495,12 +599,12 @@ TEST_F(HostCopyBackendTest, BrokenJobsFailWithInvalidArgumentOnABackendThread) {
   };
   {
     CopyJob j = job();
-    j.gpu_blocks.pop_back();
-    expect_invalid(std::move(j), "gpu_blocks != rows x blocks_per_row");
+    j.runs.back().num_blocks = 0;
+    expect_invalid(std::move(j), "an empty run");
   }
   {
     CopyJob j = job();
-    j.gpu_blocks[2] = 16;
+    j.runs = {CopyRun{14, 2, 4}};
     expect_invalid(std::move(j), "block id past num_blocks");
   }
   {
@@ -515,7 +619,7 @@ TEST_F(HostCopyBackendTest, BrokenJobsFailWithInvalidArgumentOnABackendThread) {
   }
   {
     CopyJob j = job();
-    j.rows[1] = 4;
+    j.runs = {CopyRun{0, 6, 4}};  // rows 3 and 4 of 4
     expect_invalid(std::move(j), "row past the registered region");
   }
   {
