@@ -323,7 +323,7 @@ int kvo_worker_session_status(const kvo_worker* worker, char* err, size_t err_le
 #define KVO_SESSION_RECONNECTING 1  /* the daemon went away; registering again in the background */
 #define KVO_SESSION_ENDED 2         /* for good: closed by the daemon for a reason, or refused */
 
-struct kvo_session_state {
+typedef struct kvo_session_state {
   int32_t phase;                   /* KVO_SESSION_* */
   int32_t code;                    /* kvo_worker_session_status's code */
   uint64_t generation;             /* 1 for the first session, +1 per session registered again */
@@ -333,7 +333,7 @@ struct kvo_session_state {
   uint64_t region_epoch;           /* of the live (else the last) session's region */
   uint64_t session_id;
   char message[KVO_MESSAGE_BYTES]; /* kvo_worker_session_status's message, truncated */
-};
+} kvo_session_state;
 int kvo_worker_session_state(const kvo_worker* worker, struct kvo_session_state* state_out,
                              char* err, size_t err_len);
 

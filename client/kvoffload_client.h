@@ -55,16 +55,13 @@ struct ClientOptions {
   absl::Duration open_timeout = kDefaultOpenTimeout;
   // Every index call (Lookup, PrepareStore, CompleteStore, PrepareLoad, CompleteLoad, Touch).
   absl::Duration call_timeout = kDefaultCallTimeout;
-  // Re-open the engine after the daemon went away (a call failed UNAVAILABLE, or NOT_FOUND for
-  // the engine, or the connection to the daemon had to be made again): the next call first
+  // Re-open the engine after the daemon went away (a call failed UNAVAILABLE, NOT_FOUND for the
+  // engine, or FAILED_PRECONDITION because the engine has another region than the one the
+  // request named; or the connection to the daemon had to be made again): the next call first
   // sends OpenEngine with the same spec, bounded by call_timeout (a call never waits longer for
   // the re-open; one that finds the region still being created fails DEADLINE_EXCEEDED and a
   // later call joins it), and adopts the region it finds. false: such calls keep failing (the caller opens a new SchedulerClient).
   bool reopen = true;
-  // With reopen: at most this long between checks of which region the engine has (the first
-  // call after it sends OpenEngine first, on the same connection). Index requests carry no
-  // epoch; this bounds how long a restart that no call noticed can go unseen.
-  absl::Duration recheck_interval = absl::Seconds(5);
   // Keys per index request, 1..common::kMaxKeysPerRequest (the daemon's limit): larger calls are
   // split into several requests (see SchedulerClient). Lower it only to test the splitting.
   size_t max_keys_per_request = common::kMaxKeysPerRequest;
@@ -235,12 +232,16 @@ struct PreparedStore {
   std::vector<std::string> keys;  // keys to store (those not present), request order
   std::vector<uint64_t> rows;     // their rows
   std::vector<std::string> evicted_keys;
+  uint64_t region_epoch = 0;      // the region the rows are in (pass it with the parts)
 };
 
-// The scheduler's handle on an engine's region and row index. Thread-safe. A call during an
-// outage of the daemon fails UNAVAILABLE at once (the socket is checked before re-opening); see
-// ClientOptions::reopen for how the engine is re-opened afterwards. A call is never retried: the
-// one that found the daemon gone returns its error, the next re-opens first.
+// The scheduler's handle on an engine's region and row index. Thread-safe. Every index request
+// names the region the client knows (the daemon refuses it, FAILED_PRECONDITION, when the engine
+// has another), so no call is ever answered from a region the client has not adopted. A call
+// during an outage of the daemon fails UNAVAILABLE at once (the socket is checked before
+// re-opening); see ClientOptions::reopen for how the engine is re-opened afterwards. A call is
+// never retried: the one that found the daemon gone (or the region changed) returns its error,
+// the next re-opens first.
 class SchedulerClient {
  public:
   // OpenEngine: creates the engine's region or joins it (idempotent). A non-zero
@@ -278,7 +279,10 @@ class SchedulerClient {
   absl::StatusOr<std::vector<KeyState>> Lookup(const std::vector<std::string>& keys);
   absl::StatusOr<PreparedStore> PrepareStore(const std::vector<std::string>& keys);
   absl::Status CompleteStore(const std::vector<std::string>& keys, bool success);
-  absl::StatusOr<std::vector<uint64_t>> PrepareLoad(const std::vector<std::string>& keys);
+  // `region_epoch`, when given, receives the region the rows are in (another thread's re-open
+  // cannot mislabel them, as reading region_epoch() afterwards could).
+  absl::StatusOr<std::vector<uint64_t>> PrepareLoad(const std::vector<std::string>& keys,
+                                                    uint64_t* region_epoch = nullptr);
   absl::Status CompleteLoad(const std::vector<std::string>& keys);
   absl::Status Touch(const std::vector<std::string>& keys);
 

@@ -3,7 +3,12 @@
 // job's verdict is a failure, Submit during the outage fails fast, the workers register again
 // in the background, the scheduler re-opens the engine and sees the new region, a part planned
 // in the old region fails FAILED_PRECONDITION, and a new store → load round trip is byte-exact.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -211,9 +216,11 @@ TEST(ReconnectTest, WithoutReconnectTheSessionEndsAndItsJobFails) {
   EXPECT_EQ(wait.status().code(), absl::StatusCode::kUnavailable);  // ended: at once
 }
 
-TEST(ReconnectTest, RestartBetweenCallsIsNoticedFromTheConnection) {
-  // No call during the outage: the scheduler still finds out, re-opens, and reports the new
-  // region.
+TEST(ReconnectTest, RestartBetweenCallsIsNoticed) {
+  // No call during the outage: the next call finds the dead connection (UNAVAILABLE), the
+  // channel's lost connection (it re-opens first), or the new region (the daemon refuses the old
+  // epoch, FAILED_PRECONDITION); never an answer from the new region unknowingly. The call after
+  // works in the new region.
   auto daemon = RestartableDaemon::Start();
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   EngineSpec spec = TwoWorkerSpec();
@@ -221,19 +228,24 @@ TEST(ReconnectTest, RestartBetweenCallsIsNoticedFromTheConnection) {
   auto scheduler = SchedulerClient::Open((*daemon)->data_socket(), spec);
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   const uint64_t old_epoch = (*scheduler)->region_epoch();
+  ASSERT_TRUE((*scheduler)->PrepareStore({"old"}).ok());
   ASSERT_TRUE((*daemon)->Restart().ok());
-  // The first call finds the new daemon (the channel had noticed: it re-opens first) or the
-  // dead connection (UNAVAILABLE, and the next call re-opens); it never reaches the new daemon
-  // unnoticed.
-  auto first = (*scheduler)->Lookup({"k"});
-  if (!first.ok()) {
-    EXPECT_EQ(first.status().code(), absl::StatusCode::kUnavailable) << first.status();
+  auto first = (*scheduler)->Lookup({"old"});
+  if (first.ok()) {
+    EXPECT_EQ((*first)[0], KeyState::kMiss);
+    EXPECT_NE((*scheduler)->region_epoch(), old_epoch);  // re-opened before it was sent
+  } else {
+    EXPECT_TRUE(first.status().code() == absl::StatusCode::kUnavailable ||
+                first.status().code() == absl::StatusCode::kFailedPrecondition)
+        << first.status();
     EXPECT_EQ((*scheduler)->region_epoch(), old_epoch);
   }
   auto prepared = (*scheduler)->PrepareStore({"k"});
   ASSERT_TRUE(prepared.ok()) << prepared.status();
   EXPECT_NE((*scheduler)->region_epoch(), old_epoch);
+  EXPECT_EQ(prepared->region_epoch, (*scheduler)->region_epoch());
   EXPECT_EQ((*scheduler)->region_changes(), 1u);
+  EXPECT_EQ((*scheduler)->reopens(), 1u);
 }
 
 TEST(ReconnectTest, DestroyingAReconnectingWorkerIsPrompt) {
@@ -250,18 +262,16 @@ TEST(ReconnectTest, DestroyingAReconnectingWorkerIsPrompt) {
   EXPECT_LT(absl::Now() - before, absl::Seconds(1));
 }
 
-TEST(ReconnectTest, DroppedEngineEndsTheSessionAndTheRecheckFindsTheNewRegion) {
+TEST(ReconnectTest, DroppedEngineEndsTheSessionAndTheSchedulerFindsTheNewRegion) {
   // An operator drops the engine (the worker is told why: ABORTED, no reconnect) and another
-  // client re-creates it; the scheduler's connection never broke, yet its periodic check finds
-  // the new region.
+  // client re-creates it; the scheduler's connection never broke, yet its next request names the
+  // old region, is refused, and the call after re-opens.
   auto daemon = RestartableDaemon::Start();
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   const std::string socket = (*daemon)->data_socket();
   EngineSpec spec = TwoWorkerSpec();
   spec.world_size = spec.local_world_size = spec.tp = 1;
-  ClientOptions options;
-  options.recheck_interval = absl::Milliseconds(100);
-  auto scheduler = SchedulerClient::Open(socket, spec, 0, options);
+  auto scheduler = SchedulerClient::Open(socket, spec);
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
   const uint64_t old_epoch = (*scheduler)->region_epoch();
   auto w0 = ConnectWorker(socket, spec, 0);
@@ -284,18 +294,66 @@ TEST(ReconnectTest, DroppedEngineEndsTheSessionAndTheRecheckFindsTheNewRegion) {
   const WorkerSessionState state = w0->client->session_state();
   EXPECT_EQ(state.phase, Phase::kEnded);
   EXPECT_EQ(state.status.code(), absl::StatusCode::kAborted) << state.status;
+  EXPECT_EQ(state.status.message(), "engine dropped by an operator");
   EXPECT_EQ(state.generation, 1u);
   EXPECT_EQ(state.reconnect_attempts, 0u);
+  absl::Status submit = w0->client->Submit(Job(9, Direction::kStore, {0}, 0));
+  EXPECT_EQ(submit.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(submit.message(), "engine dropped by an operator");  // the daemon's words, intact
 
   auto other = SchedulerClient::Open(socket, spec);
   ASSERT_TRUE(other.ok()) << other.status();
   ASSERT_NE((*other)->region_epoch(), old_epoch);
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  auto refused = (*scheduler)->Lookup({"k"});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_EQ((*scheduler)->region_epoch(), old_epoch);
   auto states = (*scheduler)->Lookup({"k"});
   ASSERT_TRUE(states.ok()) << states.status();
   EXPECT_EQ((*scheduler)->region_epoch(), (*other)->region_epoch());
   EXPECT_EQ((*scheduler)->region_changes(), 1u);
-  EXPECT_EQ((*scheduler)->reopens(), 0u);
+  EXPECT_EQ((*scheduler)->reopens(), 1u);
+}
+
+TEST(ReconnectTest, DestroyedWhileARegistrationAttemptHangs) {
+  // The daemon is gone and something that never answers holds its socket: each registration
+  // attempt connects and then waits. Destroying the worker cancels the attempt in flight (it is
+  // the attempt's owner that clears what the destructor cancels: no use after free) and is
+  // prompt.
+  auto daemon = RestartableDaemon::Start();
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const std::string socket = (*daemon)->data_socket();
+  EngineSpec spec = TwoWorkerSpec();
+  spec.world_size = spec.local_world_size = spec.tp = 1;
+  auto w0 = std::make_unique<Worker>();
+  ASSERT_TRUE(w0->memory.Create("separate_kv", kLayers, kLayerPage, kBlocks).ok());
+  WorkerOptions options;
+  options.socket_path = socket;
+  options.spec = spec;
+  options.tensors = w0->memory.Handles();
+  options.connect_timeout = absl::Seconds(30);
+  options.reconnect_initial_backoff = absl::Milliseconds(5);
+  options.reconnect_max_backoff = absl::Milliseconds(5);
+  auto client = WorkerClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  (*daemon)->Kill();
+  ::unlink(socket.c_str());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 64), 0);  // accepted by the kernel, never answered
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*client)->session_state().reconnect_attempts < 1 && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // inside OpenSession by now
+  EXPECT_EQ((*client)->session_state().phase, Phase::kReconnecting);
+  const absl::Time before = absl::Now();
+  client->reset();
+  EXPECT_LT(absl::Now() - before, absl::Seconds(2));
+  ::close(fd);
 }
 
 }  // namespace

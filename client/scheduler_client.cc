@@ -30,6 +30,7 @@ using internal::CallStatus;
 struct Conn {
   std::shared_ptr<grpc::Channel> channel;
   std::shared_ptr<v1::Engine::Stub> stub;
+  uint64_t region_epoch = 0;  // sent with every index request (checked by the daemon)
 };
 
 Conn Connect(const std::string& socket_path) {
@@ -39,13 +40,16 @@ Conn Connect(const std::string& socket_path) {
   return c;
 }
 
-// The daemon went away (UNAVAILABLE), or answers without the engine (a restarted daemon that did
-// not keep it; an operator's drop): the engine must be opened again. NOT_FOUND for a key ("... is
-// not in the index") is an answer about the key, not the engine.
+// The daemon went away (UNAVAILABLE), answers without the engine (a restarted daemon that did
+// not keep it; an operator's drop), or has another region than the one the request named (the
+// daemon's epoch check of index requests): the engine must be opened again. NOT_FOUND for a key
+// ("... is not in the index") is an answer about the key, not the engine.
 bool EngineGone(const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
          (status.error_code() == grpc::StatusCode::NOT_FOUND &&
-          absl::StartsWith(status.error_message(), "no engine "));
+          absl::StartsWith(status.error_message(), "no engine ")) ||
+         (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          absl::StrContains(status.error_message(), "planned against region epoch"));
 }
 
 }  // namespace
@@ -67,7 +71,6 @@ struct SchedulerClient::Impl {
   uint64_t region_changes ABSL_GUARDED_BY(mu) = 0;
   uint64_t reopens ABSL_GUARDED_BY(mu) = 0;
   bool stale ABSL_GUARDED_BY(mu) = false;  // the engine must be opened again before a call
-  absl::Time next_check ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();  // set by Open
   absl::Status stale_why ABSL_GUARDED_BY(mu);
 
   // OpenEngine on `c` (no retry, no wait for a daemon that is not there).
@@ -87,18 +90,15 @@ struct SchedulerClient::Impl {
     {
       absl::MutexLock lock(&mu);
       CheckConnection();
-      if (!stale && !CheckDue()) return conn;
+      if (!stale) return conn;
     }
     absl::MutexLock reopening(&reopen_mu);
     absl::Status why;
-    bool recheck = false;
     {
       absl::MutexLock lock(&mu);
-      if (!stale && !CheckDue()) return conn;
-      recheck = !stale;
+      if (!stale) return conn;
       why = stale_why;
     }
-    if (recheck) return Recheck();
     auto failed = [&](const absl::Status& s) {
       return absl::Status(s.code(), absl::StrCat("kvoffloadd at ", socket_path, " went away (",
                                                  why.message(), "); re-opening the engine: ",
@@ -130,45 +130,8 @@ struct SchedulerClient::Impl {
     region_epoch = response.region_epoch();
     ++reopens;
     stale = false;
-    next_check = absl::Now() + options.recheck_interval;
+    conn.region_epoch = region_epoch;
     return conn;
-  }
-
-  bool CheckDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return options.reopen && absl::Now() >= next_check;
-  }
-
-  // The periodic check (ClientOptions::recheck_interval): OpenEngine on the live connection says
-  // which region the engine has now. Index requests carry no epoch, so a daemon restarted
-  // between the connectivity check and a call could otherwise answer from a new region for as
-  // long as the new connection lasts; this bounds that. Called with reopen_mu held; the RPC is
-  // bounded by call_timeout. Its failure is not the caller's: it only marks the engine as a
-  // failed call would, and the caller's call goes ahead.
-  Conn Recheck() ABSL_EXCLUSIVE_LOCKS_REQUIRED(reopen_mu) {
-    Conn c;
-    {
-      absl::MutexLock lock(&mu);
-      next_check = absl::Now() + options.recheck_interval;
-      c = conn;
-    }
-    v1::OpenEngineResponse response;
-    const grpc::Status status = OpenEngine(c, /*epoch=*/0, /*wait_for_ready=*/false,
-                                           options.call_timeout, &response);
-    absl::MutexLock lock(&mu);
-    if (!status.ok()) {
-      if (EngineGone(status) && c.stub == conn.stub) {
-        stale = true;
-        stale_why = internal::FromGrpcStatus(status);
-      }
-      return c;
-    }
-    if (response.region_epoch() != region_epoch &&
-        response.geometry().fingerprint() == geometry.fingerprint) {
-      ++region_changes;
-      region_epoch = response.region_epoch();
-      created = response.created();
-    }
-    return c;
   }
 
   // A channel that is no longer READY lost its connection since the last call: the daemon may
@@ -190,10 +153,11 @@ struct SchedulerClient::Impl {
     stale_why = internal::FromGrpcStatus(status);
   }
 
-  v1::KeysRequest KeysRequest(const std::vector<std::string>& keys) const {
+  v1::KeysRequest KeysRequest(const Conn& c, const std::vector<std::string>& keys) const {
     v1::KeysRequest request;
     request.set_engine_id(spec.engine_id);
     request.set_dp_rank(spec.dp_rank);
+    request.set_region_epoch(c.region_epoch);
     for (const std::string& k : keys) request.add_keys(k);
     return request;
   }
@@ -234,11 +198,6 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
       !s.ok()) {
     return s;
   }
-  if (absl::Status s =
-          internal::CheckTimeout(options.recheck_interval, "ClientOptions.recheck_interval");
-      !s.ok()) {
-    return s;
-  }
   if (options.max_keys_per_request == 0 ||
       options.max_keys_per_request > common::kMaxKeysPerRequest) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -262,7 +221,7 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Open(
     impl->conn = std::move(c);
     impl->created = response.created();
     impl->region_epoch = response.region_epoch();
-    impl->next_check = absl::Now() + options.recheck_interval;
+    impl->conn.region_epoch = response.region_epoch();
   }
   return std::unique_ptr<SchedulerClient>(new SchedulerClient(std::move(impl)));
 }
@@ -324,7 +283,7 @@ absl::Status Annotated(const absl::Status& status, absl::string_view call, size_
 
 absl::StatusOr<std::vector<KeyState>> SchedulerClient::Impl::LookupOnce(const Conn& c, const Keys& keys) {
   v1::LookupResponse response;
-  grpc::Status status = c.stub->Lookup(Context().get(), KeysRequest(keys), &response);
+  grpc::Status status = c.stub->Lookup(Context().get(), KeysRequest(c, keys), &response);
   if (!status.ok()) return Status(c, status, "Lookup");
   std::vector<KeyState> out;
   for (int s : response.states()) {
@@ -337,9 +296,10 @@ absl::StatusOr<std::vector<KeyState>> SchedulerClient::Impl::LookupOnce(const Co
 
 absl::StatusOr<PreparedStore> SchedulerClient::Impl::PrepareStoreOnce(const Conn& c, const Keys& keys) {
   v1::PrepareStoreResponse response;
-  grpc::Status status = c.stub->PrepareStore(Context().get(), KeysRequest(keys), &response);
+  grpc::Status status = c.stub->PrepareStore(Context().get(), KeysRequest(c, keys), &response);
   if (!status.ok()) return Status(c, status, "PrepareStore");
   PreparedStore out;
+  out.region_epoch = c.region_epoch;
   out.keys.assign(response.keys().begin(), response.keys().end());
   out.rows.assign(response.rows().begin(), response.rows().end());
   out.evicted_keys.assign(response.evicted_keys().begin(), response.evicted_keys().end());
@@ -350,6 +310,7 @@ absl::Status SchedulerClient::Impl::CompleteStoreOnce(const Conn& c, const Keys&
   v1::CompleteStoreRequest request;
   request.set_engine_id(spec.engine_id);
   request.set_dp_rank(spec.dp_rank);
+  request.set_region_epoch(c.region_epoch);
   for (const std::string& k : keys) request.add_keys(k);
   request.set_success(success);
   v1::Empty response;
@@ -359,20 +320,20 @@ absl::Status SchedulerClient::Impl::CompleteStoreOnce(const Conn& c, const Keys&
 absl::StatusOr<std::vector<uint64_t>> SchedulerClient::Impl::PrepareLoadOnce(
     const Conn& c, const Keys& keys) {
   v1::PrepareLoadResponse response;
-  grpc::Status status = c.stub->PrepareLoad(Context().get(), KeysRequest(keys), &response);
+  grpc::Status status = c.stub->PrepareLoad(Context().get(), KeysRequest(c, keys), &response);
   if (!status.ok()) return Status(c, status, "PrepareLoad");
   return std::vector<uint64_t>(response.rows().begin(), response.rows().end());
 }
 
 absl::Status SchedulerClient::Impl::CompleteLoadOnce(const Conn& c, const Keys& keys) {
   v1::Empty response;
-  return Status(c, c.stub->CompleteLoad(Context().get(), KeysRequest(keys), &response),
+  return Status(c, c.stub->CompleteLoad(Context().get(), KeysRequest(c, keys), &response),
                 "CompleteLoad");
 }
 
 absl::Status SchedulerClient::Impl::TouchOnce(const Conn& c, const Keys& keys) {
   v1::Empty response;
-  return Status(c, c.stub->Touch(Context().get(), KeysRequest(keys), &response), "Touch");
+  return Status(c, c.stub->Touch(Context().get(), KeysRequest(c, keys), &response), "Touch");
 }
 
 // ---- The public calls. -----------------------------------------------------------------------
@@ -397,6 +358,7 @@ absl::StatusOr<PreparedStore> SchedulerClient::PrepareStore(const Keys& keys) {
   if (keys.size() <= chunk) return impl_->PrepareStoreOnce(c, keys);
   RETURN_IF_ERROR(CheckNoDuplicates(keys, "PrepareStore"));
   PreparedStore out;
+  out.region_epoch = c.region_epoch;
   for (size_t begin = 0; begin < keys.size(); begin += chunk) {
     absl::StatusOr<PreparedStore> part =
         impl_->PrepareStoreOnce(c, Slice(keys, begin, std::min(keys.size(), begin + chunk)));
@@ -435,8 +397,10 @@ absl::Status SchedulerClient::CompleteStore(const Keys& keys, bool success) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<uint64_t>> SchedulerClient::PrepareLoad(const Keys& keys) {
+absl::StatusOr<std::vector<uint64_t>> SchedulerClient::PrepareLoad(const Keys& keys,
+                                                                   uint64_t* region_epoch) {
   ASSIGN_OR_RETURN(const Conn c, impl_->Current());
+  if (region_epoch != nullptr) *region_epoch = c.region_epoch;
   const size_t chunk = impl_->options.max_keys_per_request;
   if (keys.size() <= chunk) return impl_->PrepareLoadOnce(c, keys);
   RETURN_IF_ERROR(CheckNoDuplicates(keys, "PrepareLoad"));

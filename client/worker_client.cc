@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -63,17 +62,14 @@ v1::WorkerMessage RegistrationMessage(const WorkerOptions& options, uint64_t reg
   return first;
 }
 
-// Dials and registers. `publish(session)` is called before anything blocks, so that the owner
-// can cancel the attempt (TryCancel on its context); it returns false to abandon it at once.
-// `wait_connected`: the first Connect waits for the channel (its historical message); a
-// reconnect lets the call fail fast instead and retries on its own schedule.
-absl::StatusOr<std::unique_ptr<Session>> OpenSession(
-    const WorkerOptions& options, uint64_t region_epoch, bool wait_connected,
-    const std::function<bool(Session*)>& publish, Registered* registered) {
+// Dials and registers on `session`, which the caller owns and may cancel meanwhile (TryCancel
+// on its context, from another thread) as long as it outlives this call. `wait_connected`: the
+// first Connect waits for the channel (its historical message); a reconnect lets the call fail
+// fast instead and retries on its own schedule.
+absl::Status OpenSession(const WorkerOptions& options, uint64_t region_epoch,
+                         bool wait_connected, Session* session, Registered* registered) {
   const absl::Time deadline = absl::Now() + options.connect_timeout;
-  auto session = std::make_unique<Session>();
   session->channel = internal::Dial(options.socket_path);
-  if (!publish(session.get())) return absl::CancelledError("the worker client is closing");
   if (wait_connected && !session->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
     return absl::DeadlineExceededError(absl::StrCat(
         "cannot connect to kvoffloadd at ", options.socket_path, " within ",
@@ -116,7 +112,7 @@ absl::StatusOr<std::unique_ptr<Session>> OpenSession(
   registered->writer = reply.registered().writer();
   registered->session_id = reply.registered().session_id();
   registered->region_epoch = reply.registered().region_epoch();
-  return session;
+  return absl::OkStatus();
 }
 
 // A refusal that registering again cannot cure (the session then ends with it).
@@ -145,6 +141,9 @@ struct WorkerClient::Impl {
   mutable absl::Mutex mu;
   std::map<uint64_t, FinishedJob> finished ABSL_GUARDED_BY(mu);
   std::set<uint64_t> in_flight ABSL_GUARDED_BY(mu);  // written, no verdict yet
+  // Parts Submit reported as not taken although they may have reached the daemon (a write that
+  // broke or overran call_timeout): their verdicts, if any come, are dropped (one report a job).
+  std::set<uint64_t> refused ABSL_GUARDED_BY(mu);
   Phase phase ABSL_GUARDED_BY(mu) = Phase::kLive;
   absl::Status status ABSL_GUARDED_BY(mu);        // see WorkerSessionState::status
   absl::Status last_end ABSL_GUARDED_BY(mu);      // why the last session ended
@@ -186,6 +185,7 @@ struct WorkerClient::Impl {
                        : absl::Status(static_cast<absl::StatusCode>(f.code()), f.message());
       job.bytes = f.bytes();
       absl::MutexLock lock(&mu);
+      if (refused.erase(job.job_id) > 0) continue;  // Submit already reported it
       in_flight.erase(job.job_id);
       finished.emplace(job.job_id, std::move(job));  // the first verdict for an id wins
     }
@@ -223,6 +223,7 @@ struct WorkerClient::Impl {
                                                         "flight: ", why.message()));
       for (uint64_t id : in_flight) finished.emplace(id, FinishedJob{id, failed, 0});
       in_flight.clear();
+      refused.clear();
       closed_reason = absl::OkStatus();
       phase = again ? Phase::kReconnecting : Phase::kEnded;
       status = again ? absl::UnavailableError(absl::StrCat(
@@ -239,53 +240,54 @@ struct WorkerClient::Impl {
   Session* Reconnect() {
     absl::Duration backoff = options.reconnect_initial_backoff;
     for (;;) {
-      uint64_t attempt = 0;
+      uint64_t number = 0;
       {
         absl::MutexLock lock(&mu);
         auto closed = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return closing; };
         mu.AwaitWithTimeout(absl::Condition(&closed), backoff);
         if (closing) return nullptr;
-        attempt = ++attempts;
+        number = ++attempts;
       }
       backoff = std::min(backoff * 2, options.reconnect_max_backoff);
       Registered registered;
-      absl::StatusOr<std::unique_ptr<Session>> opened = absl::UnavailableError("not dialed");
-      if (absl::Status listening = CheckDaemonSocket(options.socket_path); !listening.ok()) {
-        opened = listening;
-      } else {
-        auto publish = [this](Session* s) {
+      // The attempt belongs to this thread; the destructor may cancel it through `connecting`,
+      // which is cleared under mu below before the attempt can be destroyed.
+      auto attempt = std::make_unique<Session>();
+      absl::Status opened = CheckDaemonSocket(options.socket_path);
+      if (opened.ok()) {
+        {
           absl::MutexLock lock(&mu);
-          connecting = s;
-          return !closing;
-        };
-        opened = OpenSession(options, /*region_epoch=*/0, /*wait_connected=*/false, publish,
-                             &registered);
+          if (closing) return nullptr;
+          connecting = attempt.get();
+        }
+        opened = OpenSession(options, /*region_epoch=*/0, /*wait_connected=*/false,
+                             attempt.get(), &registered);
       }
       absl::MutexLock write_lock(&write_mu);
       absl::MutexLock lock(&mu);
       connecting = nullptr;
       if (closing) {
         if (opened.ok()) {  // cancelled here, finished by the destructor
-          (*opened)->context.TryCancel();
-          session = *std::move(opened);
+          attempt->context.TryCancel();
+          session = std::move(attempt);
           stream_finished = false;
         }
         return nullptr;
       }
       if (!opened.ok()) {
-        if (Permanent(opened.status())) {
+        if (Permanent(opened)) {
           phase = Phase::kEnded;
           status = absl::Status(
-              opened.status().code(),
+              opened.code(),
               absl::StrCat("kvoffloadd refused to register the worker again after it went away: ",
-                           opened.status().message()));
+                           opened.message()));
           return nullptr;
         }
         status = absl::UnavailableError(absl::StrCat(
             "the session with kvoffloadd at ", options.socket_path, " ended (",
-            last_end.message(), "); registering again, attempt ", attempt, ": ",
-            opened.status().ToString()));
-        continue;
+            last_end.message(), "); registering again, attempt ", number, ": ",
+            opened.ToString()));
+        continue;  // `attempt` dies here, no longer published
       }
       if (registered.region_epoch != registration.region_epoch) ++region_changes;
       registration = registered;
@@ -293,7 +295,7 @@ struct WorkerClient::Impl {
       ended_by_client = absl::OkStatus();
       phase = Phase::kLive;
       status = absl::OkStatus();
-      session = *std::move(opened);
+      session = std::move(attempt);
       stream_finished = false;
       return session.get();
     }
@@ -321,16 +323,18 @@ absl::StatusOr<std::unique_ptr<WorkerClient>> WorkerClient::Connect(const Worker
   }
   if (absl::Status s = CheckDaemonSocket(options.socket_path); !s.ok()) return s;
   Registered registered;
-  absl::StatusOr<std::unique_ptr<Session>> session =
-      OpenSession(options, options.region_epoch, /*wait_connected=*/true,
-                  [](Session*) { return true; }, &registered);
-  if (!session.ok()) return session.status();
+  auto session = std::make_unique<Session>();
+  if (absl::Status s = OpenSession(options, options.region_epoch, /*wait_connected=*/true,
+                                   session.get(), &registered);
+      !s.ok()) {
+    return s;
+  }
   auto impl = std::make_unique<Impl>(options);
-  Session* first = session->get();
+  Session* first = session.get();
   {
     absl::MutexLock write_lock(&impl->write_mu);
     absl::MutexLock lock(&impl->mu);
-    impl->session = *std::move(session);
+    impl->session = std::move(session);
     impl->registration = registered;
   }
   Impl* raw = impl.get();
@@ -393,8 +397,8 @@ absl::Status WorkerClient::Submit(const JobRequest& job) {
     if (impl_->session == nullptr || impl_->stream_finished) {
       absl::MutexLock lock(&impl_->mu);
       if (impl_->phase == Phase::kEnded) return impl_->status;
-      return absl::UnavailableError(absl::StrCat("job ", job.job_id, " not sent: ",
-                                                 impl_->status.message()));
+      return absl::UnavailableError(
+          absl::StrCat(impl_->status.message(), " (job ", job.job_id, " not sent)"));
     }
     {
       absl::MutexLock lock(&impl_->mu);
@@ -412,6 +416,7 @@ absl::Status WorkerClient::Submit(const JobRequest& job) {
     // the job meanwhile: it needs write_mu to end the session.
     absl::MutexLock lock(&impl_->mu);
     impl_->in_flight.erase(job.job_id);
+    impl_->refused.insert(job.job_id);
     if (fired) {
       impl_->ended_by_client = absl::DeadlineExceededError(absl::StrCat(
           "job ", job.job_id, ": kvoffloadd at ", impl_->options.socket_path,
@@ -428,10 +433,7 @@ absl::Status WorkerClient::Submit(const JobRequest& job) {
     return impl_->generation != generation || impl_->phase != Phase::kLive;
   };
   impl_->mu.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(5));
-  if (ended()) {
-    return absl::Status(impl_->last_end.code(), absl::StrCat("job ", job.job_id, " not sent: ",
-                                                             impl_->last_end.message()));
-  }
+  if (ended()) return impl_->last_end;  // the daemon's reason, as it gave it
   return absl::UnavailableError("the session with kvoffloadd has ended");
 }
 

@@ -369,8 +369,12 @@ class WorkerCore:
         if not self._lost:
             return True
         if _reconnects_itself(self.worker):
-            state = self.worker.session_state()
-            if state.live:
+            try:
+                state = self.worker.session_state()
+            except KvoffloadError as e:  # a closed handle: dial a new session below
+                logger.info("kvoffload: reading the session's state: %s", e)
+                state = None
+            if state is not None and state.live:
                 self._lost = False
                 logger.warning("kvoffload: the worker registered again by itself (session %d, "
                                "generation %d%s); resubmitting %d jobs no session took",
@@ -379,7 +383,7 @@ class WorkerCore:
                                if state.region_changes else "",
                                sum(1 for j in self._jobs.values() if not j.submitted))
                 return True
-            if state.phase == SessionPhase.RECONNECTING:
+            if state is not None and state.phase == SessionPhase.RECONNECTING:
                 return False
             # Ended for good (the daemon closed it for a reason, or refused it): a new one.
         now = time.monotonic()
