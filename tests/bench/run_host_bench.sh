@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Host-backend benchmarks (no GPU): the control path (submit → finished of a 1-block job over
-# gRPC) and the slot index at 1M rows. Rewrites the host section of docs/benchmarks.md.
+# gRPC; the daemon's CPU per job for 1 to 1M blocks sent as one range) and the slot index at 1M
+# rows. Rewrites the host section of docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bazel build //daemon:kvoffloadd //tests/bench:control_path_bench //tests/bench:index_bench
