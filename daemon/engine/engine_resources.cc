@@ -85,6 +85,11 @@ absl::StatusOr<EngineResources> AcquireDurableEngineResources(
                    Region::Create(spec.Key(), geometry.capacity_bytes, region_options));
   ASSIGN_OR_RETURN(std::unique_ptr<StateFile> state, durability->NewState(identity, geometry));
   const int state_fd = state->fd();
+  // The index owns the state file and lives as long as the engine that calls this.
+  StateFile* const file = state.get();
+  resources.record_layout = [file](const std::vector<uint64_t>& pages) {
+    file->RecordLayout(pages);
+  };
   ASSIGN_OR_RETURN(resources.index, SlotIndex::Create(geometry.num_rows, std::move(state)));
   RETURN_IF_ERROR(backend->RegisterRegion(resources.region->data(), resources.region->size(),
                                           geometry.row_bytes));
@@ -112,6 +117,14 @@ absl::StatusOr<AdoptedResources> AdoptEngineResources(Durability::Restorable res
                    Reserve(budget, cost, absl::StrCat("restored engine ", spec.Key())));
   ASSIGN_OR_RETURN(resources.region, Region::Adopt(restorable.region.release(), spec.Key(),
                                                    geometry.capacity_bytes, region_options));
+  StateFile* const file = state.file.get();
+  resources.layout = std::move(state.layout);
+  if (!state.layout_recorded) {
+    // No worker fixed the layout before: the first one after the restart does (and records it).
+    resources.record_layout = [file](const std::vector<uint64_t>& pages) {
+      file->RecordLayout(pages);
+    };
+  }
   ASSIGN_OR_RETURN(SlotIndex::RestoreResult restored,
                    SlotIndex::Restore(geometry.num_rows, std::move(state.rows), state.next_ticket,
                                       std::move(state.file)));

@@ -71,6 +71,7 @@ TEST(DurabilityTest, PublishedEnginesComeBackPaired) {
   Durability durability(&store, 40);
   Engine a = MakeEngine("a", 10);
   Engine b = MakeEngine("b", 11);
+  a.state->RecordLayout({4096, 4096});
   a.state->OnReady(3, "key", 7);
   for (Engine* e : {&a, &b}) {
     ASSERT_TRUE(durability
@@ -86,6 +87,7 @@ TEST(DurabilityTest, PublishedEnginesComeBackPaired) {
   ASSERT_EQ(c.engines.size(), 2u);
   EXPECT_EQ(c.engines[0].state.identity.spec.Key(), "a/0");
   EXPECT_EQ(c.engines[0].state.identity.owner_uid, 42u);
+  EXPECT_EQ(c.engines[0].state.layout, (std::vector<uint64_t>{4096, 4096}));
   ASSERT_EQ(c.engines[0].state.rows.size(), 1u);
   EXPECT_EQ(c.engines[0].state.rows[0].key, "key");
   EXPECT_TRUE(c.engines[0].region.valid());

@@ -77,9 +77,24 @@ absl::Status CheckKeyCapacity(uint32_t key_capacity) {
                                                  StateFile::kMaxKeyCapacity, "] bytes"));
 }
 
-// Header size for a spec and fingerprint of these sizes, and the whole file's size.
+// Header size for a spec and fingerprint of these sizes: their pages, then the layout page.
 uint64_t HeaderBytes(uint64_t spec_bytes, uint64_t fingerprint_bytes) {
-  return RoundUp(kSpecOffset + spec_bytes + fingerprint_bytes, kPage);
+  return RoundUp(kSpecOffset + spec_bytes + fingerprint_bytes, kPage) + kPage;
+}
+
+// The layout page (the last page of the header): the first worker's per-tensor page sizes, run-
+// length encoded, written once before any row can be READY. The state word is written last.
+constexpr uint32_t kLayoutRecorded = 0x5954554c;  // "LUTY"
+constexpr uint32_t kLayoutTooLong = 0x474e4f4c;   // "LONG": more runs than the page holds
+struct LayoutHeader {
+  uint32_t state;
+  uint32_t runs;
+  uint64_t checksum;  // over runs and the (page, count) pairs
+};
+constexpr uint64_t kMaxLayoutRuns = (kPage - sizeof(LayoutHeader)) / 16;
+
+uint64_t LayoutChecksum(uint32_t runs, const uint64_t* pairs) {
+  return Fnv1a(pairs, uint64_t{runs} * 16, Fnv1a(&runs, sizeof(runs)));
 }
 
 // num_rows × record_bytes + header, or nothing when it overflows.
@@ -264,6 +279,28 @@ absl::StatusOr<StateFile::Adopted> StateFile::Adopt(UniqueFd fd) {
                                                           h.key_capacity, h.num_rows,
                                                           h.region_epoch));
   StateFile& file = *adopted.file;
+  // The layout the rows were stored with. Without a valid one no row may be served (a worker
+  // could split the same bytes differently), so every READY record is dropped below.
+  bool layout_ok = false;
+  {
+    LayoutHeader* lh = reinterpret_cast<LayoutHeader*>(base + h.header_bytes - kPage);
+    const uint64_t* pairs = reinterpret_cast<const uint64_t*>(lh + 1);
+    const uint32_t state = __atomic_load_n(&lh->state, __ATOMIC_ACQUIRE);
+    if (state == kLayoutRecorded && lh->runs >= 1 && lh->runs <= kMaxLayoutRuns &&
+        lh->checksum == LayoutChecksum(lh->runs, pairs)) {
+      layout_ok = true;
+      uint64_t total = 0;
+      for (uint32_t i = 0; i < lh->runs && layout_ok; ++i) {
+        total += pairs[2 * i + 1];
+        if (pairs[2 * i + 1] == 0 || total > (1u << 16)) layout_ok = false;  // tensors per worker
+        for (uint64_t n = 0; layout_ok && n < pairs[2 * i + 1]; ++n) {
+          adopted.layout.push_back(pairs[2 * i]);
+        }
+      }
+      if (!layout_ok) adopted.layout.clear();
+    }
+    adopted.layout_recorded = layout_ok;
+  }
   uint64_t max_seq = 0;
   for (uint64_t row = 0; row < h.num_rows; ++row) {
     Record* r = file.RecordOf(static_cast<uint32_t>(row));
@@ -275,7 +312,7 @@ absl::StatusOr<StateFile::Adopted> StateFile::Adopt(UniqueFd fd) {
                        r->ticket <= kMaxTicket &&
                        r->checksum == RecordChecksum(h.region_epoch, static_cast<uint32_t>(row),
                                                      r->ticket, key);
-    if (!valid) {
+    if (!valid || !layout_ok) {
       ++adopted.records_refused;
       __atomic_store_n(&r->state, 0u, __ATOMIC_RELEASE);
       continue;
@@ -305,6 +342,29 @@ StateFile::~StateFile() { munmap(data_, bytes_); }
 
 StateFile::Record* StateFile::RecordOf(uint32_t row) const {
   return reinterpret_cast<Record*>(data_ + header_bytes_ + uint64_t{row} * record_bytes_);
+}
+
+void StateFile::RecordLayout(const std::vector<uint64_t>& pages) {
+  LayoutHeader* lh = reinterpret_cast<LayoutHeader*>(data_ + header_bytes_ - kPage);
+  uint64_t* pairs = reinterpret_cast<uint64_t*>(lh + 1);
+  __atomic_store_n(&lh->state, 0u, __ATOMIC_RELEASE);
+  uint32_t runs = 0;
+  for (size_t i = 0; i < pages.size();) {
+    size_t j = i;
+    while (j < pages.size() && pages[j] == pages[i]) ++j;
+    if (runs == kMaxLayoutRuns) {
+      // Not recordable: the rows of this engine will not be served after a restart.
+      __atomic_store_n(&lh->state, kLayoutTooLong, __ATOMIC_RELEASE);
+      return;
+    }
+    pairs[2 * runs] = pages[i];
+    pairs[2 * runs + 1] = j - i;
+    ++runs;
+    i = j;
+  }
+  lh->runs = runs;
+  lh->checksum = LayoutChecksum(runs, pairs);
+  __atomic_store_n(&lh->state, runs == 0 ? 0u : kLayoutRecorded, __ATOMIC_RELEASE);
 }
 
 void StateFile::OnFree(uint32_t row) {

@@ -11,7 +11,10 @@
 //                  with this field zero, the spec and the fingerprint)
 //   [128, 136)     tickets reserved (row_journal.h): end | ~end << 32, one 8-byte store
 //   [256, ...)     the EngineSpec as a serialized kvoffload.v1.EngineSpec (owner's members
-//                  included), then the geometry fingerprint; padded to header_bytes (4 KiB pages)
+//                  included), then the geometry fingerprint; padded to 4 KiB pages
+//   last header page  the layout identity: the first worker's per-tensor page sizes, run-length
+//                  encoded with a checksum, state word last (RecordLayout); no valid layout, no
+//                  restored rows
 //   [header_bytes, +num_rows × record_bytes)   one record per row:
 //       u32 state (0 FREE, kReadyState READY), u32 ticket, u64 seq (recency), u32 checksum over
 //       (region epoch, row, ticket, key), u16 key_size, u16 0, key bytes (key_capacity)
@@ -90,6 +93,11 @@ class StateFile final : public RowJournal {
     std::vector<RestoredRow> rows;  // READY records whose checksum and fields hold
     uint32_t next_ticket = 1;
     uint64_t records_refused = 0;  // not FREE and not a valid READY record: now FREE
+    // The per-tensor page sizes the rows were stored with (RecordLayout); empty when none was
+    // recorded, and then `rows` is empty too: without it a worker could split the same bytes
+    // differently and read another layout's rows.
+    std::vector<uint64_t> layout;
+    bool layout_recorded = false;
   };
   // Maps a state file a previous daemon wrote, validates it and collects its READY rows. Takes
   // ownership of `fd` (closed on failure). DATA_LOSS for a truncated or corrupted file (size,
@@ -106,6 +114,11 @@ class StateFile final : public RowJournal {
   uint64_t num_rows() const { return num_rows_; }
   uint32_t key_capacity() const { return key_capacity_; }
   uint64_t rows_not_durable() const { return not_durable_.load(std::memory_order_relaxed); }
+
+  // Records the layout identity (the first worker's per-tensor page sizes), once, before any row
+  // can be READY (the engine calls it under its lock). Run-length encoded in the last header
+  // page (255 runs; a layout of more runs is marked unrecordable, and its rows are not restored).
+  void RecordLayout(const std::vector<uint64_t>& pages);
 
   // RowJournal (under the index's lock).
   void OnFree(uint32_t row) override;

@@ -58,9 +58,9 @@ TEST(StateFileTest, RecordsAreOneCacheLineAndOverheadIsSmall) {
   const common::Geometry g = GeometryOf(Spec());
   auto bytes = StateFile::BytesFor(Identity(), g, StateFile::kDefaultKeyCapacity);
   ASSERT_TRUE(bytes.ok());
-  // 1024 rows of 64 KiB: 64 KiB of records plus one header page = 0.1 % of the region.
-  EXPECT_EQ(*bytes, 4096u + g.num_rows * 64);
-  EXPECT_LT(static_cast<double>(*bytes) / g.capacity_bytes, 0.0011);
+  // 1024 rows of 64 KiB: 64 KiB of records plus two header pages (spec, layout) = 0.11 %.
+  EXPECT_EQ(*bytes, 8192u + g.num_rows * 64);
+  EXPECT_LT(static_cast<double>(*bytes) / g.capacity_bytes, 0.0012);
   EXPECT_EQ(StateFile::BytesFor(Identity(), g, 7).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -72,6 +72,7 @@ TEST(StateFileTest, WhatIsWrittenComesBackThroughTheDescriptor) {
     auto file = StateFile::Create(Identity(), g, StateFile::kDefaultKeyCapacity);
     ASSERT_TRUE(file.ok()) << file.status();
     EXPECT_EQ((*file)->bytes(), *StateFile::BytesFor(Identity(), g, 40));
+    (*file)->RecordLayout({8192, 8192, 8192, 8192, 32768});
     (*file)->OnTicketsReserved(70000);
     (*file)->OnReady(5, "key-five", 11);
     (*file)->OnReady(7, std::string(40, 'x'), 12);  // exactly the capacity
@@ -92,6 +93,7 @@ TEST(StateFileTest, WhatIsWrittenComesBackThroughTheDescriptor) {
   EXPECT_EQ(adopted->geometry.num_rows, g.num_rows);
   EXPECT_EQ(adopted->next_ticket, 70000u);
   EXPECT_EQ(adopted->records_refused, 0u);
+  EXPECT_EQ(adopted->layout, (std::vector<uint64_t>{8192, 8192, 8192, 8192, 32768}));
   ASSERT_EQ(adopted->rows.size(), 2u);
   std::map<uint32_t, RestoredRow> by_row;
   for (const RestoredRow& r : adopted->rows) by_row[r.row] = r;
@@ -136,13 +138,14 @@ class CorruptTest : public ::testing::Test {
     g_ = GeometryOf(Spec());
     auto file = StateFile::Create(Identity(), g_, StateFile::kDefaultKeyCapacity);
     ASSERT_TRUE(file.ok());
+    (*file)->RecordLayout({4096, 4096});
     for (uint32_t row = 0; row < 10; ++row) (*file)->OnReady(row, absl::StrCat("k", row), 1);
     bytes_ = (*file)->bytes();
     fd_ = Keep(**file);
     data_ = Map(fd_.get(), bytes_);
   }
   void TearDown() override { munmap(data_, bytes_); }
-  uint8_t* Record(uint32_t row) { return data_ + 4096 + uint64_t{row} * 64; }
+  uint8_t* Record(uint32_t row) { return data_ + 8192 + uint64_t{row} * 64; }
   absl::StatusOr<StateFile::Adopted> Adopt() { return StateFile::Adopt(UniqueFd(dup(fd_.get()))); }
 
   common::Geometry g_;
@@ -223,6 +226,37 @@ TEST_F(CorruptTest, AnotherDaemonsGeometryIsRefused) {
   auto a = StateFile::Adopt(Keep(**file));
   EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(a.status().message(), HasSubstr("geometry"));
+}
+
+// Without a valid layout no row comes back: a worker could split the same bytes differently.
+TEST_F(CorruptTest, NoRowWithoutItsLayout) {
+  data_[4096 + 16] ^= 1;  // a layout run: its checksum no longer holds
+  auto a = Adopt();
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->layout_recorded);
+  EXPECT_TRUE(a->layout.empty());
+  EXPECT_TRUE(a->rows.empty());
+  EXPECT_EQ(a->records_refused, 10u);
+  a->file.reset();
+  data_[4096 + 16] ^= 1;  // the layout is back, but the records were rewritten FREE
+  auto b = Adopt();
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->layout_recorded);
+  EXPECT_TRUE(b->rows.empty());
+}
+
+TEST(StateFileTest, LayoutsOfTooManyRunsAreNotRecorded) {
+  const common::Geometry g = GeometryOf(Spec());
+  auto file = StateFile::Create(Identity(), g, StateFile::kDefaultKeyCapacity);
+  ASSERT_TRUE(file.ok());
+  std::vector<uint64_t> pages;
+  for (int i = 0; i < 300; ++i) pages.push_back(4096 * (1 + i % 2));  // 300 runs
+  (*file)->RecordLayout(pages);
+  (*file)->OnReady(0, "k", 1);
+  auto a = StateFile::Adopt(Keep(**file));
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(a->layout_recorded);
+  EXPECT_TRUE(a->rows.empty());
 }
 
 TEST(StateFileTest, NotAStateFileIsDataLoss) {

@@ -623,6 +623,39 @@ TEST(RestartTest, DurabilityTurnedOffReleasesTheStore) {
   std::filesystem::remove_all(dir);
 }
 
+// The layout identity outlives the daemon: after a restart, a worker whose tensors split the same
+// bytes per block differently is refused, as it would have been before (the rows hold the first
+// layout's bytes).
+TEST(RestartTest, AnotherLayoutOfTheSameBytesIsRefusedAfterARestart) {
+  auto daemon = SupervisedDaemon::Start({"--max_region_bytes=64MiB"});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  TestEngine e;
+  e.engine_id = "layout";
+  e.num_blocks = 16;
+  Batch batch = MakeBatch("layout", 400, 16);
+  {
+    auto worker = StartWorker(**daemon, e);  // separate_kv: a K and a V tensor per layer
+    ASSERT_NE(worker, nullptr);
+    RawScheduler scheduler((*daemon)->data_socket(), e);
+    ASSERT_TRUE(scheduler.Open().ok());
+    ASSERT_TRUE(StoreBatch(scheduler, *worker, batch).ok());
+  }
+  ASSERT_TRUE((*daemon)->Kill9().ok());
+  ASSERT_TRUE((*daemon)->WaitReady().ok());
+  TestEngine other = e;
+  other.layout = "block_first";  // the same bytes per block in one tensor
+  auto refused = WorkerProcess::Start((*daemon)->data_socket(), other.WorkerArgs(0));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_TRUE(absl::StartsWith((*refused)->hello(), "refused 9 ")) << (*refused)->hello();
+  refused->reset();
+  auto worker = StartWorker(**daemon, e);
+  ASSERT_NE(worker, nullptr);
+  RawScheduler scheduler((*daemon)->data_socket(), e);
+  Verified v = VerifyBatch(scheduler, *worker, batch);
+  EXPECT_EQ(v.hits, 16u);
+  EXPECT_EQ(v.wrong, 0u);
+}
+
 TEST(RestartTest, DroppedEngineLeavesTheStore) {
   auto daemon = SupervisedDaemon::Start({"--max_region_bytes=64MiB"});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
