@@ -242,18 +242,23 @@ void kvo_client_options_init(kvo_client_options* options) {
 
 void kvo_engine_spec_init(kvo_engine_spec* spec) {
   if (spec == nullptr) return;
-  std::memset(spec, 0, sizeof(*spec));
-  spec->engine_id = "engine";
-  spec->world_size = 1;
-  spec->tp = 1;
-  spec->pp = 1;
-  spec->pcp = 1;
-  spec->dcp = 1;
-  spec->executor = KVO_EXECUTOR_MP;
-  spec->attention = KVO_ATTENTION_MHA;
-  spec->num_kv_groups = 1;
-  spec->num_layers = 1;
-  spec->blocks_per_row = 1;
+  // Points into a spec that is never freed: the defaults are common::EngineSpec's own.
+  static const kvo::CEngineSpec* const kDefaults =
+      new kvo::CEngineSpec(kvoffload::common::EngineSpec());
+  *spec = *kDefaults->get();
+}
+
+int kvo_engine_spec_describe(const kvo_engine_spec* spec, char* out, size_t out_len, char* err,
+                             size_t err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (out == nullptr || out_len == 0) {
+      return absl::InvalidArgumentError("kvo_engine_spec_describe: out is NULL or out_len 0");
+    }
+    absl::StatusOr<kvoffload::common::EngineSpec> s = kvo::SpecFromC(spec);
+    if (!s.ok()) return s.status();
+    kvoffload::client::c_abi::CopyString(s->DescribeAll(), out, out_len);
+    return absl::OkStatus();
+  });
 }
 
 const char* kvo_version(void) {

@@ -60,7 +60,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or signature below changes; see kvo_abi_version(). */
-#define KVO_ABI_VERSION 3
+#define KVO_ABI_VERSION 4
 
 /* ---- Status codes (absl::StatusCode values) ------------------------------------------------ */
 #define KVO_OK 0
@@ -120,6 +120,13 @@ typedef struct kvo_engine_spec {
 /* Fills the defaults of common::EngineSpec (engine_id "engine", world_size = tp = pp = pcp =
  * dcp = 1, executor MP, attention MHA, one KV group, one layer, blocks_per_row 1, the rest 0). */
 void kvo_engine_spec_init(kvo_engine_spec* spec);
+
+/* ABI 4: the spec as the daemon will read it, every field ("engine_id=... dp_rank=0 ...
+ * member_uids=[1001] member_gids=[]"), into out (truncated, NUL-terminated): for logs, and the
+ * bindings' check that each field reaches the library. INVALID_ARGUMENT for what
+ * kvo_scheduler_open would refuse before calling the daemon (the topology is not checked). */
+int kvo_engine_spec_describe(const kvo_engine_spec* spec, char* out, size_t out_len, char* err,
+                             size_t err_len);
 
 /* ---- Client options (deadlines) ------------------------------------------------------------ */
 #define KVO_DEFAULT_OPEN_TIMEOUT_MS 60000  /* OpenEngine, worker connect + registration */

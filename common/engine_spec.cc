@@ -2,14 +2,13 @@
 // The topology rules themselves live in geometry.cc (ValidateTopology).
 #include "common/engine_spec.h"
 
-#include <tuple>
-
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/engine_spec_fields.h"
 
 namespace kvoffload::common {
 namespace {
@@ -77,26 +76,49 @@ std::vector<std::string> ParseSecondaryTiers(absl::string_view comma_separated) 
 
 std::string EngineSpec::Key() const { return absl::StrCat(engine_id, "/", dp_rank); }
 
-std::string EngineSpec::DebugString() const {
-  return absl::StrCat(
-      "engine_id=", absl::CHexEscape(engine_id), " dp_rank=", dp_rank, " world_size=", world_size,
-      " local_world_size=", local_world_size, " tp=", tp, " pp=", pp, " pcp=", pcp, " dcp=", dcp,
-      " executor=", ExecutorName(executor), " attention=", AttentionName(attention),
-      " num_kv_groups=", num_kv_groups, " num_layers=", num_layers, " page_bytes=", page_bytes,
-      " worker_bytes_per_block=", worker_bytes_per_block, " blocks_per_row=", blocks_per_row,
-      " budget_bytes=", budget_bytes, " secondary_tiers=[", absl::CHexEscape(absl::StrJoin(secondary_tiers, ",")),
-      "] rows_assigned_by_engine=", rows_assigned_by_engine ? 1 : 0,
-      " stores_by_writer_only=", stores_by_writer_only ? 1 : 0);
+namespace {
+
+void AppendField(std::string* out, absl::string_view name, absl::string_view value) {
+  absl::StrAppend(out, out->empty() ? "" : " ", name, "=", value);
 }
 
+const char* EnumName(Executor e) { return ExecutorName(e); }
+const char* EnumName(Attention a) { return AttentionName(a); }
+
+std::string Describe(const EngineSpec& s, bool with_access) {
+  std::string out;
+#define KVO_DESCRIBE_ID(f) AppendField(&out, #f, absl::CHexEscape(s.f));
+#define KVO_DESCRIBE_NUMBER(f) AppendField(&out, #f, absl::StrCat(s.f));
+#define KVO_DESCRIBE_ENUM(f) AppendField(&out, #f, EnumName(s.f));
+#define KVO_DESCRIBE_FLAG(f) AppendField(&out, #f, s.f ? "1" : "0");
+#define KVO_DESCRIBE_TIERS(f) \
+  AppendField(&out, #f, absl::StrCat("[", absl::CHexEscape(absl::StrJoin(s.f, ",")), "]"));
+#define KVO_DESCRIBE_IDS(f) \
+  if (with_access) AppendField(&out, #f, absl::StrCat("[", absl::StrJoin(s.f, ","), "]"));
+  KVOFFLOAD_ENGINE_SPEC_FIELDS(KVO_DESCRIBE_ID, KVO_DESCRIBE_NUMBER, KVO_DESCRIBE_ENUM,
+                               KVO_DESCRIBE_FLAG, KVO_DESCRIBE_TIERS, KVO_DESCRIBE_IDS)
+#undef KVO_DESCRIBE_ID
+#undef KVO_DESCRIBE_NUMBER
+#undef KVO_DESCRIBE_ENUM
+#undef KVO_DESCRIBE_FLAG
+#undef KVO_DESCRIBE_TIERS
+#undef KVO_DESCRIBE_IDS
+  return out;
+}
+
+}  // namespace
+
+std::string EngineSpec::DebugString() const { return Describe(*this, /*with_access=*/false); }
+
+std::string EngineSpec::DescribeAll() const { return Describe(*this, /*with_access=*/true); }
+
 bool EngineSpec::operator==(const EngineSpec& other) const {
-  auto fields = [](const EngineSpec& s) {
-    return std::tie(s.engine_id, s.dp_rank, s.world_size, s.local_world_size, s.tp, s.pp, s.pcp,
-                    s.dcp, s.executor, s.attention, s.num_kv_groups, s.num_layers, s.page_bytes,
-                    s.worker_bytes_per_block, s.blocks_per_row, s.budget_bytes, s.secondary_tiers,
-                    s.rows_assigned_by_engine, s.stores_by_writer_only);
-  };
-  return fields(*this) == fields(other);
+#define KVO_SAME(f) \
+  if (f != other.f) return false;
+  KVOFFLOAD_ENGINE_SPEC_FIELDS(KVO_SAME, KVO_SAME, KVO_SAME, KVO_SAME, KVO_SAME,
+                               KVOFFLOAD_SPEC_FIELD_SKIP)
+#undef KVO_SAME
+  return true;
 }
 
 }  // namespace kvoffload::common

@@ -24,6 +24,8 @@ const char* ExecutorName(Executor e);
 std::vector<std::string> ParseSecondaryTiers(absl::string_view comma_separated);
 const char* AttentionName(Attention a);
 
+// The fields are listed once more in common/engine_spec_fields.h, which every conversion walks:
+// a new field goes there too (its header says how).
 struct EngineSpec {
   std::string engine_id = "engine";
   uint32_t dp_rank = 0;
@@ -56,8 +58,10 @@ struct EngineSpec {
 
   // "engine_id/dp_rank": the key of the engine's region on this node.
   std::string Key() const;
-  // Every field, for messages ("world_size=8 local_world_size=4 ...").
+  // Every field of the spec's identity, for messages ("world_size=8 local_world_size=4 ...").
   std::string DebugString() const;
+  // DebugString and the access lists (member_uids=[..] member_gids=[..]): every field.
+  std::string DescribeAll() const;
   // Field-by-field: a declared local_world_size never equals an undeclared (0) one.
   bool operator==(const EngineSpec& other) const;
   bool operator!=(const EngineSpec& other) const { return !(*this == other); }

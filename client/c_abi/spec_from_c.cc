@@ -1,77 +1,112 @@
 #include "client/c_abi/spec_from_c.h"
 
+#include <cstring>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/types/span.h"
+#include "common/engine_spec_fields.h"
 #include "common/limits.h"
+#include "common/status_macros.h"
 
 namespace kvoffload::client {
+namespace {
+
+#define KVO_C_EXECUTOR(e, NAME) \
+  {common::Executor::e, KVO_EXECUTOR_##NAME, "KVO_EXECUTOR_" #NAME},
+#define KVO_C_ATTENTION(e, NAME) \
+  {common::Attention::e, KVO_ATTENTION_##NAME, "KVO_ATTENTION_" #NAME},
+constexpr common::WireEnumValue<common::Executor> kExecutors[] = {
+    KVOFFLOAD_EXECUTOR_VALUES(KVO_C_EXECUTOR)};
+constexpr common::WireEnumValue<common::Attention> kAttentions[] = {
+    KVOFFLOAD_ATTENTION_VALUES(KVO_C_ATTENTION)};
+#undef KVO_C_EXECUTOR
+#undef KVO_C_ATTENTION
+
+// The table of an ENUM field's type (picked by overload).
+absl::Span<const common::WireEnumValue<common::Executor>> CValues(const common::Executor*) {
+  return kExecutors;
+}
+absl::Span<const common::WireEnumValue<common::Attention>> CValues(const common::Attention*) {
+  return kAttentions;
+}
+
+absl::StatusOr<bool> FlagFromC(const char* name, int32_t value) {
+  if (value != 0 && value != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine spec: ", name, " is ", value, ", want 0 or 1"));
+  }
+  return value == 1;
+}
+
+absl::Status IdsFromC(const char* name, const uint32_t* ids, size_t n,
+                      std::vector<uint32_t>* out) {
+  if (ids == nullptr && n != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine spec: ", name, " is NULL with num_", name, " ", n));
+  }
+  if (n > common::kMaxMembersPerEngine) {
+    return absl::InvalidArgumentError(absl::StrCat("engine spec: ", n, " ", name,
+                                                   ", more than ",
+                                                   common::kMaxMembersPerEngine));
+  }
+  if (n > 0) out->assign(ids, ids + n);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<common::EngineSpec> SpecFromC(const kvo_engine_spec* c) {
   if (c == nullptr) return absl::InvalidArgumentError("engine spec is NULL");
-  if (c->engine_id == nullptr) return absl::InvalidArgumentError("engine spec: engine_id is NULL");
   common::EngineSpec spec;
-  spec.engine_id = c->engine_id;
-  spec.dp_rank = c->dp_rank;
-  spec.world_size = c->world_size;
-  spec.local_world_size = c->local_world_size;
-  spec.tp = c->tp;
-  spec.pp = c->pp;
-  spec.pcp = c->pcp;
-  spec.dcp = c->dcp;
-  switch (c->executor) {
-    case KVO_EXECUTOR_UNI: spec.executor = common::Executor::kUni; break;
-    case KVO_EXECUTOR_MP: spec.executor = common::Executor::kMp; break;
-    case KVO_EXECUTOR_RAY: spec.executor = common::Executor::kRay; break;
-    case KVO_EXECUTOR_EXTERNAL: spec.executor = common::Executor::kExternal; break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "engine spec: executor ", c->executor,
-          " is not one of KVO_EXECUTOR_UNI (0), _MP (1), _RAY (2), _EXTERNAL (3)"));
+#define KVO_FROM_C_ID(f)                                                          \
+  if (c->f == nullptr) return absl::InvalidArgumentError("engine spec: " #f " is NULL"); \
+  spec.f = c->f;
+#define KVO_FROM_C_NUMBER(f) spec.f = c->f;
+// In a block each: ASSIGN_OR_RETURN names its temporary after the line, and the whole table
+// expands on one.
+#define KVO_FROM_C_ENUM(f)                                                                   \
+  {                                                                                          \
+    ASSIGN_OR_RETURN(spec.f, common::EnumFromWire("engine spec: " #f, c->f, CValues(&spec.f))); \
   }
-  switch (c->attention) {
-    case KVO_ATTENTION_MHA: spec.attention = common::Attention::kMha; break;
-    case KVO_ATTENTION_MLA: spec.attention = common::Attention::kMla; break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "engine spec: attention ", c->attention,
-          " is not one of KVO_ATTENTION_MHA (0), KVO_ATTENTION_MLA (1)"));
-  }
-  spec.num_kv_groups = c->num_kv_groups;
-  spec.num_layers = c->num_layers;
-  spec.blocks_per_row = c->blocks_per_row;
-  spec.page_bytes = c->page_bytes;
-  spec.worker_bytes_per_block = c->worker_bytes_per_block;
-  spec.budget_bytes = c->budget_bytes;
-  if (c->secondary_tiers != nullptr) {
-    spec.secondary_tiers = common::ParseSecondaryTiers(c->secondary_tiers);
-  }
-  if (c->rows_assigned_by_engine != 0 && c->rows_assigned_by_engine != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("engine spec: rows_assigned_by_engine is ",
-                                                   c->rows_assigned_by_engine, ", want 0 or 1"));
-  }
-  spec.rows_assigned_by_engine = c->rows_assigned_by_engine == 1;
-  if (c->stores_by_writer_only != 0 && c->stores_by_writer_only != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("engine spec: stores_by_writer_only is ",
-                                                   c->stores_by_writer_only, ", want 0 or 1"));
-  }
-  spec.stores_by_writer_only = c->stores_by_writer_only == 1;
-  if ((c->member_uids == nullptr && c->num_member_uids != 0) ||
-      (c->member_gids == nullptr && c->num_member_gids != 0)) {
-    return absl::InvalidArgumentError(
-        "engine spec: member_uids / member_gids is NULL with a non-zero count");
-  }
-  if (c->num_member_uids > common::kMaxMembersPerEngine ||
-      c->num_member_gids > common::kMaxMembersPerEngine) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "engine spec: more than ", common::kMaxMembersPerEngine, " member uids or gids"));
-  }
-  if (c->num_member_uids > 0) {
-    spec.member_uids.assign(c->member_uids, c->member_uids + c->num_member_uids);
-  }
-  if (c->num_member_gids > 0) {
-    spec.member_gids.assign(c->member_gids, c->member_gids + c->num_member_gids);
-  }
+#define KVO_FROM_C_FLAG(f) \
+  { ASSIGN_OR_RETURN(spec.f, FlagFromC(#f, c->f)); }
+#define KVO_FROM_C_TIERS(f) \
+  if (c->f != nullptr) spec.f = common::ParseSecondaryTiers(c->f);
+#define KVO_FROM_C_IDS(f) RETURN_IF_ERROR(IdsFromC(#f, c->f, c->num_##f, &spec.f));
+  KVOFFLOAD_ENGINE_SPEC_FIELDS(KVO_FROM_C_ID, KVO_FROM_C_NUMBER, KVO_FROM_C_ENUM,
+                               KVO_FROM_C_FLAG, KVO_FROM_C_TIERS, KVO_FROM_C_IDS)
+#undef KVO_FROM_C_ID
+#undef KVO_FROM_C_NUMBER
+#undef KVO_FROM_C_ENUM
+#undef KVO_FROM_C_FLAG
+#undef KVO_FROM_C_TIERS
+#undef KVO_FROM_C_IDS
   return spec;
+}
+
+CEngineSpec::CEngineSpec(common::EngineSpec spec) : spec_(std::move(spec)) {
+  std::memset(&c_, 0, sizeof(c_));
+#define KVO_TO_C_ID(f) c_.f = spec_.f.c_str();
+#define KVO_TO_C_NUMBER(f) c_.f = spec_.f;
+#define KVO_TO_C_ENUM(f) c_.f = common::EnumToWire(spec_.f, CValues(&spec_.f));
+#define KVO_TO_C_FLAG(f) c_.f = spec_.f ? 1 : 0;
+#define KVO_TO_C_TIERS(f)                  \
+  f##_ = absl::StrJoin(spec_.f, ",");      \
+  c_.f = f##_.empty() ? nullptr : f##_.c_str();
+#define KVO_TO_C_IDS(f)                                  \
+  c_.f = spec_.f.empty() ? nullptr : spec_.f.data();     \
+  c_.num_##f = spec_.f.size();
+  KVOFFLOAD_ENGINE_SPEC_FIELDS(KVO_TO_C_ID, KVO_TO_C_NUMBER, KVO_TO_C_ENUM, KVO_TO_C_FLAG,
+                               KVO_TO_C_TIERS, KVO_TO_C_IDS)
+#undef KVO_TO_C_ID
+#undef KVO_TO_C_NUMBER
+#undef KVO_TO_C_ENUM
+#undef KVO_TO_C_FLAG
+#undef KVO_TO_C_TIERS
+#undef KVO_TO_C_IDS
 }
 
 }  // namespace kvoffload::client

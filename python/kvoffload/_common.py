@@ -133,47 +133,56 @@ class EngineSpec:
     member_gids: List[int] = dataclasses.field(default_factory=list)
 
     def _to_c(self):
-        """(c_engine_spec, keepalive) — the struct points into the bytes in keepalive."""
-        def enum_value(value, table, what):
-            if isinstance(value, int):
-                return value
-            try:
-                return table[str(value).lower()]
-            except KeyError:
-                raise ValueError("%s %r is not one of %s" % (what, value, sorted(table))) from None
+        """(c_engine_spec, keepalive) — the struct points into the objects in keepalive.
 
-        engine_id = self.engine_id.encode()
-        tiers = ",".join(self.secondary_tiers).encode()
+        Walks _native.SPEC_FIELDS, so that every field of the C struct is filled by its kind.
+        """
         c = _native.c_engine_spec()
-        c.engine_id = engine_id
-        c.dp_rank = self.dp_rank
-        c.world_size = self.world_size
-        c.local_world_size = self.local_world_size
-        c.tp = self.tp
-        c.pp = self.pp
-        c.pcp = self.pcp
-        c.dcp = self.dcp
-        c.executor = enum_value(self.executor, EXECUTORS, "executor")
-        c.attention = enum_value(self.attention, ATTENTIONS, "attention")
-        c.num_kv_groups = self.num_kv_groups
-        c.num_layers = self.num_layers
-        c.blocks_per_row = self.blocks_per_row
-        c.page_bytes = self.page_bytes
-        c.worker_bytes_per_block = self.worker_bytes_per_block
-        c.budget_bytes = self.budget_bytes
-        c.secondary_tiers = tiers
-        c.rows_assigned_by_engine = 1 if self.rows_assigned_by_engine else 0
-        c.stores_by_writer_only = 1 if self.stores_by_writer_only else 0
-        for what, ids in (("member_uids", self.member_uids), ("member_gids", self.member_gids)):
-            if any(not 0 <= int(i) < 1 << 32 for i in ids):
-                raise ValueError("%s must be 32-bit unsigned ids, got %r" % (what, ids))
-        uids = (ctypes.c_uint32 * max(1, len(self.member_uids)))(*self.member_uids)
-        gids = (ctypes.c_uint32 * max(1, len(self.member_gids)))(*self.member_gids)
-        c.member_uids = ctypes.cast(uids, ctypes.POINTER(ctypes.c_uint32))
-        c.num_member_uids = len(self.member_uids)
-        c.member_gids = ctypes.cast(gids, ctypes.POINTER(ctypes.c_uint32))
-        c.num_member_gids = len(self.member_gids)
-        return c, (engine_id, tiers, uids, gids)
+        keepalive = []
+        for name, kind in _native.SPEC_FIELDS:
+            value = getattr(self, name)
+            if kind == _native.ID:
+                value = value.encode()
+                keepalive.append(value)
+            elif kind == _native.ENUM:
+                value = _enum_value(value, _SPEC_ENUMS[name], name)
+            elif kind == _native.FLAG:
+                value = 1 if value else 0
+            elif kind == _native.TIERS:
+                value = ",".join(value).encode()
+                keepalive.append(value)
+            elif kind == _native.IDS:
+                if any(not 0 <= int(i) < 1 << 32 for i in value):
+                    raise ValueError("%s must be 32-bit unsigned ids, got %r" % (name, value))
+                array = (ctypes.c_uint32 * max(1, len(value)))(*value)
+                keepalive.append(array)
+                setattr(c, "num_" + name, len(value))
+                value = ctypes.cast(array, ctypes.POINTER(ctypes.c_uint32))
+            setattr(c, name, value)
+        return c, keepalive
+
+    def describe(self) -> str:
+        """The spec as the daemon will read it, every field ("engine_id=... member_gids=[]"), from
+        the library (kvo_engine_spec_describe). Raises KvoffloadError(INVALID_ARGUMENT) for what
+        Scheduler.open would refuse before calling the daemon (not the topology)."""
+        c, _keepalive = self._to_c()
+        out = ctypes.create_string_buffer(_native.ERROR_BYTES)
+        err = _err_buffer()
+        _raise_for(_native.library().kvo_engine_spec_describe(
+            ctypes.byref(c), out, len(out), err, len(err)), err)
+        return out.value.decode()
+
+
+_SPEC_ENUMS = {"executor": EXECUTORS, "attention": ATTENTIONS}
+
+
+def _enum_value(value, table, what):
+    if isinstance(value, int):
+        return value
+    try:
+        return table[str(value).lower()]
+    except KeyError:
+        raise ValueError("%s %r is not one of %s" % (what, value, sorted(table))) from None
 
 
 @dataclasses.dataclass(frozen=True)

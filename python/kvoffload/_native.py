@@ -8,7 +8,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 3  # KVO_ABI_VERSION this binding was written for
+ABI_VERSION = 4  # KVO_ABI_VERSION this binding was written for
 LIBRARY_NAME = "libkvoffload_c.so"
 ENV_LIBRARY = "KVOFFLOAD_LIB"
 
@@ -22,32 +22,50 @@ class LibraryNotFoundError(ImportError):
     """libkvoffload_c.so could not be found or loaded (an ImportError, as for a missing module)."""
 
 
+# The fields of kvo_engine_spec in the C struct's order, each with its kind: the kinds of
+# common/engine_spec_fields.h (the one list of EngineSpec's fields), NUMBER split by width. The
+# ctypes struct and EngineSpec._to_c derive from this; tests/test_constants.py checks it against
+# that header, kvoffload_c.h and the proto, and round-trips every field through the library.
+ID, NUMBER32, NUMBER64, ENUM, FLAG, TIERS, IDS = "ID", "U32", "U64", "ENUM", "FLAG", "TIERS", "IDS"
+SPEC_FIELDS = (
+    ("engine_id", ID),
+    ("dp_rank", NUMBER32),
+    ("world_size", NUMBER32),
+    ("local_world_size", NUMBER32),
+    ("tp", NUMBER32),
+    ("pp", NUMBER32),
+    ("pcp", NUMBER32),
+    ("dcp", NUMBER32),
+    ("executor", ENUM),
+    ("attention", ENUM),
+    ("num_kv_groups", NUMBER32),
+    ("num_layers", NUMBER32),
+    ("blocks_per_row", NUMBER32),
+    ("page_bytes", NUMBER64),
+    ("worker_bytes_per_block", NUMBER64),
+    ("budget_bytes", NUMBER64),
+    ("secondary_tiers", TIERS),
+    ("rows_assigned_by_engine", FLAG),
+    ("stores_by_writer_only", FLAG),  # ABI 2
+    ("member_uids", IDS),
+    ("member_gids", IDS),
+)
+
+
+def _spec_c_fields():
+    types = {ID: ctypes.c_char_p, NUMBER32: ctypes.c_uint32, NUMBER64: ctypes.c_uint64,
+             ENUM: ctypes.c_int32, FLAG: ctypes.c_int32, TIERS: ctypes.c_char_p}
+    fields = []
+    for name, kind in SPEC_FIELDS:
+        if kind == IDS:  # a pointer and its count
+            fields += [(name, ctypes.POINTER(ctypes.c_uint32)), ("num_" + name, ctypes.c_size_t)]
+        else:
+            fields.append((name, types[kind]))
+    return fields
+
+
 class c_engine_spec(ctypes.Structure):
-    _fields_ = [
-        ("engine_id", ctypes.c_char_p),
-        ("dp_rank", ctypes.c_uint32),
-        ("world_size", ctypes.c_uint32),
-        ("local_world_size", ctypes.c_uint32),
-        ("tp", ctypes.c_uint32),
-        ("pp", ctypes.c_uint32),
-        ("pcp", ctypes.c_uint32),
-        ("dcp", ctypes.c_uint32),
-        ("executor", ctypes.c_int32),
-        ("attention", ctypes.c_int32),
-        ("num_kv_groups", ctypes.c_uint32),
-        ("num_layers", ctypes.c_uint32),
-        ("blocks_per_row", ctypes.c_uint32),
-        ("page_bytes", ctypes.c_uint64),
-        ("worker_bytes_per_block", ctypes.c_uint64),
-        ("budget_bytes", ctypes.c_uint64),
-        ("secondary_tiers", ctypes.c_char_p),
-        ("rows_assigned_by_engine", ctypes.c_int32),
-        ("stores_by_writer_only", ctypes.c_int32),
-        ("member_uids", ctypes.POINTER(ctypes.c_uint32)),
-        ("num_member_uids", ctypes.c_size_t),
-        ("member_gids", ctypes.POINTER(ctypes.c_uint32)),
-        ("num_member_gids", ctypes.c_size_t),
-    ]
+    _fields_ = _spec_c_fields()
 
 
 class c_client_options(ctypes.Structure):
@@ -159,6 +177,8 @@ _PROTOTYPES = {
     "kvo_version": (ctypes.c_char_p, []),
     "kvo_abi_version": (ctypes.c_int, []),
     "kvo_engine_spec_init": (None, [_P(c_engine_spec)]),
+    "kvo_engine_spec_describe": (ctypes.c_int, [
+        _P(c_engine_spec), ctypes.c_char_p, ctypes.c_size_t] + _err),  # ABI 4
     "kvo_worker_connect_cuda": (ctypes.c_int, [
         ctypes.c_char_p, _P(c_engine_spec), ctypes.c_uint32, ctypes.c_int32, _P(c_cuda_tensor),
         ctypes.c_size_t, ctypes.c_size_t, _P(_handle)] + _err),

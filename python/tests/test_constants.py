@@ -2,6 +2,7 @@
 definition; the binding cannot include the header, so this test is the tie). The header is
 client/kvoffload_c.h, itself checked against common/limits.h at compile time."""
 
+import ctypes
 import os
 import re
 import unittest
@@ -35,24 +36,77 @@ def proto_engine_spec_fields():
     return re.findall(r"^\s*(?:repeated\s+)?\w+\s+(\w+)\s*=\s*\d+;", body, re.M)
 
 
-class EngineSpecFieldsReachEveryLayer(unittest.TestCase):
-    """Every field of the wire's EngineSpec exists in the C struct and in Python's EngineSpec (the
-    C++ struct is checked against the proto by spec_from_c_test's round trip)."""
+def repo_file(*parts):
+    path = os.path.join(REPO, *parts)
+    if not os.path.exists(path):
+        raise unittest.SkipTest("no %s" % path)
+    with open(path) as f:
+        return f.read()
 
-    def test_every_proto_field_is_in_c_and_python(self):
-        fields = proto_engine_spec_fields()
-        self.assertIn("stores_by_writer_only", fields)
-        c_fields = {name for name, _ in _native.c_engine_spec._fields_}
-        py_fields = {f.name for f in client.dataclasses.fields(client.EngineSpec)}
-        path = os.path.join(REPO, "client", "kvoffload_c.h")
-        with open(path) as f:
-            header = f.read()
-        struct = re.search(r"typedef struct kvo_engine_spec \{(.*?)\} kvo_engine_spec;",
-                           header, re.S).group(1)
-        for name in fields:
-            self.assertIn(name, c_fields, "ctypes c_engine_spec lacks " + name)
-            self.assertIn(name, py_fields, "Python EngineSpec lacks " + name)
-            self.assertRegex(struct, r"\b%s;" % name, "kvoffload_c.h lacks " + name)
+
+def common_spec_table():
+    """[(name, kind)] of KVOFFLOAD_ENGINE_SPEC_FIELDS in common/engine_spec_fields.h."""
+    text = repo_file("common", "engine_spec_fields.h")
+    body = re.search(r"#define KVOFFLOAD_ENGINE_SPEC_FIELDS\(.*?\)(.*?)\n\n", text, re.S).group(1)
+    return re.findall(r"\b([A-Z]+)\((\w+)\)", body)
+
+
+def c_header_spec_struct():
+    """[(c type, name)] of kvo_engine_spec in kvoffload_c.h, in the struct's order."""
+    header = repo_file("client", "kvoffload_c.h")
+    struct = re.search(r"typedef struct kvo_engine_spec \{(.*?)\} kvo_engine_spec;",
+                       header, re.S).group(1)
+    struct = re.sub(r"/\*.*?\*/", "", struct, flags=re.S)
+    return [(" ".join(t.split()), n)
+            for t, n in re.findall(r"^\s*([\w\s]+\**)\s*\b(\w+);", struct, re.M)]
+
+
+class EngineSpecFieldsReachEveryLayer(unittest.TestCase):
+    """One list of EngineSpec's fields (common/engine_spec_fields.h): the proto, the C struct,
+    the binding's SPEC_FIELDS (and so its ctypes struct) and the Python dataclass agree with it,
+    and every field set in Python comes back from the library unchanged."""
+
+    def test_the_table_is_the_protos_fields_in_order(self):
+        self.assertEqual([name for _, name in common_spec_table()], proto_engine_spec_fields())
+
+    def test_binding_kinds_are_the_tables(self):
+        table = {name: kind for kind, name in common_spec_table()}
+        binding = {name: ("NUMBER" if kind in (_native.NUMBER32, _native.NUMBER64) else kind)
+                   for name, kind in _native.SPEC_FIELDS}
+        self.assertEqual(binding, table)
+        self.assertEqual({f.name for f in client.dataclasses.fields(client.EngineSpec)},
+                         set(table))
+
+    def test_ctypes_struct_is_the_headers(self):
+        c_types = {"const char*": ctypes.c_char_p, "uint32_t": ctypes.c_uint32,
+                   "uint64_t": ctypes.c_uint64, "int32_t": ctypes.c_int32,
+                   "size_t": ctypes.c_size_t,
+                   "const uint32_t*": ctypes.POINTER(ctypes.c_uint32)}
+        want = [(name, c_types[t]) for t, name in c_header_spec_struct()]
+        self.assertEqual(list(_native.c_engine_spec._fields_), want)
+
+    def test_every_field_comes_back_from_the_library(self):
+        values, want = {}, {}
+        for i, (name, kind) in enumerate(_native.SPEC_FIELDS):
+            if kind == _native.ID:
+                values[name] = want[name] = "id-%d" % i
+            elif kind in (_native.NUMBER32, _native.NUMBER64):
+                values[name] = 1000 + i if kind == _native.NUMBER32 else (1 << 40) + i
+                want[name] = str(values[name])
+            elif kind == _native.ENUM:  # the last value: never the default
+                table = {"executor": client.EXECUTORS, "attention": client.ATTENTIONS}[name]
+                values[name] = want[name] = max(table, key=table.get)
+            elif kind == _native.FLAG:
+                values[name], want[name] = True, "1"
+            elif kind == _native.TIERS:
+                values[name], want[name] = ["t%d" % i, "u%d" % i], "[t%d,u%d]" % (i, i)
+            elif kind == _native.IDS:
+                values[name], want[name] = [i, 7 * i], "[%d,%d]" % (i, 7 * i)
+            else:
+                self.fail("SPEC_FIELDS: %s has kind %r" % (name, kind))
+        described = client.EngineSpec(**values).describe()
+        got = dict(item.split("=", 1) for item in described.split(" "))
+        self.assertEqual(got, want)
 
 
 class ConstantsAgreeWithTheCHeader(unittest.TestCase):
