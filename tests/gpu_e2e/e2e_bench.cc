@@ -30,6 +30,7 @@ ABSL_FLAG(uint64_t, bytes_per_job, 1ull << 30, "bytes moved by one timed job");
 ABSL_FLAG(int32_t, reps, 5, "timed jobs per point (median)");
 ABSL_FLAG(std::string, daemon_args, "", "extra kvoffloadd flags, comma separated");
 ABSL_FLAG(int64_t, interference_iterations, 2000000, "FMA iterations per compute launch");
+ABSL_FLAG(bool, latency_only, false, "only the 1-block job latency (no shapes, no interference)");
 
 namespace {
 
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
     usleep(10000);
   }
 
-  const std::vector<Shape> shapes = {
+  std::vector<Shape> shapes = {
       {"pages", "stacked_kv", 8, 4 << 10, 4 << 10},
       {"pages", "stacked_kv", 8, 16 << 10, 16 << 10},
       {"pages", "stacked_kv", 8, 64 << 10, 64 << 10},
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
       // DeepSeek-V3 MLA: 61 layers, one latent tensor per layer, 16 tokens × 576 × 2 B.
       {"deepseek-v3-mla", "stacked_kv", 61, 18 << 10, 18 << 10},
   };
+  if (absl::GetFlag(FLAGS_latency_only)) shapes.clear();
   int engine_no = 0;
   for (const Shape& shape : shapes) {
     const uint64_t block_bytes = shape.layers * shape.layer_page;

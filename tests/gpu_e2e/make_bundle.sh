@@ -3,16 +3,19 @@
 # shared libraries) into bundle/gpu for tests/gpu_e2e/run_on_device.sh on the accelerator machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bazel build //daemon:kvoffloadd //client/host:kvoffload_host_worker //tests/gpu_e2e:all \
+# The bundling tool lies beside the main checkout (../shared); a worktree elsewhere names it.
+device_bundle=${DEVICE_BUNDLE:-../shared/tools/device-bundle}
+[[ -x $device_bundle ]] || device_bundle=/work/shared/tools/device-bundle
+bazel build --disk_cache=${KVO_DISK_CACHE:-/root/.cache/kvo-disk} //daemon:kvoffloadd //client/host:kvoffload_host_worker //tests/gpu_e2e:all \
   //tests/gpu:cuda_copy_backend_gpu_test //tests/gpu:gpu_baselines \
   //daemon/copy/cuda:cuda_copy_backend_test //client/cuda:cuda_client_test
 rm -rf bundle/gpu
 b=bazel-bin
-../shared/tools/device-bundle bundle/gpu $b/daemon/kvoffloadd $b/client/host/kvoffload_host_worker \
+"$device_bundle" bundle/gpu $b/daemon/kvoffloadd $b/client/host/kvoffload_host_worker \
   $b/tests/gpu_e2e/kvoffload_cuda_worker $b/tests/gpu_e2e/e2e_gpu_test $b/tests/gpu_e2e/e2e_bench \
   $b/tests/gpu/cuda_copy_backend_gpu_test $b/tests/gpu/gpu_baselines \
   $b/daemon/copy/cuda/cuda_copy_backend_test $b/client/cuda/cuda_client_test
-bazel build //client:libkvoffload_c.so
+bazel build --disk_cache=${KVO_DISK_CACHE:-/root/.cache/kvo-disk} //client:libkvoffload_c.so
 cp -L $b/client/libkvoffload_c.so bundle/gpu/lib/
 mkdir -p bundle/gpu/python && cp -r python/kvoffload python/tests bundle/gpu/python/
 # The device's own (newer) libstdc++/libgcc serve our gcc-12 binaries; a bundled older copy would
@@ -20,6 +23,11 @@ mkdir -p bundle/gpu/python && cp -r python/kvoffload python/tests bundle/gpu/pyt
 rm -f bundle/gpu/lib/libstdc++.so* bundle/gpu/lib/libgcc_s.so*
 chmod -R u+w bundle/gpu
 strip --strip-debug bundle/gpu/bin/* bundle/gpu/lib/*.so*
-cp tests/gpu_e2e/run_on_device.sh tests/gpu_e2e/torch_bench.py tests/gpu_e2e/ttft_bench.py bundle/gpu/
-grep -qx 'bundle/' .git/info/exclude || echo 'bundle/' >> .git/info/exclude
+cp tests/gpu_e2e/run_on_device.sh tests/gpu_e2e/torch_bench.py tests/gpu_e2e/ttft_bench.py \
+  tests/gpu_e2e/v3_bench.py tests/gpu_e2e/v3_workloads.py bundle/gpu/
+# The commit the binaries were built from ("+dirty" when the tree had changes): the run records it.
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bundle' || echo +dirty)" \
+  > bundle/gpu/COMMIT
+exclude="$(git rev-parse --git-common-dir)/info/exclude"
+grep -qx 'bundle/' "$exclude" || echo 'bundle/' >> "$exclude"
 du -sh bundle/gpu

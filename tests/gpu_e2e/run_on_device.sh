@@ -7,12 +7,14 @@
 # latency, interference, CPU per job), ttft.jsonl (the TTFT table: ttft_bench.py) and device.txt
 # to OUT, prints a short table and a final "N passed, N failed" line. The third argument picks
 # stages (quoted, space separated): tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps,
-# or all
-# (the default).
+# or all (the default); and, not in all, the copy-path v3 benchmark (v3_bench.py, issue 17): v3
+# (interference without MPS, throughput, CPU per job, 1-block latency from C++ and Python into
+# OUT/v3/*.jsonl), v3_mps (interference with every process an MPS client) and v3_layout (item 2).
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
-stages=" ${3:-all} "  # any of: tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps, all
+stages=" ${3:-all} "  # any of: tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps, all,
+                      # v3 v3_mps v3_layout
 want() { [[ $stages == *" all "* || $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -44,7 +46,8 @@ run() {  # name timeout command...
 
 # An MPS control daemon for this run's processes (pipe and logs under OUT), and its end.
 mps_start() {
-  export CUDA_MPS_PIPE_DIRECTORY="$out/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$out/mps-log"
+  # Pipe and log outside OUT: what comes back from the machine is a few files, not sockets.
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/kvo-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/kvo-mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   nvidia-cuda-mps-control -d && sleep 1
 }
@@ -64,6 +67,9 @@ bench_py() {  # name limit script [args]: a benchmark through the Python package
   fi
   cat "$out/$name.jsonl"
 }
+
+# Stages outside "all": asked for by name only.
+only() { [[ $stages == *" $1 "* ]]; }
 
 if want tests; then
 run cuda_client_test 60 "$bundle/bin/cuda_client_test"
@@ -148,6 +154,43 @@ if want mps; then
     cat "$out/torch_mps.jsonl"
   else
     echo "SKIPPED: nvidia-cuda-mps-control did not start"
+  fi
+  mps_stop
+fi
+if only v3 || only v3_mps || only v3_layout; then
+  mkdir -p "$out/v3"
+  git_commit=$(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)
+  echo "{\"commit\":\"$git_commit\",\"device\":\"$(cat "$out/device.txt")\",\"date\":\"$(date -u +%F)\"}" \
+    > "$out/v3/run.json"
+fi
+if only v3; then
+  echo "=== copy path v3: interference without MPS (model in CUDA graphs, copiers in their own processes)"
+  bench_py v3/interference 200 "$bundle/v3_bench.py" interference
+  echo "=== copy path v3: throughput, one and two jobs in flight"
+  bench_py v3/throughput 150 "$bundle/v3_bench.py" throughput
+  echo "=== copy path v3: daemon CPU per job"
+  bench_py v3/cpu 100 "$bundle/v3_bench.py" cpu
+  echo "=== copy path v3: 1-block latency, Python and C++"
+  bench_py v3/latency_python 60 "$bundle/torch_bench.py" --latency
+  if (cd "$tree" && timeout 60 "$bundle/bin/e2e_bench" --daemon=daemon/kvoffloadd \
+        --worker=tests/gpu_e2e/kvoffload_cuda_worker --latency_only) \
+        >"$out/v3/latency_cpp.jsonl" 2>"$out/v3/latency_cpp.err"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "FAILED: e2e_bench --latency_only"; tail -5 "$out/v3/latency_cpp.err"
+  fi
+  cat "$out/v3/latency_cpp.jsonl"
+fi
+if only v3_layout; then
+  echo "=== copy path v3: what layout buys at small pages (issue 17 item 2)"
+  bench_py v3/layout 120 "$bundle/v3_bench.py" layout
+fi
+if only v3_mps; then
+  echo "=== copy path v3: interference with every process an MPS client"
+  if mps_start; then
+    bench_py v3/interference_mps 200 "$bundle/v3_bench.py" interference --mps
+  else
+    failed=$((failed + 1)); echo "FAILED: nvidia-cuda-mps-control did not start"
   fi
   mps_stop
 fi

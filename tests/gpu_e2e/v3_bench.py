@@ -1,0 +1,467 @@
+"""Copy-path v3 benchmark (issue 17 item 4), one run on one GPU; JSON lines on stdout.
+
+  v3_bench.py interference [--mps] [--quick]   slowdown of the model's graph-captured work (a
+      bf16 GEMM loop, a Llama-8B-shaped decode step) while a copier in another process moves
+      512 MiB jobs: the plain-DMA floor, PyTorch's gather + copy, and kvoffload on every path
+      (a daemon per path), for each layout. --mps: every process is a client of the MPS control
+      daemon the caller started (run_on_device.sh's v3_mps stage); the rows say mps: true.
+  v3_bench.py throughput [--quick]   GB/s of one job and of two jobs in flight, per layout,
+      direction and path, against the same run's ceiling and the best PyTorch-only method
+  v3_bench.py cpu [--quick]          the daemon's host CPU per job, 1 to 1M blocks, one run
+      (and the same blocks as lists)
+  v3_bench.py layout [--quick]       issue 17 item 2: what layout buys at 4-64 KiB pages
+
+The orchestrator never touches CUDA (a child of a CUDA process must not use CUDA): the model,
+the copier and the measuring processes are `v3_bench.py --role ...` children talking JSON lines
+over pipes (v3_workloads.py). Env: KVOFFLOAD_DAEMON, KVOFFLOAD_LIB, PYTHONPATH with kvoffload.
+Merge a run into docs/benchmarks.{json,md} with tests/gpu_e2e/v3_report.py.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB_BYTES = 512 << 20
+INTERFERENCE_LAYOUTS = [("per_layer_32k", "random"), ("per_layer_32k", "consecutive"),
+                        ("per_layer_4k", "random"), ("cross_layer_2m", "random")]
+THROUGHPUT_LAYOUTS = INTERFERENCE_LAYOUTS + [("per_layer_4k", "consecutive"),
+                                             ("cross_layer_2m", "consecutive")]
+# Daemon flags of each path. Without MPS the default rule (--sm_copies=if_mps) means copy
+# engines only (the same as --copy_path=copy_engine); under MPS it lets the daemon pick per job.
+PATHS = {
+    False: [("default", []), ("sm_always", ["--sm_copies=always"]),
+            ("staged", ["--copy_path=staged"]), ("kernel", ["--copy_path=kernel"])],
+    True: [("default", []), ("copy_engine", ["--copy_path=copy_engine"]),
+           ("staged", ["--copy_path=staged"]), ("kernel", ["--copy_path=kernel"])],
+}
+
+
+def emit(**row):
+    print(json.dumps(row), flush=True)
+
+
+def note(msg):
+    print("v3_bench: " + msg, file=sys.stderr, flush=True)
+
+
+class Child:
+    """A `v3_bench.py --role` process: one JSON command a line in, one JSON answer a line out."""
+
+    def __init__(self, role, **args):
+        self.role = role
+        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "v3_bench.py"), "--role",
+                                   role, json.dumps(args)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def read(self):
+        while True:
+            line = self.p.stdout.readline()
+            if not line:
+                raise RuntimeError("%s process ended (rc %s)" % (self.role, self.p.poll()))
+            line = line.strip()
+            if line.startswith("{"):
+                r = json.loads(line)
+                if "error" in r and r["error"] and not ("running" in r or "jobs" in r):
+                    raise RuntimeError("%s: %s" % (self.role, r["error"]))
+                return r
+
+    def ask(self, **cmd):
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+        return self.read()
+
+    def close(self):
+        try:
+            self.ask(cmd="quit")
+        except Exception:
+            pass
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+class Daemon:
+    def __init__(self, extra=(), region="12GiB"):
+        self.dir = tempfile.mkdtemp(prefix="kvo-v3-", dir="/tmp")
+        self.sock = os.path.join(self.dir, "kvoffload.sock")
+        self.p = subprocess.Popen([os.environ["KVOFFLOAD_DAEMON"], "--backend=cuda",
+                                   "--runtime_dir=" + self.dir, "--metrics_address=",
+                                   "--max_region_bytes=" + region, "--populate_threads=16",
+                                   "--log_level=warn", "--idle_engine_ttl_s=1"] + list(extra),
+                                  stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.sock):
+            if self.p.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("kvoffloadd %s did not start (rc %s)" % (extra, self.p.poll()))
+            time.sleep(0.05)
+
+    def gpu_mib(self):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                                  "--format=csv,noheader,nounits"], capture_output=True,
+                                 text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        for line in out.splitlines():
+            f = [x.strip() for x in line.split(",")]
+            if len(f) == 2 and f[0] == str(self.p.pid) and f[1].isdigit():
+                return int(f[1])
+        return None
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def copy_gbps(jobs, t0, t1):
+    """Rate of the jobs that finished inside [t0, t1], from the end of the job before them."""
+    inside = [i for i, (t, _) in enumerate(jobs) if t0 <= t <= t1 and i > 0]
+    if not inside:
+        return None
+    first, last = inside[0], inside[-1]
+    moved = sum(b for _, b in jobs[first:last + 1])
+    span = jobs[last][0] - jobs[first - 1][0]
+    return moved / span / 1e9 if span > 0 else None
+
+
+def interference(mps, quick):
+    reps = dict(reps_gemm=6, reps_decode=8) if quick else dict(reps_gemm=12, reps_decode=20)
+    layouts = INTERFERENCE_LAYOUTS[:2] if quick else INTERFERENCE_LAYOUTS
+    paths = PATHS[mps][:2] if quick else PATHS[mps]
+    model = Child("model")
+    copier = Child("copier")
+    info = model.read()
+    copier.read()
+    emit(phase="interference", mps=mps, **{k: v for k, v in info.items() if k != "ready"})
+    last = model.ask(cmd="measure", **reps)  # the first alone measurement
+
+    def with_copier(path, layout, blocks, setup):
+        nonlocal last
+        before = last
+        copier.ask(cmd="setup", job_bytes=JOB_BYTES, layout=layout, blocks=blocks, **setup)
+        r = copier.ask(cmd="go")
+        if not r.get("running"):
+            raise RuntimeError("copier %s %s %s: %s" % (path, layout, blocks, r.get("error")))
+        loaded = model.ask(cmd="measure", **reps)
+        jobs = copier.ask(cmd="stop")
+        copier.ask(cmd="teardown")
+        last = model.ask(cmd="measure", **reps)
+        row = dict(layout=layout, blocks=blocks, path=path, mps=mps)
+        for w in ("gemm", "decode"):
+            alone = min(before[w + "_ms"], last[w + "_ms"])
+            row[w + "_alone_ms"] = alone
+            row[w + "_loaded_ms"] = loaded[w + "_ms"]
+            row[w + "_pct"] = round((loaded[w + "_ms"] / alone - 1) * 100, 2)
+            g = copy_gbps(jobs["jobs"], *loaded[w + "_t"])
+            row[w + "_copy_gbps"] = round(g, 2) if g else None
+        g = copy_gbps(jobs["jobs"], loaded["gemm_t"][0], loaded["decode_t"][1])
+        row["copy_gbps"] = round(g, 2) if g else None
+        if jobs.get("error"):
+            row["error"] = jobs["error"]
+        emit(interference_v3=row)
+        return row
+
+    try:
+        with_copier("dma_floor", "contiguous", "consecutive", dict(kind="dma"))
+        for layout, blocks in layouts:
+            with_copier("torch_gather", layout, blocks, dict(kind="torch"))
+        for path, flags in paths:
+            d = Daemon(flags)
+            try:
+                for layout, blocks in layouts:
+                    try:
+                        with_copier(path, layout, blocks, dict(kind="kvo", socket=d.sock))
+                    except RuntimeError as e:  # one path failing must not lose the others
+                        emit(interference_v3=dict(layout=layout, blocks=blocks, path=path,
+                                                  mps=mps, error=str(e)))
+                        copier.close()
+                        copier = Child("copier")
+                        copier.read()
+                emit(daemon_gpu_mib=d.gpu_mib(), path=path, mps=mps)
+            finally:
+                d.stop()
+        with_copier("dma_floor", "contiguous", "consecutive", dict(kind="dma"))
+    finally:
+        model.close()
+        copier.close()
+    if not mps:  # a bare CUDA context of this machine, for the daemon's GPU memory bound
+        from ttft_bench import context_floor_mib
+        emit(context_floor_mib=context_floor_mib())
+
+
+def throughput(quick):
+    layouts = THROUGHPUT_LAYOUTS[:3] if quick else THROUGHPUT_LAYOUTS
+    paths = PATHS[False][:1] if quick else [PATHS[False][0], PATHS[False][2], PATHS[False][3]]
+    tp = Child("throughput")
+    emit(phase="throughput", **{k: v for k, v in tp.read().items() if k != "ready"})
+    try:
+        emit(**tp.ask(cmd="ceiling"))
+        for layout, blocks in layouts:
+            emit(**tp.ask(cmd="torch", layout=layout, blocks=blocks, quick=quick))
+        for path, flags in paths:
+            d = Daemon(flags)
+            try:
+                for layout, blocks in layouts:
+                    for r in tp.ask(cmd="kvo", socket=d.sock, path=path, layout=layout,
+                                    blocks=blocks, quick=quick)["rows"]:
+                        emit(throughput_v3=r)
+            finally:
+                d.stop()
+    finally:
+        tp.close()
+
+
+def cpu(quick):
+    d = Daemon()
+    c = Child("cpu", socket=d.sock, daemon_pid=d.p.pid)
+    try:
+        c.read()
+        for blocks in ((1, 1024) if quick else (1, 1024, 32768, 1 << 20)):
+            emit(cpu_us_per_job=c.ask(cmd="cpu", blocks=blocks, quick=quick))
+    finally:
+        c.close()
+        d.stop()
+
+
+def layout(quick):
+    """Issue 17 item 2: per-layer pages of 4-64 KiB, random vs consecutive blocks, as
+    registered today (a block's 16 pages back to back in its row: a segment is one page), and
+    the same bytes with each tensor in a region of its own (an engine per K/V tensor: what a
+    tensor-major row layout would give, consecutive blocks then one segment per tensor)."""
+    pages = ("per_layer_4k", "per_layer_32k") if quick else (
+        "per_layer_4k", "per_layer_16k", "per_layer_32k", "per_layer_64k")
+    tp = Child("throughput")
+    tp.read()
+    d = Daemon()
+    try:
+        for name in pages:
+            for blocks in ("random", "consecutive"):
+                for r in tp.ask(cmd="layout", socket=d.sock, layout=name, blocks=blocks,
+                                quick=quick)["rows"]:
+                    emit(layout_v3=r)
+    finally:
+        tp.close()
+        d.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Roles (children).
+
+def throughput_main(args):
+    import torch
+    import v3_workloads as w
+    torch.cuda.init()
+    w.answer(ready=True, device=torch.cuda.get_device_name(0), torch=torch.__version__)
+    ceiling = {}
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        reps = 3 if cmd.get("quick") else 5
+        try:
+            if cmd["cmd"] == "ceiling":
+                dma = w.PlainDma(1 << 30)
+                ceiling = {"store": (1 << 30) / w.median_ms(dma.store, reps) / 1e6,
+                           "load": (1 << 30) / w.median_ms(dma.load, reps) / 1e6}
+                del dma
+                torch.cuda.empty_cache()
+                w.answer(ceiling_v3={k: round(v, 2) for k, v in ceiling.items()})
+            elif cmd["cmd"] == "torch":
+                lay = w.Layout(cmd["layout"], cmd["blocks"], JOB_BYTES)
+                methods = {"torch_staged": w.TorchStaged(lay)}
+                if not lay.per_layer:
+                    methods["torch_per_block"] = w.TorchPerBlock(lay)
+                out = {}
+                for name, m in methods.items():
+                    for direction in ("store", "load"):
+                        ms = w.median_ms(getattr(m, direction), reps)
+                        out["%s_%s" % (name, direction)] = round(lay.bytes / ms / 1e6, 2)
+                del methods, lay
+                torch.cuda.empty_cache()
+                w.answer(torch_v3=dict(layout=cmd["layout"], blocks=cmd["blocks"], **out))
+            elif cmd["cmd"] == "kvo":
+                w.answer(rows=kvo_rows(w, cmd, reps))
+            elif cmd["cmd"] == "layout":
+                w.answer(rows=layout_rows(w, cmd, reps))
+            elif cmd["cmd"] == "quit":
+                w.answer(bye=True)
+                return
+        except Exception as e:
+            w.answer(error=repr(e))
+
+
+def kvo_rows(w, cmd, reps):
+    """One job at a time (submit -> finished, median) and two in flight (disjoint blocks and
+    rows, steady state over 4 x reps jobs), both directions."""
+    import torch
+    lay = w.Layout(cmd["layout"], cmd["blocks"], JOB_BYTES, sets=2)
+    k = w.KvoWorker(cmd["socket"], lay)
+    rows = []
+    try:
+        for s in (0, 1):
+            k.run("store", s)  # rows of both sets exist before the loads
+        for direction in ("store", "load"):
+            ms = w.median_ms(lambda: k.run(direction, 0), reps)
+            rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
+                             jobs=1, path=cmd["path"], gbps=round(lay.bytes / ms / 1e6, 2)))
+            n = 4 * reps
+            inflight = [k.submit(direction, 0), k.submit(direction, 1)]
+            k.wait(inflight.pop(0))  # warm: the pipeline is full from here
+            t0 = time.perf_counter()
+            for j in range(n):
+                inflight.append(k.submit(direction, j % 2))
+                k.wait(inflight.pop(0))
+            elapsed = time.perf_counter() - t0
+            k.wait(inflight.pop(0))
+            rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
+                             jobs=2, path=cmd["path"], gbps=round(n * lay.bytes / elapsed / 1e9,
+                                                                  2)))
+    finally:
+        k.close()
+        del lay
+        torch.cuda.empty_cache()
+    return rows
+
+
+def layout_rows(w, cmd, reps):
+    """Item 2: the per-layer layout as registered today against one engine per tensor."""
+    import torch
+    lay = w.Layout(cmd["layout"], cmd["blocks"], JOB_BYTES)
+    rows = []
+    try:
+        k = w.KvoWorker(cmd["socket"], lay)
+        k.run("store")
+        for direction in ("store", "load"):
+            ms = w.median_ms(lambda: k.run(direction), reps)
+            rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
+                             registration="per_layer", gbps=round(lay.bytes / ms / 1e6, 2)))
+        k.close()
+        # Tensor-major: each of the 16 K/V tensors its own engine and region, all jobs of one
+        # direction in flight at once (one per tensor) - the same bytes and blocks.
+        workers = []
+        for li, t in enumerate(lay.tensors):
+            for kv in range(2):
+                # The same blocks, one K or V tensor: a block is one page.
+                sub = types.SimpleNamespace(
+                    sets=1, n=lay.n, bpb=lay.page, num_blocks=lay.num_blocks,
+                    block_lists=lay.block_lists,
+                    registration=[(t[kv].data_ptr(), lay.num_blocks, lay.page, lay.page)],
+                    spec_fields=lambda: (1, lay.page))
+                workers.append(w.KvoWorker(cmd["socket"], sub, blocks_per_row=1))
+        for kw in workers:
+            kw.run("store")
+        for direction in ("store", "load"):
+            def all_tensors():
+                jobs = [kw.submit(direction) for kw in workers]
+                for kw, job in zip(workers, jobs):
+                    kw.wait(job)
+            ms = w.median_ms(all_tensors, reps)
+            rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
+                             registration="tensor_major", gbps=round(lay.bytes / ms / 1e6, 2)))
+        for kw in workers:
+            kw.close()
+    finally:
+        del lay
+        torch.cuda.empty_cache()
+    return rows
+
+
+def cpu_main(args):
+    """Daemon CPU per store job of `blocks` consecutive 4 KiB blocks: one run, and as lists."""
+    import torch
+    import kvoffload as kvo
+    import v3_workloads as w
+    torch.cuda.init()
+    w.answer(ready=True)
+    pid = args["daemon_pid"]
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["cmd"] == "quit":
+            w.answer(bye=True)
+            return
+        try:
+            nb = cmd["blocks"]
+            kv = torch.empty(nb + 8, 4096, dtype=torch.uint8, device="cuda")
+            spec = kvo.EngineSpec(engine_id="cpu-%d" % nb, num_layers=1, page_bytes=4096,
+                                  budget_bytes=nb * 4096, rows_assigned_by_engine=True)
+            wk = kvo.Worker.connect_cuda(args["socket"], spec, 0,
+                                         [(kv.data_ptr(), nb + 8, 4096, 4096)], num_events=1)
+            ids = list(range(nb))
+            job = 1
+            wk.submit_runs(job, "store", [(0, 0, nb)])
+            wk.wait(job, timeout_s=120).check()
+            scale = 1 if not cmd.get("quick") else 4
+            result = {"blocks": nb}
+            for key, jobs, submit in (
+                    ("runs_us", max(20, min(2000, (1 << 24) // nb)) // scale,
+                     lambda j: wk.submit_runs(j, "store", [(0, 0, nb)])),
+                    ("us", max(5, min(1000, (1 << 22) // nb)) // scale,
+                     lambda j: wk.submit_store(j, ids, ids))):
+                c0 = cpu_seconds(pid)
+                t0 = time.perf_counter()
+                for _ in range(jobs):
+                    job += 1
+                    submit(job)
+                    wk.wait(job, timeout_s=120).check()
+                result[key] = round((cpu_seconds(pid) - c0) / jobs * 1e6, 1)
+                result[key.replace("us", "jobs")] = jobs
+                result[key.replace("us", "wall_us")] = round(
+                    (time.perf_counter() - t0) / jobs * 1e6, 1)
+            wk.close()
+            del kv
+            torch.cuda.empty_cache()
+            w.answer(**result)
+        except Exception as e:
+            w.answer(error=repr(e))
+
+
+def main():
+    argv = sys.argv[1:]
+    if argv[:1] == ["--role"]:
+        sys.path.insert(0, HERE)
+        roles = {"throughput": throughput_main, "cpu": cpu_main}
+        if os.environ.get("V3_FAKE_ROLES"):  # orchestration tests without a GPU
+            sys.path.insert(0, os.environ["V3_FAKE_ROLES"])
+            import fake_roles as w
+            roles = {"throughput": w.throughput_main, "cpu": w.cpu_main}
+        else:
+            import v3_workloads as w
+        roles.update(model=w.model_main, copier=w.copier_main)
+        args = json.loads(argv[2]) if len(argv) > 2 else {}
+        roles[argv[1]](args)
+        return
+    if not argv or argv[0] not in ("interference", "throughput", "cpu", "layout"):
+        sys.exit(__doc__)
+    sys.path.insert(0, HERE)
+    quick = "--quick" in argv
+    t0 = time.monotonic()
+    if argv[0] == "interference":
+        interference("--mps" in argv, quick)
+    elif argv[0] == "throughput":
+        throughput(quick)
+    elif argv[0] == "cpu":
+        cpu(quick)
+    else:
+        layout(quick)
+    note("%s took %.1f s" % (argv[0], time.monotonic() - t0))
+
+
+if __name__ == "__main__":
+    main()
