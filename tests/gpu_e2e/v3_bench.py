@@ -243,10 +243,11 @@ def cpu(quick):
 
 
 def layout(quick):
-    """Issue 17 item 2: per-layer pages of 4-64 KiB, random vs consecutive blocks, as
-    registered today (a block's 16 pages back to back in its row: a segment is one page), and
-    the same bytes with each tensor in a region of its own (an engine per K/V tensor: what a
-    tensor-major row layout would give, consecutive blocks then one segment per tensor)."""
+    """Issue 17 item 2: per-layer pages of 4-64 KiB, random / runs of 16 / consecutive blocks,
+    registered as today (a block's 16 pages back to back in its row: a segment contiguous on
+    both sides is one page), the same with blocks_per_row 16, and the same bytes with each
+    tensor in a region of its own (an engine per K/V tensor: what a tensor-major row layout
+    would give; consecutive blocks are then one segment per tensor, runs of 16 one per run)."""
     pages = ("per_layer_4k", "per_layer_32k") if quick else (
         "per_layer_4k", "per_layer_16k", "per_layer_32k", "per_layer_64k")
     tp = Child("throughput")
@@ -254,7 +255,7 @@ def layout(quick):
     d = Daemon()
     try:
         for name in pages:
-            for blocks in ("random", "consecutive"):
+            for blocks in ("random", "runs16", "consecutive"):
                 for r in tp.ask(cmd="layout", socket=d.sock, layout=name, blocks=blocks,
                                 quick=quick)["rows"]:
                     emit(layout_v3=r)
@@ -341,22 +342,27 @@ def kvo_rows(w, cmd, reps):
 
 
 def layout_rows(w, cmd, reps):
-    """Item 2: the per-layer layout as registered today against one engine per tensor."""
+    """Item 2: the per-layer layout as registered today (blocks_per_row 1 and 16) against one
+    engine per tensor (tensor-major), one job per direction, the same bytes and blocks."""
     import torch
     lay = w.Layout(cmd["layout"], cmd["blocks"], JOB_BYTES)
     rows = []
+
+    def row(registration, direction, ms):
+        rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
+                         registration=registration, gbps=round(lay.bytes / ms / 1e6, 2)))
+
     try:
-        k = w.KvoWorker(cmd["socket"], lay)
-        k.run("store")
-        for direction in ("store", "load"):
-            ms = w.median_ms(lambda: k.run(direction), reps)
-            rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
-                             registration="per_layer", gbps=round(lay.bytes / ms / 1e6, 2)))
-        k.close()
-        # Tensor-major: each of the 16 K/V tensors its own engine and region, all jobs of one
-        # direction in flight at once (one per tensor) - the same bytes and blocks.
+        for registration, bpr in (("per_layer", 1), ("per_layer_bpr16", 16)):
+            k = w.KvoWorker(cmd["socket"], lay, blocks_per_row=bpr)
+            k.run("store")
+            for direction in ("store", "load"):
+                row(registration, direction, w.median_ms(lambda: k.run(direction), reps))
+            k.close()
+        # Tensor-major: each of the 16 K/V tensors its own engine and region, one job per
+        # tensor, all 16 in flight at once.
         workers = []
-        for li, t in enumerate(lay.tensors):
+        for t in lay.tensors:
             for kv in range(2):
                 # The same blocks, one K or V tensor: a block is one page.
                 sub = types.SimpleNamespace(
@@ -372,9 +378,7 @@ def layout_rows(w, cmd, reps):
                 jobs = [kw.submit(direction) for kw in workers]
                 for kw, job in zip(workers, jobs):
                     kw.wait(job)
-            ms = w.median_ms(all_tensors, reps)
-            rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
-                             registration="tensor_major", gbps=round(lay.bytes / ms / 1e6, 2)))
+            row("tensor_major", direction, w.median_ms(all_tensors, reps))
         for kw in workers:
             kw.close()
     finally:
@@ -384,13 +388,35 @@ def layout_rows(w, cmd, reps):
 
 
 def cpu_main(args):
-    """Daemon CPU per store job of `blocks` consecutive 4 KiB blocks: one run, and as lists."""
+    """Daemon CPU per store job of `blocks` consecutive 4 KiB blocks: one run, as lists, and
+    one block of the same bytes (the job's copy lasts as long; what the blocks add is the
+    difference: the daemon also spends CPU waiting for the copy to complete)."""
     import torch
     import kvoffload as kvo
     import v3_workloads as w
     torch.cuda.init()
     w.answer(ready=True)
     pid = args["daemon_pid"]
+
+    def engine(name, nb, page):
+        kv = torch.empty(nb + 1, page, dtype=torch.uint8, device="cuda")
+        spec = kvo.EngineSpec(engine_id=name, num_layers=1, page_bytes=page,
+                              budget_bytes=nb * page, rows_assigned_by_engine=True)
+        wk = kvo.Worker.connect_cuda(args["socket"], spec, 0,
+                                     [(kv.data_ptr(), nb + 1, page, page)], num_events=1)
+        wk.submit_runs(1, "store", [(0, 0, nb)])
+        wk.wait(1, timeout_s=120).check()
+        return kv, wk
+
+    def per_job(wk, jobs, submit, first):
+        c0 = cpu_seconds(pid)
+        t0 = time.perf_counter()
+        for j in range(first, first + jobs):
+            submit(j)
+            wk.wait(j, timeout_s=120).check()
+        return (round((cpu_seconds(pid) - c0) / jobs * 1e6, 1),
+                round((time.perf_counter() - t0) / jobs * 1e6, 1))
+
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["cmd"] == "quit":
@@ -398,34 +424,27 @@ def cpu_main(args):
             return
         try:
             nb = cmd["blocks"]
-            kv = torch.empty(nb + 8, 4096, dtype=torch.uint8, device="cuda")
-            spec = kvo.EngineSpec(engine_id="cpu-%d" % nb, num_layers=1, page_bytes=4096,
-                                  budget_bytes=nb * 4096, rows_assigned_by_engine=True)
-            wk = kvo.Worker.connect_cuda(args["socket"], spec, 0,
-                                         [(kv.data_ptr(), nb + 8, 4096, 4096)], num_events=1)
+            scale = 4 if cmd.get("quick") else 1
+            runs_jobs = max(20, min(2000, (1 << 24) // nb)) // scale
+            list_jobs = max(5, min(1000, (1 << 22) // nb)) // scale
+            result = {"blocks": nb, "runs_jobs": runs_jobs, "jobs": list_jobs}
+            kv, wk = engine("cpu-%d" % nb, nb, 4096)
             ids = list(range(nb))
-            job = 1
-            wk.submit_runs(job, "store", [(0, 0, nb)])
-            wk.wait(job, timeout_s=120).check()
-            scale = 1 if not cmd.get("quick") else 4
-            result = {"blocks": nb}
-            for key, jobs, submit in (
-                    ("runs_us", max(20, min(2000, (1 << 24) // nb)) // scale,
-                     lambda j: wk.submit_runs(j, "store", [(0, 0, nb)])),
-                    ("us", max(5, min(1000, (1 << 22) // nb)) // scale,
-                     lambda j: wk.submit_store(j, ids, ids))):
-                c0 = cpu_seconds(pid)
-                t0 = time.perf_counter()
-                for _ in range(jobs):
-                    job += 1
-                    submit(job)
-                    wk.wait(job, timeout_s=120).check()
-                result[key] = round((cpu_seconds(pid) - c0) / jobs * 1e6, 1)
-                result[key.replace("us", "jobs")] = jobs
-                result[key.replace("us", "wall_us")] = round(
-                    (time.perf_counter() - t0) / jobs * 1e6, 1)
+            result["runs_us"], result["runs_wall_us"] = per_job(
+                wk, runs_jobs, lambda j: wk.submit_runs(j, "store", [(0, 0, nb)]), 2)
+            result["us"], result["wall_us"] = per_job(
+                wk, list_jobs, lambda j: wk.submit_store(j, ids, ids), 2 + runs_jobs)
             wk.close()
             del kv
+            if nb > 1:
+                try:
+                    kv, wk = engine("cpu-one-%d" % nb, 1, nb * 4096)
+                    result["one_block_us"], result["one_block_wall_us"] = per_job(
+                        wk, runs_jobs, lambda j: wk.submit_runs(j, "store", [(0, 0, 1)]), 2)
+                    wk.close()
+                    del kv
+                except Exception as e:  # the block-count rows above still count
+                    result["one_block_error"] = repr(e)
             torch.cuda.empty_cache()
             w.answer(**result)
         except Exception as e:

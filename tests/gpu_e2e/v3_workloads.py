@@ -15,8 +15,9 @@ one answer a line on stdout).
   KV layouts (the job's GPU side, bf16; every layout 8 layers):
             per_layer_32k / per_layer_4k  vLLM's per-layer caches [2, num_blocks, page] per layer
             cross_layer_2m                one tensor [num_blocks, 2 MiB] (a block's layers, K, V)
-          blocks "random" (a random permutation of GPU blocks into consecutive rows) or
-          "consecutive" (GPU blocks 0..n-1 into rows 0..n-1).
+          blocks "random" (a random permutation of GPU blocks into consecutive rows),
+          "runs16" (runs of 16 consecutive GPU blocks in random order) or "consecutive" (GPU
+          blocks 0..n-1 into rows 0..n-1).
 """
 
 import json
@@ -69,6 +70,9 @@ class Layout:
             self.registration = [(t.data_ptr(), self.num_blocks, page, page)]
         if blocks == "random":
             perm = torch.randperm(self.num_blocks, device=DEVICE, generator=g)
+        elif blocks == "runs16":  # runs of 16 consecutive GPU blocks, the runs in random order
+            runs = torch.randperm(self.num_blocks // 16, device=DEVICE, generator=g)
+            perm = (runs[:, None] * 16 + torch.arange(16, device=DEVICE)).flatten()
         else:
             perm = torch.arange(self.num_blocks, device=DEVICE)
         self.block_sets = [perm[i * self.n:(i + 1) * self.n] for i in range(sets)]
