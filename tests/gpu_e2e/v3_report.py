@@ -108,9 +108,9 @@ def collect(run):
 
 def svg_plot(inter, path):
     """Slowdown against copy GB/s, per path: GEMM left, decode right; hollow marks = MPS."""
-    w, h, pad, gap = 980, 420, 56, 40
+    w, h, pad, gap = 980, 450, 56, 40
     pw = (w - 2 * pad - gap) / 2
-    ph = h - 2 * pad - 40
+    ph = h - 2 * pad - 64
     pts = [r for r in inter if r.get("copy_gbps") is not None and "gemm_pct" in r]
     xmax = max([60.0] + [r["copy_gbps"] for r in pts])
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
@@ -171,7 +171,7 @@ def svg_plot(inter, path):
                        % (el, fill, c, tip, "</rect>" if shape == "s" else
                           "</polygon>" if shape == "t" else "</circle>"))
     # Legend.
-    lx, ly = pad, h - 22
+    lx, ly = pad, h - 40
     for p in ("dma_floor", "torch_gather", "default", "copy_engine", "sm_always", "staged",
               "kernel"):
         if not any(r["path"] == p for r in pts):
@@ -180,8 +180,9 @@ def svg_plot(inter, path):
         label = {"dma_floor": "plain DMA (floor)", "torch_gather": "PyTorch gather"}.get(p, p)
         out.append('<text x="%d" y="%d">%s</text>' % (lx + 8, ly + 4, label))
         lx += 18 + 7 * len(label)
-    out.append('<text x="%d" y="%d">● 32 KiB per-layer  ■ 4 KiB per-layer  ▲ 2 MiB cross-layer'
-               '   hollow: MPS</text>' % (lx + 10, ly + 4))
+    out.append('<text x="%d" y="%d">● per-layer 32 KiB (random, consecutive) or floor;  '
+               '■ per-layer 4 KiB;  ▲ cross-layer 2 MiB;  filled: no MPS, hollow: MPS '
+               '</text>' % (pad - 4, ly + 22))
     out.append("</svg>")
     path.write_text("\n".join(out) + "\n")
 
