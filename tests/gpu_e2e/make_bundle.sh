@@ -6,7 +6,12 @@ cd "$(dirname "$0")/../.."
 # The bundling tool lies beside the main checkout (../shared); a worktree elsewhere names it.
 device_bundle=${DEVICE_BUNDLE:-../shared/tools/device-bundle}
 [[ -x $device_bundle ]] || device_bundle=/work/shared/tools/device-bundle
-bazel build --disk_cache=${KVO_DISK_CACHE:-/root/.cache/kvo-disk} //daemon:kvoffloadd //client/host:kvoffload_host_worker //tests/gpu_e2e:all \
+# Helper "pin"'s restart benchmark (issue 19 item 4), once its target exists (stage restart_pin).
+extra_targets=() extra_bins=()
+if grep -q 'name = "restart_pin_bench"' tests/gpu/BUILD; then
+  extra_targets=(//tests/gpu:restart_pin_bench) extra_bins=(bazel-bin/tests/gpu/restart_pin_bench)
+fi
+bazel build --disk_cache=${KVO_DISK_CACHE:-/root/.cache/kvo-disk} "${extra_targets[@]}" //daemon:kvoffloadd //client/host:kvoffload_host_worker //tests/gpu_e2e:all \
   //tests/gpu:cuda_copy_backend_gpu_test //tests/gpu:gpu_baselines \
   //daemon/copy/cuda:cuda_copy_backend_test //client/cuda:cuda_client_test
 rm -rf bundle/gpu
@@ -14,7 +19,7 @@ b=bazel-bin
 "$device_bundle" bundle/gpu $b/daemon/kvoffloadd $b/client/host/kvoffload_host_worker \
   $b/tests/gpu_e2e/kvoffload_cuda_worker $b/tests/gpu_e2e/e2e_gpu_test $b/tests/gpu_e2e/e2e_bench \
   $b/tests/gpu/cuda_copy_backend_gpu_test $b/tests/gpu/gpu_baselines \
-  $b/daemon/copy/cuda/cuda_copy_backend_test $b/client/cuda/cuda_client_test
+  $b/daemon/copy/cuda/cuda_copy_backend_test $b/client/cuda/cuda_client_test "${extra_bins[@]}"
 bazel build --disk_cache=${KVO_DISK_CACHE:-/root/.cache/kvo-disk} //client:libkvoffload_c.so
 cp -L $b/client/libkvoffload_c.so bundle/gpu/lib/
 mkdir -p bundle/gpu/python && cp -r python/kvoffload python/tests bundle/gpu/python/
@@ -24,7 +29,7 @@ rm -f bundle/gpu/lib/libstdc++.so* bundle/gpu/lib/libgcc_s.so*
 chmod -R u+w bundle/gpu
 strip --strip-debug bundle/gpu/bin/* bundle/gpu/lib/*.so*
 cp tests/gpu_e2e/run_on_device.sh tests/gpu_e2e/torch_bench.py tests/gpu_e2e/ttft_bench.py \
-  tests/gpu_e2e/v3_bench.py tests/gpu_e2e/v3_workloads.py bundle/gpu/
+  tests/gpu_e2e/v3_bench.py tests/gpu_e2e/v3_workloads.py tests/gpu_e2e/v3_reorder.py bundle/gpu/
 # The commit the binaries were built from ("+dirty" when the tree had changes): the run records it.
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bundle' || echo +dirty)" \
   > bundle/gpu/COMMIT

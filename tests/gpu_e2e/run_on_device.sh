@@ -9,12 +9,15 @@
 # stages (quoted, space separated): tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps,
 # or all (the default); and, not in all, the copy-path v3 benchmark (v3_bench.py, issue 17): v3
 # (interference without MPS, throughput, CPU per job, 1-block latency from C++ and Python into
-# OUT/v3/*.jsonl), v3_mps (interference with every process an MPS client) and v3_layout (item 2).
+# OUT/v3/*.jsonl), v3_mps (interference with every process an MPS client), v3_layout (item 2) and
+# v3_reorder (item 2's worker-side reorder, prototyped in v3_reorder.py); restart_pin (issue 19
+# item 4: helper pin's restart_pin_bench, 32 and 64 GiB regions, into OUT/restart.jsonl; needs
+# up to 128 GiB of host memory).
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
 stages=" ${3:-all} "  # any of: tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps, all,
-                      # v3 v3_mps v3_layout
+                      # v3 v3_mps v3_layout v3_reorder restart_pin
 want() { [[ $stages == *" all "* || $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -157,7 +160,7 @@ if want mps; then
   fi
   mps_stop
 fi
-if only v3 || only v3_mps || only v3_layout; then
+if only v3 || only v3_mps || only v3_layout || only v3_reorder; then
   mkdir -p "$out/v3"
   git_commit=$(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)
   echo "{\"commit\":\"$git_commit\",\"device\":\"$(cat "$out/device.txt")\",\"date\":\"$(date -u +%F)\"}" \
@@ -184,6 +187,22 @@ fi
 if only v3_layout; then
   echo "=== copy path v3: what layout buys at small pages (issue 17 item 2)"
   bench_py v3/layout 120 "$bundle/v3_bench.py" layout
+fi
+if only v3_reorder; then
+  echo "=== copy path v3: worker-side reorder (prototype), rate and cost to the model in its process"
+  bench_py v3/reorder 150 "$bundle/v3_bench.py" reorder
+fi
+if only restart_pin; then
+  echo "=== restart benchmark: time to first load and to fully pinned after a restart (issue 19)"
+  if [[ ! -x $bundle/bin/restart_pin_bench ]]; then
+    failed=$((failed + 1)); echo "FAILED: restart_pin_bench is not in the bundle"
+  elif timeout 150 "$bundle/bin/restart_pin_bench" --gib=32,64 --chunk_mib=128 --threads=8 \
+      --thp=1,0 >"$out/restart.jsonl" 2>"$out/restart.err"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "FAILED: restart_pin_bench (exit $?)"; tail -5 "$out/restart.err"
+  fi
+  cat "$out/restart.jsonl" 2>/dev/null
 fi
 if only v3_mps; then
   echo "=== copy path v3: interference with every process an MPS client"

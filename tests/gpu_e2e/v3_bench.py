@@ -10,6 +10,8 @@
   v3_bench.py cpu [--quick]          the daemon's host CPU per job, 1 to 1M blocks, one run
       (and the same blocks as lists)
   v3_bench.py layout [--quick]       issue 17 item 2: what layout buys at 4-64 KiB pages
+  v3_bench.py reorder [--quick]      item 2's worker-side reorder (v3_reorder.py): rate, and
+      cost to the model from its own process against torch_staged in-process
 
 The orchestrator never touches CUDA (a child of a CUDA process must not use CUDA): the model,
 the copier and the measuring processes are `v3_bench.py --role ...` children talking JSON lines
@@ -264,6 +266,54 @@ def layout(quick):
         d.stop()
 
 
+def reorder(quick):
+    """Issue 17 item 2's worker-side reorder (v3_reorder.py), prototyped: its rate against the
+    ceiling and torch_staged, and its cost to the model from the model's own process against
+    torch_staged on a thread of the model's process (the in-process PyTorch method)."""
+    layouts = [("per_layer_32k", "random")] if quick else [("per_layer_32k", "random"),
+                                                           ("per_layer_4k", "random")]
+    reps = dict(reps_gemm=6, reps_decode=8) if quick else dict(reps_gemm=12, reps_decode=20)
+    d = Daemon()
+    tp = Child("throughput")
+    tp.read()
+    try:
+        emit(**tp.ask(cmd="ceiling"))
+        for layout, blocks in layouts:
+            emit(**tp.ask(cmd="torch", layout=layout, blocks=blocks, quick=quick))
+            for r in tp.ask(cmd="reorder", socket=d.sock, layout=layout, blocks=blocks,
+                            quick=quick)["rows"]:
+                emit(throughput_v3=r)
+    finally:
+        tp.close()
+    model = Child("model")
+    emit(phase="reorder", **{k: v for k, v in model.read().items() if k != "ready"})
+    try:
+        last = model.ask(cmd="measure", **reps)
+        for layout, blocks in layouts:
+            for kind, path in (("torch", "torch_inprocess"), ("reorder", "reorder_inprocess")):
+                before = last
+                model.ask(cmd="inproc_setup", kind=kind, layout=layout, blocks=blocks,
+                          job_bytes=JOB_BYTES, socket=d.sock)
+                r = model.ask(cmd="inproc_go")
+                if not r.get("running"):
+                    raise RuntimeError("%s %s: %s" % (path, layout, r.get("error")))
+                loaded = model.ask(cmd="measure", **reps)
+                jobs = model.ask(cmd="inproc_stop")
+                model.ask(cmd="inproc_teardown")
+                last = model.ask(cmd="measure", **reps)
+                row = dict(layout=layout, blocks=blocks, path=path, mps=False)
+                for w in ("gemm", "decode"):
+                    alone = min(before[w + "_ms"], last[w + "_ms"])
+                    row[w + "_alone_ms"], row[w + "_loaded_ms"] = alone, loaded[w + "_ms"]
+                    row[w + "_pct"] = round((loaded[w + "_ms"] / alone - 1) * 100, 2)
+                g = copy_gbps(jobs["jobs"], loaded["gemm_t"][0], loaded["decode_t"][1])
+                row["copy_gbps"] = round(g, 2) if g else None
+                emit(interference_v3=row)
+    finally:
+        model.close()
+        d.stop()
+
+
 # ---------------------------------------------------------------------------------------------
 # Roles (children).
 
@@ -301,6 +351,8 @@ def throughput_main(args):
                 w.answer(rows=kvo_rows(w, cmd, reps))
             elif cmd["cmd"] == "layout":
                 w.answer(rows=layout_rows(w, cmd, reps))
+            elif cmd["cmd"] == "reorder":
+                w.answer(rows=reorder_rows(w, cmd, reps))
             elif cmd["cmd"] == "quit":
                 w.answer(bye=True)
                 return
@@ -387,6 +439,28 @@ def layout_rows(w, cmd, reps):
     return rows
 
 
+def reorder_rows(w, cmd, reps):
+    """The reorder's store and load of one 512 MiB job (chunks pipelined over two staging
+    halves), median of reps, after a round trip that must bring every byte back."""
+    import torch
+    from v3_reorder import Reorder
+    lay = w.Layout(cmd["layout"], cmd["blocks"], JOB_BYTES)
+    m = Reorder(cmd["socket"], lay)
+    rows = []
+    try:
+        exact = m.check()
+        for direction in ("store", "load"):
+            ms = w.median_ms(getattr(m, direction), reps)
+            rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
+                             jobs=1, path="reorder", gbps=round(lay.bytes / ms / 1e6, 2),
+                             bytes_exact=exact, chunk_blocks=m.chunk))
+    finally:
+        m.close()
+        del m, lay
+        torch.cuda.empty_cache()
+    return rows
+
+
 def cpu_main(args):
     """Daemon CPU per store job of `blocks` consecutive 4 KiB blocks: one run, as lists, and
     one block of the same bytes (the job's copy lasts as long; what the blocks add is the
@@ -466,7 +540,7 @@ def main():
         args = json.loads(argv[2]) if len(argv) > 2 else {}
         roles[argv[1]](args)
         return
-    if not argv or argv[0] not in ("interference", "throughput", "cpu", "layout"):
+    if not argv or argv[0] not in ("interference", "throughput", "cpu", "layout", "reorder"):
         sys.exit(__doc__)
     sys.path.insert(0, HERE)
     quick = "--quick" in argv
@@ -477,6 +551,8 @@ def main():
         throughput(quick)
     elif argv[0] == "cpu":
         cpu(quick)
+    elif argv[0] == "reorder":
+        reorder(quick)
     else:
         layout(quick)
     note("%s took %.1f s" % (argv[0], time.monotonic() - t0))

@@ -372,13 +372,40 @@ def model_main(args):
     model = Model(ctx=args.get("ctx", 1024))
     answer(ready=True, device=torch.cuda.get_device_name(0), torch=torch.__version__,
            decode_steps=model.decode_steps, ctx=model.dec.ctx, batch=model.dec.batch)
+    inproc = {}  # a copier on a thread of this process (v3_bench.py reorder)
     for line in sys.stdin:
         cmd = json.loads(line)
-        if cmd["cmd"] == "measure":
-            answer(**model.measure(cmd.get("reps_gemm", 12), cmd.get("reps_decode", 20)))
-        elif cmd["cmd"] == "quit":
-            answer(bye=True)
-            return
+        try:
+            if cmd["cmd"] == "measure":
+                answer(**model.measure(cmd.get("reps_gemm", 12), cmd.get("reps_decode", 20)))
+            elif cmd["cmd"] == "inproc_setup":
+                lay = Layout(cmd["layout"], cmd["blocks"], cmd["job_bytes"])
+                if cmd["kind"] == "torch":
+                    mover = TorchStaged(lay)
+                else:
+                    from v3_reorder import Reorder
+                    mover = Reorder(cmd["socket"], lay)
+                    mover.store()  # rows exist before the first load
+                inproc.update(lay=lay, mover=mover)
+                answer(ready=True, bytes=lay.bytes)
+            elif cmd["cmd"] == "inproc_go":
+                inproc["loop"] = Loop(inproc["mover"], inproc["lay"].bytes)
+                inproc["loop"].warm.wait(120)
+                answer(running=inproc["loop"].error is None, error=inproc["loop"].error)
+            elif cmd["cmd"] == "inproc_stop":
+                answer(jobs=inproc["loop"].finish(), error=inproc["loop"].error)
+            elif cmd["cmd"] == "inproc_teardown":
+                if hasattr(inproc.get("mover"), "close"):
+                    inproc["mover"].close()
+                inproc.clear()
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+                answer(done=True)
+            elif cmd["cmd"] == "quit":
+                answer(bye=True)
+                return
+        except Exception as e:
+            answer(error=repr(e))
 
 
 # ---------------------------------------------------------------------------------------------
