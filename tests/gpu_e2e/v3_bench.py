@@ -266,6 +266,11 @@ def layout(quick):
         d.stop()
 
 
+REORDER_VARIANTS = [dict(chunk_bytes=64 << 20, slots=2), dict(chunk_bytes=32 << 20, slots=4),
+                    dict(chunk_bytes=16 << 20, slots=8)]
+REORDER_IN_MODEL = REORDER_VARIANTS[1]
+
+
 def reorder(quick):
     """Issue 17 item 2's worker-side reorder (v3_reorder.py), prototyped: its rate against the
     ceiling and torch_staged, and its cost to the model from the model's own process against
@@ -280,9 +285,10 @@ def reorder(quick):
         emit(**tp.ask(cmd="ceiling"))
         for layout, blocks in layouts:
             emit(**tp.ask(cmd="torch", layout=layout, blocks=blocks, quick=quick))
-            for r in tp.ask(cmd="reorder", socket=d.sock, layout=layout, blocks=blocks,
-                            quick=quick)["rows"]:
-                emit(throughput_v3=r)
+            for variant in REORDER_VARIANTS[:1] if quick else REORDER_VARIANTS:
+                for r in tp.ask(cmd="reorder", socket=d.sock, layout=layout, blocks=blocks,
+                                quick=quick, **variant)["rows"]:
+                    emit(throughput_v3=r)
     finally:
         tp.close()
     model = Child("model")
@@ -293,7 +299,7 @@ def reorder(quick):
             for kind, path in (("torch", "torch_inprocess"), ("reorder", "reorder_inprocess")):
                 before = last
                 model.ask(cmd="inproc_setup", kind=kind, layout=layout, blocks=blocks,
-                          job_bytes=JOB_BYTES, socket=d.sock)
+                          job_bytes=JOB_BYTES, socket=d.sock, **REORDER_IN_MODEL)
                 r = model.ask(cmd="inproc_go")
                 if not r.get("running"):
                     raise RuntimeError("%s %s: %s" % (path, layout, r.get("error")))
@@ -445,15 +451,16 @@ def reorder_rows(w, cmd, reps):
     import torch
     from v3_reorder import Reorder
     lay = w.Layout(cmd["layout"], cmd["blocks"], JOB_BYTES)
-    m = Reorder(cmd["socket"], lay)
+    m = Reorder(cmd["socket"], lay, chunk_bytes=cmd["chunk_bytes"], slots=cmd["slots"])
     rows = []
+    name = "reorder_%dx%dm" % (cmd["slots"], cmd["chunk_bytes"] >> 20)
     try:
         exact = m.check()
         for direction in ("store", "load"):
             ms = w.median_ms(getattr(m, direction), reps)
             rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
-                             jobs=1, path="reorder", gbps=round(lay.bytes / ms / 1e6, 2),
-                             bytes_exact=exact, chunk_blocks=m.chunk))
+                             jobs=1, path=name, gbps=round(lay.bytes / ms / 1e6, 2),
+                             bytes_exact=exact, chunk_blocks=m.chunk, slots=cmd["slots"]))
     finally:
         m.close()
         del m, lay

@@ -89,7 +89,7 @@ class TorchStaged:
     gather into one of two 64 MiB staging buffers, copy on a second stream; every (tensor, chunk)
     piece contiguous in pinned memory."""
 
-    def __init__(self, lay, block_set=0):
+    def __init__(self, lay, block_set=0, own_stream=False):
         self.lay, self.blocks = lay, lay.block_sets[block_set]
         self.elems = lay.page // 2
         self.kdim = lay.tensors[0].shape[0]  # 2 (K, V) per layer, 1 cross-layer
@@ -99,7 +99,9 @@ class TorchStaged:
         self.staging = [torch.empty(self.kdim * self.chunk * self.elems, dtype=torch.bfloat16,
                                     device=DEVICE) for _ in range(2)]
         self.copy_stream = torch.cuda.Stream()
-        self.compute = torch.cuda.current_stream()
+        # Gathers on the caller's stream; own_stream: on one of its own (a copier on a thread of
+        # the model's process, which must not queue behind the model's work).
+        self.compute = torch.cuda.Stream() if own_stream else torch.cuda.current_stream()
         self.free = [torch.cuda.Event() for _ in range(2)]
         self.ready = [torch.cuda.Event() for _ in range(2)]
 
@@ -117,7 +119,8 @@ class TorchStaged:
             s = i % 2
             buf = self.staging[s][:size].view(self.kdim, b1 - b0, self.elems)
             self.compute.wait_event(self.free[s])
-            torch.index_select(t, 1, self.blocks[b0:b1], out=buf)
+            with torch.cuda.stream(self.compute):
+                torch.index_select(t, 1, self.blocks[b0:b1], out=buf)
             self.ready[s].record(self.compute)
             self.copy_stream.wait_event(self.ready[s])
             with torch.cuda.stream(self.copy_stream):
@@ -134,7 +137,8 @@ class TorchStaged:
                 flat.copy_(host, non_blocking=True)
             self.ready[s].record(self.copy_stream)
             self.compute.wait_event(self.ready[s])
-            t.index_copy_(1, self.blocks[b0:b1], flat.view(self.kdim, b1 - b0, self.elems))
+            with torch.cuda.stream(self.compute):
+                t.index_copy_(1, self.blocks[b0:b1], flat.view(self.kdim, b1 - b0, self.elems))
             self.free[s].record(self.compute)
         self.compute.synchronize()
 
@@ -381,10 +385,11 @@ def model_main(args):
             elif cmd["cmd"] == "inproc_setup":
                 lay = Layout(cmd["layout"], cmd["blocks"], cmd["job_bytes"])
                 if cmd["kind"] == "torch":
-                    mover = TorchStaged(lay)
+                    mover = TorchStaged(lay, own_stream=True)
                 else:
                     from v3_reorder import Reorder
-                    mover = Reorder(cmd["socket"], lay)
+                    mover = Reorder(cmd["socket"], lay, chunk_bytes=cmd["chunk_bytes"],
+                                    slots=cmd["slots"], follow_model=False)
                     mover.store()  # rows exist before the first load
                 inproc.update(lay=lay, mover=mover)
                 answer(ready=True, bytes=lay.bytes)
