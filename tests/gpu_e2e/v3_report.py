@@ -428,8 +428,9 @@ def targets(inter, throughput, cpu, extra):
                                        for r in re_tp), slow, verdict))
     else:
         out.append("| opt-in worker-side reorder, per-layer 32 KiB random: ≥ 95 % of the ceiling "
-                   "at no more slowdown than in-process PyTorch | not in the library; prototype "
-                   "tests/gpu_e2e/v3_reorder.py not run | not measured |")
+                   "at no more slowdown than in-process PyTorch | not in the library; its prototype "
+                   "(tests/gpu_e2e/v3_reorder.py) is not part of this run: see below | not "
+                   "measured in this run |")
     by = {r["blocks"]: r for r in cpu}
     if 1 in by and (1 << 20) in by and by[1].get("runs_us"):
         ratio = by[1 << 20]["runs_us"] / by[1]["runs_us"]
