@@ -3,6 +3,7 @@
 v3_layout) into docs/benchmarks.json and docs/benchmarks.md, and draws docs/benchmarks_v3.svg.
 
   python3 tests/gpu_e2e/v3_report.py docs/runs/<date>-<commit>-v3bench [--docs DIR]
+      [--reorder_run docs/runs/<date>-<commit>-reorder]   (a later run of stage v3_reorder alone)
 
 RUN_DIR holds run.json (commit, device, date) and the stages' JSON lines: interference.jsonl,
 interference_mps.jsonl, throughput.jsonl, cpu.jsonl, latency_python.jsonl, latency_cpp.jsonl,
@@ -55,8 +56,9 @@ def num(x, fmt="%.1f"):
     return "—" if x is None else fmt % x
 
 
-def collect(run):
-    """The run's rows, in the schema of docs/benchmarks.json."""
+def collect(run, reorder_run=None):
+    """The run's rows, in the schema of docs/benchmarks.json; the reorder's from reorder_run
+    when given (a later run of stage v3_reorder alone), else from the run itself."""
     meta = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
     inter, extra = [], {"daemon_gpu_mib": [], "model": []}
     for name in ("interference.jsonl", "interference_mps.jsonl"):
@@ -99,7 +101,7 @@ def collect(run):
         throughput.append(r)
     # Item 2's reorder (stage v3_reorder): its own ceiling and torch_staged; the floor of the
     # no-MPS phase.
-    re_rows = read_jsonl(run / "reorder.jsonl")
+    re_rows = read_jsonl((reorder_run or run) / "reorder.jsonl")
     re_ceiling = next((r["ceiling_v3"] for r in re_rows if "ceiling_v3" in r), ceiling)
     re_torch = {}
     for r in re_rows:
@@ -233,6 +235,13 @@ def render(meta, run, inter, extra, ceiling, torch_rows, throughput, cpu, latenc
          % (meta.get("commit", "?"), meta.get("date", "?"), meta.get("device", "?"),
             run.relative_to(ROOT) if run.is_absolute() and ROOT in run.parents else run),
          ""]
+    if meta.get("reorder_run"):
+        rr = meta["reorder_run"]
+        L += ["The worker-side reorder's rows (paths reorder_*, torch_inprocess, "
+              "reorder_inprocess) come from a later run of stage v3_reorder alone: commit `%s`, "
+              "%s (%s), with that run's own ceiling, torch_staged and model baselines; their "
+              "floor columns repeat this run's." % (rr.get("commit", "?"), rr.get("date", "?"),
+                                                    rr.get("run", "?")), ""]
     L += ["![slowdown against copy GB/s](%s)" % svg_name, "",
           "**Interference** (no MPS unless the row says so; floor = plain DMA of the same run, "
           "mean of the measurements at the start and the end of its phase)", "",
@@ -460,10 +469,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("run_dir")
     ap.add_argument("--docs", default=str(ROOT / "docs"))
+    ap.add_argument("--reorder_run", default=None,
+                    help="a run dir of stage v3_reorder alone (its reorder.jsonl, run.json)")
     args = ap.parse_args()
     run = pathlib.Path(args.run_dir).resolve()
     docs = pathlib.Path(args.docs)
-    meta, inter, extra, ceiling, torch_rows, throughput, cpu, latency, layout = collect(run)
+    reorder_run = pathlib.Path(args.reorder_run).resolve() if args.reorder_run else None
+    meta, inter, extra, ceiling, torch_rows, throughput, cpu, latency, layout = collect(
+        run, reorder_run)
+    if reorder_run is not None and (reorder_run / "run.json").exists():
+        meta = dict(meta, reorder_run=dict(json.loads((reorder_run / "run.json").read_text()),
+                                           run=str(reorder_run.relative_to(ROOT))
+                                           if ROOT in reorder_run.parents else str(reorder_run)))
     jpath = docs / "benchmarks.json"
     report = json.loads(jpath.read_text()) if jpath.exists() else {}
     report.update({"interference_v3": inter, "throughput_v3": throughput})
