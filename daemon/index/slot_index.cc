@@ -77,9 +77,10 @@ absl::Status SlotIndex::CheckNumRows(uint64_t num_rows) {
 }
 
 absl::StatusOr<std::unique_ptr<SlotIndex>> SlotIndex::Create(
-    uint64_t num_rows, std::unique_ptr<RowJournal> journal) {
+    uint64_t num_rows, std::unique_ptr<RowJournal> journal, uint64_t ready_rows) {
   RETURN_IF_ERROR(CheckNumRows(num_rows));
-  return absl::WrapUnique(new SlotIndex(static_cast<uint32_t>(num_rows), std::move(journal)));
+  return absl::WrapUnique(
+      new SlotIndex(static_cast<uint32_t>(num_rows), std::move(journal), ready_rows));
 }
 
 uint64_t SlotIndex::MetadataBytesFor(uint64_t num_rows) {
@@ -135,7 +136,8 @@ std::string SlotIndex::DropWritingKey(uint32_t row) {
   return key;
 }
 
-SlotIndex::SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal)
+SlotIndex::SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal,
+                     uint64_t ready_rows)
     : num_rows_(num_rows),
       sentinel_(num_rows),
       owned_journal_(std::move(journal)),
@@ -147,12 +149,13 @@ SlotIndex::SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal)
   Row& sentinel = rows_[sentinel_];
   sentinel.prev = sentinel_;
   sentinel.next = sentinel_;
-  // Free list in ascending order: row 0 is handed out first.
-  for (uint32_t r = num_rows; r-- > 0;) {
+  // Free list in ascending order: row 0 is handed out first. Only ready rows are on it.
+  ready_end_ = static_cast<uint32_t>(std::min<uint64_t>(ready_rows, num_rows));
+  for (uint32_t r = ready_end_; r-- > 0;) {
     rows_[r].next = free_head_;
     free_head_ = r;
   }
-  rows_free_ = num_rows;
+  rows_free_ = ready_end_;
 }
 
 SlotIndex::~SlotIndex() {

@@ -77,6 +77,15 @@
 // the row can be handed to another key), becomes most recently used (OnTouch), and when tickets
 // are reserved; Restore rebuilds an index from the READY rows such a journal recorded.
 //
+// Readiness (issue 19, serve while pinning): an index may start with only rows [0, ready_rows)
+// usable, the rest of its region still being populated and registered. Rows at or above that
+// watermark are never handed out (not on the free list) and never readable; MarkRowsReady moves
+// it up as the region's chunks become ready. Restored READY rows above it are parked, out of the
+// key table, so Lookup misses them (a miss costs the engine a recompute; waiting for a chunk
+// could stall its step for seconds), and come back READY, at the least recent end of the LRU
+// list, when their rows become ready — unless their key was stored again meanwhile (then the
+// newer row wins and the parked one is freed).
+//
 // Thread-safety: a SlotIndex is safe for concurrent use; every method takes one internal mutex
 // for its whole duration. Ownership: the index owns nothing but its own metadata; it knows rows
 // only by number and never touches region memory. It owns its journal. Returned vectors and strings are the caller's.
@@ -143,9 +152,11 @@ class SlotIndex {
   static uint32_t TicketOfHandle(uint64_t handle) { return static_cast<uint32_t>(handle >> 32); }
   static constexpr uint32_t kMaxTicket = (uint32_t{1} << 31) - 1;
 
-  // A snapshot of the index. Rows: free + quarantined + writing + ready + reading == num_rows.
+  // A snapshot of the index. Rows: free + quarantined + writing + ready + reading + not_ready ==
+  // num_rows.
   struct Counts {
     uint64_t num_rows = 0;
+    uint64_t rows_not_ready = 0;  // at or above the readiness watermark: memory not ready yet
     uint64_t rows_free = 0;         // FREE and allocatable
     uint64_t rows_quarantined = 0;  // FREE, waiting for a copy in flight to end
     uint64_t rows_writing = 0;
@@ -165,8 +176,10 @@ class SlotIndex {
   // Creates an index of `num_rows` FREE rows. INVALID_ARGUMENT unless 1 <= num_rows <= kMaxRows.
   // `journal` (optional; the index owns it) hears every READY/FREE transition (row_journal.h),
   // under the index's lock.
+  // `ready_rows` (clamped to num_rows): the rows usable from the start (see Readiness above).
   static absl::StatusOr<std::unique_ptr<SlotIndex>> Create(
-      uint64_t num_rows, std::unique_ptr<RowJournal> journal = nullptr);
+      uint64_t num_rows, std::unique_ptr<RowJournal> journal = nullptr,
+      uint64_t ready_rows = UINT64_MAX);
 
   struct RestoreResult {
     std::unique_ptr<SlotIndex> index;
@@ -181,9 +194,19 @@ class SlotIndex {
   // `next_ticket` (a value outside 1..kMaxTicket means 1). `journal` as for Create; it is not
   // told about the restored rows (it recorded them), only about dropped ones.
   // INVALID_ARGUMENT for num_rows as in Create.
+  // `ready_rows` as for Create; restored rows at or above it are parked (not counted restored
+  // until MarkRowsReady brings them back).
   static absl::StatusOr<RestoreResult> Restore(uint64_t num_rows, std::vector<RestoredRow> rows,
                                                uint32_t next_ticket,
-                                               std::unique_ptr<RowJournal> journal);
+                                               std::unique_ptr<RowJournal> journal,
+                                               uint64_t ready_rows = UINT64_MAX);
+
+  // Rows [0, end) are usable from now on (their memory is populated and registered); `end` is
+  // clamped to num_rows and a value at or below the watermark changes nothing. Parked rows in
+  // the range come back READY (see Readiness). Returns the rows that came back.
+  uint64_t MarkRowsReady(uint64_t end);
+  // The readiness watermark: rows below it are usable.
+  uint64_t ready_rows() const;
 
   // Upper bound of the metadata an index of `num_rows` rows allocates when it is created and
   // keeps for its whole life (row table, hash table, the object), computed without allocating, so
@@ -365,7 +388,7 @@ class SlotIndex {
   // Tickets reserved from the journal at a time (OnTicketsReserved).
   static constexpr uint32_t kTicketChunk = 1u << 16;
 
-  SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal);
+  SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal, uint64_t ready_rows);
   static absl::Status CheckNumRows(uint64_t num_rows);
   // Before a ticket is issued: when it is the first one not yet reserved, reserves the next
   // kTicketChunk from the journal.
@@ -414,6 +437,8 @@ class SlotIndex {
   // Rows still WRITING with no copy in flight are written; committed ones become READY.
   void MarkStoreWrittenLocked(const std::vector<RowRun>& rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Links `row` as the least recently used (a parked row coming back).
+  void LruLinkLeastRecent(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a WRITING row's key and frees (or quarantines) the row; returns the key.
   std::string DropWritingKey(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -429,6 +454,11 @@ class SlotIndex {
   std::vector<Row> rows_ ABSL_GUARDED_BY(mu_);
   KeySet key_to_row_ ABSL_GUARDED_BY(mu_);
   uint32_t free_head_ ABSL_GUARDED_BY(mu_) = kNil;
+  // Readiness watermark (rows below it are usable) and the restored rows parked above it,
+  // ascending by row; parked_next_ is the first not yet brought back.
+  uint32_t ready_end_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<RestoredRow> parked_ ABSL_GUARDED_BY(mu_);
+  size_t parked_next_ ABSL_GUARDED_BY(mu_) = 0;
 
   uint64_t rows_free_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t rows_quarantined_ ABSL_GUARDED_BY(mu_) = 0;

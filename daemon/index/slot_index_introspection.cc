@@ -14,6 +14,7 @@ SlotIndex::Counts SlotIndex::counts() const {
   absl::ReaderMutexLock lock(&mu_);
   Counts c;
   c.num_rows = num_rows_;
+  c.rows_not_ready = num_rows_ - ready_end_;
   c.rows_free = rows_free_;
   c.rows_quarantined = rows_quarantined_;
   c.rows_writing = rows_writing_;
@@ -94,7 +95,12 @@ absl::Status SlotIndex::TEST_CheckInvariants() const {
       if (r.readers != 0) return fail("FREE row ", row, " has readers");
       if (r.key_size != 0) return fail("FREE row ", row, " holds a key");
       if (r.ticket != 0) return fail("FREE row ", row, " holds ticket ", r.ticket);
-      if (r.copies > 0) {
+      if (row >= ready_end_) {
+        if (r.copies > 0 || on_list[row]) {
+          return fail("row ", row, " above the readiness watermark ", ready_end_,
+                      " has copies or is listed");
+        }
+      } else if (r.copies > 0) {
         ++quarantined;
         if (on_list[row]) return fail("quarantined row ", row, " is on a list");
       } else if (on_list[row] != 2) {
@@ -103,6 +109,7 @@ absl::Status SlotIndex::TEST_CheckInvariants() const {
       continue;
     }
     if (r.key_size == 0) return fail("row ", row, " in use without a key");
+    if (row >= ready_end_) return fail("row ", row, " in use above the readiness watermark");
     if (r.ticket == 0 || r.ticket > kMaxTicket) return fail("row ", row, " has ticket ", r.ticket);
     if (FindRow(KeyOf(r)) != row) return fail("row ", row, "'s key does not map back to it");
     switch (r.state) {
@@ -133,7 +140,8 @@ absl::Status SlotIndex::TEST_CheckInvariants() const {
                 " writing ", writing, "/", rows_writing_, " ready ", ready, "/", rows_ready_,
                 " reading ", reading, "/", rows_reading_);
   }
-  if (free_length + quarantined + writing + ready + reading != num_rows_) {
+  if (free_length + quarantined + writing + ready + reading + (num_rows_ - ready_end_) !=
+      num_rows_) {
     return fail("rows do not add up to num_rows");
   }
   if (key_to_row_.size() != writing + ready + reading) {

@@ -12,11 +12,12 @@ namespace kvoffload::daemon {
 absl::StatusOr<SlotIndex::RestoreResult> SlotIndex::Restore(uint64_t num_rows,
                                                             std::vector<RestoredRow> rows,
                                                             uint32_t next_ticket,
-                                                            std::unique_ptr<RowJournal> owned) {
+                                                            std::unique_ptr<RowJournal> owned,
+                                                            uint64_t ready_rows) {
   RETURN_IF_ERROR(CheckNumRows(num_rows));
   RestoreResult result;
-  result.index =
-      absl::WrapUnique(new SlotIndex(static_cast<uint32_t>(num_rows), std::move(owned)));
+  result.index = absl::WrapUnique(
+      new SlotIndex(static_cast<uint32_t>(num_rows), std::move(owned), ready_rows));
   SlotIndex& index = *result.index;
   RowJournal* const journal = index.journal_;
   absl::MutexLock lock(&index.mu_);
@@ -43,11 +44,32 @@ absl::StatusOr<SlotIndex::RestoreResult> SlotIndex::Restore(uint64_t num_rows,
     index.key_to_row_.insert(entry.row);
     accepted.push_back(entry.row);
   }
+  // Rows whose memory is not ready yet are parked: out of the key table, FREE and on no list,
+  // until MarkRowsReady reaches them.
+  {
+    std::vector<uint32_t> ready;
+    ready.reserve(accepted.size());
+    for (uint32_t row : accepted) {
+      if (row < index.ready_end_) {
+        ready.push_back(row);
+        continue;
+      }
+      Row& r = index.rows_[row];
+      index.parked_.push_back(RestoredRow{row, std::string(KeyOf(r)), r.ticket, 0});
+      index.key_to_row_.erase(KeyOf(r));
+      index.ReleaseKey(r);
+      r.state = RowState::kFree;
+      r.ticket = 0;
+    }
+    accepted = std::move(ready);
+    std::sort(index.parked_.begin(), index.parked_.end(),
+              [](const RestoredRow& a, const RestoredRow& b) { return a.row < b.row; });
+  }
   // The constructor put every row on the free list; rebuild it from the rows left FREE, in
   // ascending order as a new index hands them out.
   index.free_head_ = kNil;
   index.rows_free_ = 0;
-  for (uint32_t r = index.num_rows_; r-- > 0;) {
+  for (uint32_t r = index.ready_end_; r-- > 0;) {
     if (index.rows_[r].state == RowState::kFree) index.FreePush(r);
   }
   // Least recent first onto the LRU list. The journal already holds these rows' recency, so it is
@@ -57,7 +79,11 @@ absl::StatusOr<SlotIndex::RestoreResult> SlotIndex::Restore(uint64_t num_rows,
   result.rows_restored = accepted.size();
   if (journal != nullptr) {
     for (uint32_t row : refused_rows) {
-      if (index.rows_[row].state == RowState::kFree) journal->OnFree(row);
+      // A refused entry's row that holds a parked row keeps it (the journal has that row).
+      const bool parked = std::binary_search(
+          index.parked_.begin(), index.parked_.end(), RestoredRow{row, {}, 0, 0},
+          [](const RestoredRow& a, const RestoredRow& b) { return a.row < b.row; });
+      if (index.rows_[row].state == RowState::kFree && !parked) journal->OnFree(row);
     }
   }
   index.next_ticket_ = next_ticket >= 1 && next_ticket <= kMaxTicket ? next_ticket : 1;
