@@ -101,8 +101,28 @@ class CopyBackend {
   // Makes [base, base + bytes) usable as a copy target (CUDA: cudaHostRegister in chunks that end
   // on multiples of `row_bytes`). The region stays owned by the caller.
   virtual absl::Status RegisterRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes) = 0;
-  // Undoes RegisterRegion; no job may be in flight on the region.
+  // Undoes RegisterRegion (or DeclareRegion); no job may be in flight on the region and no
+  // PinRegionChunk of it running.
   virtual void UnregisterRegion(uint8_t* base) = 0;
+
+  // Serve while pinning (issue 19): records the region like RegisterRegion, but a copy may touch
+  // only chunks that PinRegionChunk has made usable. Chunk c is bytes [c × chunk_bytes,
+  // min(bytes, (c + 1) × chunk_bytes)); chunk_bytes is a positive multiple of row_bytes, so a row
+  // never spans two chunks. The defaults suit a backend with nothing to pin (host): the whole
+  // region is usable at once.
+  virtual absl::Status DeclareRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes,
+                                     uint64_t chunk_bytes) {
+    (void)chunk_bytes;
+    return RegisterRegion(base, bytes, row_bytes);
+  }
+  // Makes one chunk of a declared region usable (CUDA: cudaHostRegister of its bytes, which must
+  // be populated). May run concurrently for different chunks. UNAVAILABLE when it cannot be done
+  // yet (CUDA: no device context before the first worker opens): the caller retries later.
+  virtual absl::Status PinRegionChunk(uint8_t* base, size_t chunk) {
+    (void)base;
+    (void)chunk;
+    return absl::OkStatus();
+  }
 
   // Opens a worker's memory. INVALID_ARGUMENT for handles that do not open or tensors that do
   // not fit their allocation.

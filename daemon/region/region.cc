@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -113,6 +114,22 @@ absl::StatusOr<Mapping> MapRegion(const std::string& memfd_name, const std::stri
   return m;
 }
 
+// Prefers NUMA node `node` for the pages of the mapping (MPOL_PREFERRED: the kernel falls back to
+// other nodes rather than fail a fault). False, with a note, when the kernel refuses.
+bool BindToNode(const Mapping& m, int node, const std::string& what) {
+  constexpr int kMpolPreferred = 1;  // <linux/mempolicy.h>; no libnuma needed
+  constexpr int kMaxNodes = 1024;
+  if (node < 0 || node >= kMaxNodes) return false;
+  std::vector<unsigned long> mask(kMaxNodes / (8 * sizeof(unsigned long)), 0);
+  mask[node / (8 * sizeof(unsigned long))] |= 1ul << (node % (8 * sizeof(unsigned long)));
+  if (syscall(SYS_mbind, m.data, m.bytes, kMpolPreferred, mask.data(), kMaxNodes + 1, 0) != 0) {
+    Log()->warn("{}: cannot prefer NUMA node {} ({}); pages go where they are first touched",
+                what, node, strerror(errno));
+    return false;
+  }
+  return true;
+}
+
 // Faults [begin, begin + bytes) in, writable. `populate_write_unsupported` is shared by the threads
 // of one Create so that the first EINVAL switches all of them to touching.
 absl::Status PopulateChunk(uint8_t* begin, uint64_t bytes, uint64_t page_bytes,
@@ -216,6 +233,19 @@ absl::StatusOr<std::unique_ptr<Region>> Region::Create(const std::string& name, 
     mapping = std::move(regular).value();
   }
 
+  const bool numa_bound =
+      options.numa_node >= 0 && BindToNode(mapping, options.numa_node, what);
+  if (!options.populate) {
+    Log()->info("{} mapped ({} pages{}); populated later, chunk by chunk", what,
+                mapping.hugetlb ? "hugetlb" : "regular",
+                numa_bound ? absl::StrCat(", NUMA node ", options.numa_node) : "");
+    const bool hugetlb = mapping.hugetlb;
+    const uint64_t page_bytes = mapping.page_bytes;
+    uint8_t* data = std::exchange(mapping.data, nullptr);
+    const int fd = std::exchange(mapping.fd, -1);
+    return std::unique_ptr<Region>(
+        new Region(name, data, bytes, fd, hugetlb, 0, 0, page_bytes, numa_bound));
+  }
   const absl::Time start = absl::Now();
   int threads_used = 0;
   absl::Status populated = Populate(mapping, options.populate_threads, &threads_used);
@@ -229,9 +259,11 @@ absl::StatusOr<std::unique_ptr<Region>> Region::Create(const std::string& name, 
               seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0);
 
   const bool hugetlb = mapping.hugetlb;
+  const uint64_t page_bytes = mapping.page_bytes;
   uint8_t* data = std::exchange(mapping.data, nullptr);
   const int fd = std::exchange(mapping.fd, -1);
-  return std::unique_ptr<Region>(new Region(name, data, bytes, fd, hugetlb, seconds, threads_used));
+  return std::unique_ptr<Region>(new Region(name, data, bytes, fd, hugetlb, seconds, threads_used,
+                                            page_bytes, numa_bound));
 }
 
 absl::StatusOr<std::unique_ptr<Region>> Region::Adopt(int fd, const std::string& name,
@@ -264,20 +296,43 @@ absl::StatusOr<std::unique_ptr<Region>> Region::Adopt(int fd, const std::string&
   Log()->info("{} mapped ({} pages), not populated again", what,
               m.hugetlb ? "hugetlb" : "regular");
   const bool hugetlb = m.hugetlb;
+  const uint64_t page_bytes =
+      hugetlb ? static_cast<uint64_t>(st.st_blksize) : static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   uint8_t* mapped = std::exchange(m.data, nullptr);
   const int owned_fd = std::exchange(m.fd, -1);
-  return std::unique_ptr<Region>(new Region(name, mapped, bytes, owned_fd, hugetlb, 0, 0));
+  return std::unique_ptr<Region>(
+      new Region(name, mapped, bytes, owned_fd, hugetlb, 0, 0, page_bytes, false));
 }
 
 Region::Region(std::string name, uint8_t* data, uint64_t size, int fd, bool hugetlb,
-               double populate_seconds, int populate_threads)
+               double populate_seconds, int populate_threads, uint64_t page_bytes,
+               bool numa_bound)
     : name_(std::move(name)),
       data_(data),
       size_(size),
       fd_(fd),
       hugetlb_(hugetlb),
       populate_seconds_(populate_seconds),
-      populate_threads_(populate_threads) {}
+      populate_threads_(populate_threads),
+      page_bytes_(page_bytes),
+      numa_bound_(numa_bound) {}
+
+absl::Status Region::PopulateRange(uint64_t offset, uint64_t bytes) const {
+  if (offset > size_ || bytes > size_ - offset) {
+    return absl::OutOfRangeError(absl::StrCat("region '", name_, "': populating ", bytes,
+                                              " bytes at ", offset, " of ", size_));
+  }
+  // Whole pages only: madvise needs an aligned start; the range is widened to its pages.
+  const uint64_t begin = offset / page_bytes_ * page_bytes_;
+  const uint64_t end = std::min(size_, (offset + bytes + page_bytes_ - 1) / page_bytes_ * page_bytes_);
+  std::atomic<bool> populate_write_unsupported{false};
+  absl::Status s =
+      PopulateChunk(data_ + begin, end - begin, page_bytes_, &populate_write_unsupported);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("region '", name_, "': populating: ", s.message()));
+  }
+  return absl::OkStatus();
+}
 
 Region::~Region() { Reset(); }
 
@@ -288,7 +343,9 @@ Region::Region(Region&& other) noexcept
       fd_(std::exchange(other.fd_, -1)),
       hugetlb_(other.hugetlb_),
       populate_seconds_(other.populate_seconds_),
-      populate_threads_(other.populate_threads_) {}
+      populate_threads_(other.populate_threads_),
+      page_bytes_(other.page_bytes_),
+      numa_bound_(other.numa_bound_) {}
 
 Region& Region::operator=(Region&& other) noexcept {
   if (this != &other) {
@@ -300,6 +357,8 @@ Region& Region::operator=(Region&& other) noexcept {
     hugetlb_ = other.hugetlb_;
     populate_seconds_ = other.populate_seconds_;
     populate_threads_ = other.populate_threads_;
+    page_bytes_ = other.page_bytes_;
+    numa_bound_ = other.numa_bound_;
   }
   return *this;
 }

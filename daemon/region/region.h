@@ -21,6 +21,14 @@
 // reported as RESOURCE_EXHAUSTED; with the touch fallback the kernel may instead kill the process
 // (OOM) — the node-wide MemoryBudget exists so that does not happen.
 //
+// Serve while pinning (issue 19): with `options.populate = false`, Create only maps the memfd
+// and PopulateRange faults chunks in later, from any threads (RegionPreparer does that in the
+// background while the engine already serves its first chunks).
+//
+// NUMA: `options.numa_node` >= 0 binds the pages preferentially (MPOL_PREFERRED) to that node
+// before any is faulted, so a region sits beside its engine's GPUs on a host with several nodes;
+// a node that does not exist is a note in the log, not an error (first touch decides then).
+//
 // Thread-safety: a Region is immutable after Create; data() may be read and written from any
 // thread (synchronising access to the bytes is the caller's business).
 // Ownership: the Region owns the mapping and the memfd; the destructor unmaps and closes them.
@@ -44,6 +52,15 @@ struct RegionOptions {
   bool huge_pages = false;
   // madvise(MADV_HUGEPAGE) on regular pages (transparent huge pages for shmem, where enabled).
   bool transparent_huge_pages = true;
+  // false: Create maps the region without faulting it in; PopulateRange does that later.
+  bool populate = true;
+  // >= 0: prefer this NUMA node for the region's pages (mbind MPOL_PREFERRED); -1: first touch.
+  int numa_node = -1;
+  // Serve while pinning (issue 19), read by the engine's resources, not by Region: > 0 — an
+  // engine's region is populated and registered in the background (RegionPreparer,
+  // populate_threads threads) in chunks of about this many bytes, rounded down to whole rows,
+  // and each chunk is served as soon as it is ready; 0 — all of it before the engine opens.
+  uint64_t ready_chunk_bytes = 0;
 };
 
 class Region {
@@ -79,13 +96,22 @@ class Region {
 
   // Whether explicit huge pages (MFD_HUGETLB) back the region; false after a fallback.
   bool hugetlb() const { return hugetlb_; }
+  // Faults [offset, offset + bytes) in, writable (MADV_POPULATE_WRITE, or touching each page on
+  // kernels before 5.14). OUT_OF_RANGE past the end; RESOURCE_EXHAUSTED when memory runs out.
+  // Thread-safe; populating a range twice is harmless (the pages are there).
+  absl::Status PopulateRange(uint64_t offset, uint64_t bytes) const;
+  // The fault granularity: a base page, or the huge page size on hugetlbfs.
+  uint64_t page_bytes() const { return page_bytes_; }
+  // Whether the pages were bound to options.numa_node.
+  bool numa_bound() const { return numa_bound_; }
+
   // Wall time spent faulting the region in, and with how many threads.
   double populate_seconds() const { return populate_seconds_; }
   int populate_threads() const { return populate_threads_; }
 
  private:
   Region(std::string name, uint8_t* data, uint64_t size, int fd, bool hugetlb,
-         double populate_seconds, int populate_threads);
+         double populate_seconds, int populate_threads, uint64_t page_bytes, bool numa_bound);
   void Reset();
 
   std::string name_;
@@ -95,6 +121,8 @@ class Region {
   bool hugetlb_ = false;
   double populate_seconds_ = 0;
   int populate_threads_ = 0;
+  uint64_t page_bytes_ = 4096;
+  bool numa_bound_ = false;
 };
 
 }  // namespace kvoffload::daemon

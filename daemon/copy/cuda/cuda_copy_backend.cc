@@ -154,6 +154,13 @@ class CudaCopyBackend::Impl {
     return regions_.Register(base, bytes, row_bytes, [this] { return DeviceInUse(); });
   }
   void UnregisterRegion(uint8_t* base) { regions_.Unregister(base); }
+  absl::Status DeclareRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes,
+                             uint64_t chunk_bytes) {
+    return regions_.Declare(base, bytes, row_bytes, chunk_bytes);
+  }
+  absl::Status PinRegionChunk(uint8_t* base, size_t chunk) {
+    return regions_.PinChunk(base, chunk, [this] { return DeviceInUse(); });
+  }
 
   // ----- workers -----
   absl::StatusOr<int> ResolveOrdinal(const WorkerRegistration& r) const {
@@ -336,7 +343,7 @@ class CudaCopyBackend::Impl {
     if (out->region == nullptr) {
       return absl::InvalidArgumentError("CopyJob.region_base is not a registered region");
     }
-    if (out->region->pinned_device() < 0) {  // a worker's open pins every region
+    if (out->region->pinned_device() < 0) {  // a worker's open pins every whole region
       return absl::FailedPreconditionError("the region is not pinned yet");
     }
     if (job.row_bytes != out->region->row_bytes()) {
@@ -354,6 +361,13 @@ class CudaCopyBackend::Impl {
       return absl::InvalidArgumentError(absl::StrCat("job reaches region byte ",
                                                      out->table.host_extent, " of ",
                                                      out->region->bytes()));
+    }
+    // The index never hands out a row before its chunk is pinned; this keeps the backend's own
+    // memory safe should that ever break.
+    if (out->table.host_extent > out->region->ready_bytes()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job reaches region byte ", out->table.host_extent, " but only ",
+          out->region->ready_bytes(), " bytes of the region are pinned yet"));
     }
     switch (options_.forced_path) {
       case ForcedPath::kAuto: {
@@ -460,6 +474,15 @@ absl::Status CudaCopyBackend::RegisterRegion(uint8_t* base, uint64_t bytes, uint
 }
 
 void CudaCopyBackend::UnregisterRegion(uint8_t* base) { impl_->UnregisterRegion(base); }
+
+absl::Status CudaCopyBackend::DeclareRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes,
+                                            uint64_t chunk_bytes) {
+  return impl_->DeclareRegion(base, bytes, row_bytes, chunk_bytes);
+}
+
+absl::Status CudaCopyBackend::PinRegionChunk(uint8_t* base, size_t chunk) {
+  return impl_->PinRegionChunk(base, chunk);
+}
 
 absl::StatusOr<std::unique_ptr<WorkerMemory>> CudaCopyBackend::OpenWorker(
     const WorkerRegistration& registration) {

@@ -102,6 +102,9 @@ class CudaCopyBackend final : public CopyBackend {
   std::string name() const override { return "cuda"; }
   absl::Status RegisterRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes) override;
   void UnregisterRegion(uint8_t* base) override;
+  absl::Status DeclareRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes,
+                             uint64_t chunk_bytes) override;
+  absl::Status PinRegionChunk(uint8_t* base, size_t chunk) override;
   absl::StatusOr<std::unique_ptr<WorkerMemory>> OpenWorker(
       const WorkerRegistration& registration) override;
   void Submit(CopyJob job, CopyDone done) override;

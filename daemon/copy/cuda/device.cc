@@ -329,18 +329,49 @@ void Device::RunIdleHooks(absl::Time now) {
 
 // ----- PinnedRegion -----
 
-absl::StatusOr<const std::vector<uint64_t>*> PinnedRegion::DevicePointers(int device) {
+PinnedRegion::PinnedRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes,
+                           uint64_t chunk_bytes, bool chunked)
+    : base_(base),
+      bytes_(bytes),
+      row_bytes_(row_bytes),
+      chunk_bytes_(chunk_bytes),
+      chunked_(chunked),
+      pinned_(num_chunks(), false) {}
+
+void PinnedRegion::MarkPinned(size_t chunk, int device) {
   absl::MutexLock lock(&mu_);
-  auto it = device_pointers_.find(device);
-  if (it != device_pointers_.end()) return &it->second;
-  std::vector<uint64_t> pointers;
+  if (chunk == SIZE_MAX) {
+    pinned_.assign(num_chunks(), true);
+  } else {
+    pinned_[chunk] = true;
+  }
+  while (pinned_prefix_ < pinned_.size() && pinned_[pinned_prefix_]) ++pinned_prefix_;
+  int expected = -1;
+  pinned_device_.compare_exchange_strong(expected, device, std::memory_order_acq_rel);
+  ready_bytes_.store(std::min<uint64_t>(bytes_, pinned_prefix_ * chunk_bytes_),
+                     std::memory_order_release);
+}
+
+bool PinnedRegion::chunk_pinned(size_t chunk) {
+  absl::MutexLock lock(&mu_);
+  return chunk < pinned_.size() && pinned_[chunk];
+}
+
+absl::StatusOr<const std::atomic<uint64_t>*> PinnedRegion::DevicePointers(int device) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<std::atomic<uint64_t>[]>& pointers = device_pointers_[device];
+  if (pointers == nullptr) {
+    pointers = std::make_unique<std::atomic<uint64_t>[]>(num_chunks());
+    for (size_t c = 0; c < num_chunks(); ++c) pointers[c].store(0, std::memory_order_relaxed);
+  }
   for (size_t c = 0; c < num_chunks(); ++c) {
+    if (!pinned_[c] || pointers[c].load(std::memory_order_relaxed) != 0) continue;
     void* p = nullptr;
     RETURN_IF_ERROR(CudaStatus(cudaHostGetDevicePointer(&p, base_ + c * chunk_bytes_, 0),
                                absl::StrCat("cudaHostGetDevicePointer (region chunk ", c, ")")));
-    pointers.push_back(reinterpret_cast<uint64_t>(p));
+    pointers[c].store(reinterpret_cast<uint64_t>(p), std::memory_order_release);
   }
-  return &device_pointers_.emplace(device, std::move(pointers)).first->second;
+  return pointers.get();
 }
 
 }  // namespace kvoffload::daemon::cuda

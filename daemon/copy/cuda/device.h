@@ -155,35 +155,51 @@ class Device {
 };
 
 // A registered region, pinned in chunks that end on row boundaries: one row never spans two
-// chunks, so its device address is chunk_device_base + offset within the chunk.
+// chunks, so its device address is chunk_device_base + offset within the chunk. A region
+// registered whole is pinned at once; a declared one (serve while pinning, issue 19) chunk by
+// chunk, in any order, and copies may reach only its ready prefix (ready_bytes).
 class PinnedRegion {
  public:
-  PinnedRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes, uint64_t chunk_bytes)
-      : base_(base), bytes_(bytes), row_bytes_(row_bytes), chunk_bytes_(chunk_bytes) {}
+  PinnedRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes, uint64_t chunk_bytes,
+               bool chunked = false);
 
   uint8_t* base() const { return base_; }
   uint64_t bytes() const { return bytes_; }
   uint64_t row_bytes() const { return row_bytes_; }
   uint64_t chunk_bytes() const { return chunk_bytes_; }
   size_t num_chunks() const { return (bytes_ + chunk_bytes_ - 1) / chunk_bytes_; }
+  bool chunked() const { return chunked_; }
 
-  // The device-visible address of region offset `offset` on `device` (cached per device).
-  // The calling thread's current device must be `device`.
-  absl::StatusOr<const std::vector<uint64_t>*> DevicePointers(int device);
+  // The device-visible base of every chunk on `device` (entries of chunks not pinned yet are 0;
+  // those pinned are resolved before this returns). The calling thread's current device must be
+  // `device`. The array has num_chunks() entries and lives as long as the region.
+  absl::StatusOr<const std::atomic<uint64_t>*> DevicePointers(int device);
 
-  // The device in whose context the region was pinned (Portable: pinned for every context), or
-  // -1 while it waits for the first device context (see CudaCopyBackend::RegisterRegion).
+  // The device in whose context the region (or its first chunk) was pinned (Portable: pinned
+  // for every context), or -1 while nothing of it is pinned.
   int pinned_device() const { return pinned_device_.load(std::memory_order_acquire); }
   void set_pinned_device(int device) { pinned_device_.store(device, std::memory_order_release); }
+
+  // Bytes from the base that copies may reach: all of them once pinned whole; for a declared
+  // region the prefix whose chunks are all pinned.
+  uint64_t ready_bytes() const { return ready_bytes_.load(std::memory_order_acquire); }
+  // Marks one chunk pinned (declared regions) and advances the ready prefix; or, with
+  // chunk == SIZE_MAX, the whole region.
+  void MarkPinned(size_t chunk, int device);
+  bool chunk_pinned(size_t chunk);
 
  private:
   uint8_t* const base_;
   const uint64_t bytes_;
   const uint64_t row_bytes_;
   const uint64_t chunk_bytes_;
+  const bool chunked_;
   absl::Mutex mu_;
-  std::map<int, std::vector<uint64_t>> device_pointers_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::unique_ptr<std::atomic<uint64_t>[]>> device_pointers_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> pinned_ ABSL_GUARDED_BY(mu_);
+  size_t pinned_prefix_ ABSL_GUARDED_BY(mu_) = 0;  // chunks [0, pinned_prefix_) are pinned
   std::atomic<int> pinned_device_{-1};
+  std::atomic<uint64_t> ready_bytes_{0};
 };
 
 }  // namespace kvoffload::daemon::cuda

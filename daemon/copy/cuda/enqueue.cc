@@ -1,5 +1,7 @@
 #include "daemon/copy/cuda/enqueue.h"
 
+#include <algorithm>
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -23,6 +25,22 @@ spdlog::logger* Log() {
 // Fixed choice, measured (docs/TUNING.md): every grid, thread and unroll setting of the kernel
 // gave the same link-bound rates.
 constexpr int kKernelSms = 16;  // the kernel path's grid (resident for the whole transfer)
+
+// Adds one host ↔ device copy of `bytes` at region offset `host_offset`, split where it crosses
+// a registration chunk's end: each chunk is its own cudaHostRegister, and one copy is never
+// left to span two of them.
+absl::Status AddRegionCopy(CopyBatcher& batcher, bool store, uint8_t* base, uint64_t chunk_bytes,
+                           uint64_t host_offset, uint8_t* other, uint64_t bytes) {
+  while (bytes > 0) {
+    const uint64_t piece = std::min(bytes, chunk_bytes - host_offset % chunk_bytes);
+    RETURN_IF_ERROR(store ? batcher.Add(base + host_offset, other, piece)
+                          : batcher.Add(other, base + host_offset, piece));
+    host_offset += piece;
+    other += piece;
+    bytes -= piece;
+  }
+  return absl::OkStatus();
+}
 
 // Records the job's completion after everything queued on `last` (and on `other`, joined into
 // it, when the job may have left work there unseen). If the event cannot be recorded, both
@@ -93,9 +111,8 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
   uint8_t* base = job.region->base();
   VisitSegments(job.table, 0, job.table.num_blocks, m->tensors_, [&](const Segment& seg) {
     if (!status.ok()) return;
-    void* gpu = reinterpret_cast<void*>(seg.gpu_address);
-    status = store ? batcher.Add(base + seg.host_offset, gpu, seg.bytes)
-                   : batcher.Add(gpu, base + seg.host_offset, seg.bytes);
+    status = AddRegionCopy(batcher, store, base, job.region->chunk_bytes(), seg.host_offset,
+                           reinterpret_cast<uint8_t*>(seg.gpu_address), seg.bytes);
   });
   if (status.ok()) status = batcher.Flush();
   if (status.ok() && job.load_event != nullptr) {
@@ -162,10 +179,9 @@ absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueO
       CopyBatcher batcher(kMaxCopiesPerBatch, lane.dma, options.batch_unsupported);
       for (size_t k = c.copy_begin; k < c.copy_end; ++k) {
         const StagedCopy& copy = job.staged.copies[k];
-        RETURN_IF_ERROR(store ? batcher.Add(base + copy.host_offset,
-                                            staging + copy.staging_offset, copy.bytes)
-                              : batcher.Add(staging + copy.staging_offset,
-                                            base + copy.host_offset, copy.bytes));
+        RETURN_IF_ERROR(AddRegionCopy(batcher, store, base, job.region->chunk_bytes(),
+                                      copy.host_offset, staging + copy.staging_offset,
+                                      copy.bytes));
       }
       return batcher.Flush();
     };
@@ -215,7 +231,7 @@ absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueO
   const bool store = job.direction == CopyDirection::kStore;
   Lane& lane = store ? m->store_ : m->load_;
   const uint64_t num_pairs = job.blocks.size();
-  ASSIGN_OR_RETURN(const std::vector<uint64_t>* chunks,
+  ASSIGN_OR_RETURN(const std::atomic<uint64_t>* chunks,
                    job.region->DevicePointers(device->ordinal()));
   absl::StatusOr<Device::Buffer> buffer = device->AcquireBuffer(num_pairs * sizeof(PagePair));
   if (absl::IsResourceExhausted(buffer.status())) {
@@ -229,7 +245,9 @@ absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueO
   uint64_t align_bits = m->align_bits_;
   for (uint64_t i = 0; i < num_pairs; ++i) {
     const BlockDescriptor& d = job.blocks[i];
-    const uint64_t host = (*chunks)[d.host_offset / chunk_bytes] + d.host_offset % chunk_bytes;
+    const uint64_t host =
+        chunks[d.host_offset / chunk_bytes].load(std::memory_order_acquire) +
+        d.host_offset % chunk_bytes;
     pairs[i] = PagePair{d.gpu_block, host};
     align_bits |= host;
   }

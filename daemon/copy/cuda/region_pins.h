@@ -41,9 +41,19 @@ class RegionPins {
   // with pinning serialised, so a device created meanwhile pins it in PinPending).
   absl::Status Register(uint8_t* base, uint64_t bytes, uint64_t row_bytes,
                         const std::function<int()>& device_in_use);
+  // Serve while pinning (issue 19): records the region, pinning nothing; PinChunk pins its chunks
+  // of `chunk_bytes` (a multiple of row_bytes, at most the 64 GiB cap) one at a time.
+  absl::Status Declare(uint8_t* base, uint64_t bytes, uint64_t row_bytes, uint64_t chunk_bytes);
+  // cudaHostRegister of one chunk of a declared region in the context of `device_in_use()`;
+  // UNAVAILABLE while that is -1 (no worker opened yet), NOT_FOUND for an unknown base,
+  // OUT_OF_RANGE for a chunk past the end. Pinning a pinned chunk again is OK (nothing done).
+  // Runs concurrently with other chunks' pins; not with Unregister of the same region (the
+  // caller stops its pinning first).
+  absl::Status PinChunk(uint8_t* base, size_t chunk, const std::function<int()>& device_in_use);
   // Unpins and forgets the region; no job may be in flight on it. Unknown bases are ignored.
   void Unregister(uint8_t* base);
-  // Pins every region still waiting for a context, in `ordinal`'s. An error (e.g. the
+  // Pins every region registered whole and still waiting for a context, in `ordinal`'s
+  // (declared regions are pinned chunk by chunk by their owner). An error (e.g. the
   // locked-memory limit) is returned; the regions pinned before it stay pinned.
   absl::Status PinPending(int ordinal);
   std::shared_ptr<PinnedRegion> Find(uint8_t* base);
