@@ -53,6 +53,13 @@ ABSL_FLAG(uint32_t, max_queued_verdicts, 1024,
 ABSL_FLAG(int64_t, first_message_timeout_s, 10,
           "Seconds a new worker session may take to send `register`; then it is cancelled.");
 ABSL_FLAG(int32_t, populate_threads, 8, "Threads that fault a new region in.");
+ABSL_FLAG(uint64_t, region_chunk_bytes, 128ull << 20,
+          "Serve while pinning: a new or restored region is populated and registered in the "
+          "background in chunks of about this many bytes (whole rows), each served as soon as it "
+          "is ready; OpenEngine waits only for the first. 0: all of it before OpenEngine returns.");
+ABSL_FLAG(int32_t, region_numa_node, -1,
+          "Prefer this NUMA node for regions' pages (the node of the engines' GPUs on a host "
+          "with several); -1: where they are first touched.");
 ABSL_FLAG(bool, huge_pages, false, "Try hugetlbfs pages for regions (falls back, with a note).");
 ABSL_FLAG(int32_t, host_copy_threads, 4, "Host backend: memcpy threads.");
 ABSL_FLAG(std::string, sm_copies, "if_mps",
@@ -177,6 +184,8 @@ int main(int argc, char** argv) {
   options.first_message_timeout = absl::Seconds(absl::GetFlag(FLAGS_first_message_timeout_s));
   options.region_options.populate_threads = absl::GetFlag(FLAGS_populate_threads);
   options.region_options.huge_pages = absl::GetFlag(FLAGS_huge_pages);
+  options.region_options.ready_chunk_bytes = absl::GetFlag(FLAGS_region_chunk_bytes);
+  options.region_options.numa_node = absl::GetFlag(FLAGS_region_numa_node);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   options.state_key_bytes = absl::GetFlag(FLAGS_state_key_bytes);
   d::RestartInputs restart;

@@ -63,11 +63,14 @@ Engine::Engine(const common::EngineSpec& spec, const common::Geometry& geometry,
       region_(std::move(resources.region)),
       index_(std::move(resources.index)),
       record_layout_(std::move(resources.record_layout)),
+      preparer_(std::move(resources.preparer)),
       sessions_(geometry, spec.Key(), std::move(resources.layout)),
       jobs_(VoteRule::For(geometry, spec), LimitsOf(deps), spec.Key()) {}
 
 Engine::~Engine() {
-  // Every copy holds a reference to the engine, so none is in flight here.
+  // Every copy holds a reference to the engine, so none is in flight here; no chunk is being
+  // pinned once the preparer has stopped.
+  preparer_.reset();
   deps_.backend->UnregisterRegion(region_->data());
   Log()->info("engine {} released its region of {} bytes", spec_.Key(), region_->size());
 }
@@ -375,6 +378,10 @@ EngineSnapshot Engine::Snapshot() const {
   s.region_bytes = region_->size();
   s.reserved_bytes = reservation_.bytes();
   s.populate_seconds = region_->populate_seconds();
+  const RegionReadiness readiness = ReadinessOf(*region_, preparer_.get());
+  s.region_ready_bytes = readiness.ready_bytes;
+  s.region_first_ready_seconds = readiness.first_ready_seconds;
+  s.region_fully_ready_seconds = readiness.fully_ready_seconds;
   s.latency = latency_.Get();
   absl::MutexLock lock(&mu_);
   const JobCounters& c = jobs_.counters();

@@ -102,6 +102,12 @@ struct EngineSnapshot {
   uint32_t workers = 0;
   double idle_seconds = 0;
   double populate_seconds = 0;
+  // Serve while pinning (issue 19): bytes of the region usable now (populated and registered;
+  // == region_bytes once fully ready) and when the first / the last chunk became ready, in
+  // seconds after the engine was opened (-1: not yet).
+  uint64_t region_ready_bytes = 0;
+  double region_first_ready_seconds = 0;
+  double region_fully_ready_seconds = 0;
   LatencyHistogram::Snapshot latency;
 };
 
@@ -210,6 +216,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const std::unique_ptr<SlotIndex> index_;
   // EngineResources::record_layout: the first worker's layout goes to the durable state.
   const std::function<void(const std::vector<uint64_t>&)> record_layout_;
+  // Prepares the region in the background (null once it was ready at creation); stopped first
+  // in the destructor, before the region is unregistered.
+  std::unique_ptr<RegionPreparer> preparer_;
 
   // Held shared from collecting verdicts until they are delivered, exclusively by Detach: a
   // listener is never called after Detach returns.

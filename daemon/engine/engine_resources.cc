@@ -28,7 +28,64 @@ absl::StatusOr<MemoryReservation> Reserve(MemoryBudget* budget, const EngineCost
                    ")"));
 }
 
+bool Background(const RegionOptions& options) { return options.ready_chunk_bytes > 0; }
+
+RegionOptions CreateOptions(const RegionOptions& options) {
+  RegionOptions o = options;
+  if (Background(options)) o.populate = false;
+  return o;
+}
+
+// Rows usable from the start: all of them unless the region is prepared in the background.
+uint64_t InitialReadyRows(const RegionOptions& options) {
+  return Background(options) ? 0 : UINT64_MAX;
+}
+
+// Makes the region usable: registered whole, or (serving while pinning) declared and prepared in
+// the background, returning once its first chunk settled. On failure nothing stays registered.
+absl::Status MakeUsable(EngineResources& r, const common::Geometry& geometry,
+                        CopyBackend* backend, const RegionOptions& options, bool populate) {
+  Region* const region = r.region.get();
+  if (!Background(options)) {
+    return backend->RegisterRegion(region->data(), region->size(), geometry.row_bytes);
+  }
+  RegionPreparer::Options o;
+  o.chunk_bytes = ChunkBytesFor(geometry.row_bytes, options.ready_chunk_bytes);
+  o.threads = options.populate_threads > 0 ? options.populate_threads : 8;
+  o.populate = populate;
+  RETURN_IF_ERROR(
+      backend->DeclareRegion(region->data(), region->size(), geometry.row_bytes, o.chunk_bytes));
+  SlotIndex* const index = r.index.get();
+  const uint64_t row_bytes = geometry.row_bytes;
+  r.preparer = RegionPreparer::Start(
+      region, o, [backend, region](size_t c) { return backend->PinRegionChunk(region->data(), c); },
+      [index, row_bytes](uint64_t ready_bytes) { index->MarkRowsReady(ready_bytes / row_bytes); });
+  absl::Status first = r.preparer->WaitFirstChunk();
+  if (!first.ok()) {
+    r.preparer.reset();
+    backend->UnregisterRegion(region->data());
+    return first;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+RegionReadiness ReadinessOf(const Region& region, const RegionPreparer* preparer) {
+  RegionReadiness r;
+  r.total_bytes = region.size();
+  if (preparer == nullptr) {
+    r.ready_bytes = region.size();
+    r.first_ready_seconds = r.fully_ready_seconds = region.populate_seconds();
+    return r;
+  }
+  RegionPreparer::Progress p = preparer->progress();
+  r.ready_bytes = p.ready_bytes;
+  r.first_ready_seconds = p.first_ready_seconds;
+  r.fully_ready_seconds = p.fully_ready_seconds;
+  if (!p.status.ok()) r.error = p.status.ToString();
+  return r;
+}
 
 absl::StatusOr<EngineCost> CostOfEngine(const common::Geometry& geometry, uint64_t state_bytes) {
   if (geometry.num_rows > SlotIndex::kMaxRows) {
@@ -56,16 +113,11 @@ absl::StatusOr<EngineResources> AcquireEngineResources(const common::EngineSpec&
   EngineResources resources;
   ASSIGN_OR_RETURN(resources.reservation,
                    Reserve(budget, cost, absl::StrCat("engine ", spec.Key())));
-  ASSIGN_OR_RETURN(resources.region,
-                   Region::Create(spec.Key(), geometry.capacity_bytes, region_options));
-  RETURN_IF_ERROR(backend->RegisterRegion(resources.region->data(), resources.region->size(),
-                                          geometry.row_bytes));
-  absl::StatusOr<std::unique_ptr<SlotIndex>> index = SlotIndex::Create(geometry.num_rows);
-  if (!index.ok()) {
-    backend->UnregisterRegion(resources.region->data());
-    return index.status();
-  }
-  resources.index = std::move(*index);
+  ASSIGN_OR_RETURN(resources.region, Region::Create(spec.Key(), geometry.capacity_bytes,
+                                                    CreateOptions(region_options)));
+  ASSIGN_OR_RETURN(resources.index, SlotIndex::Create(geometry.num_rows, nullptr,
+                                                      InitialReadyRows(region_options)));
+  RETURN_IF_ERROR(MakeUsable(resources, geometry, backend, region_options, /*populate=*/true));
   return resources;
 }
 
@@ -81,8 +133,8 @@ absl::StatusOr<EngineResources> AcquireDurableEngineResources(
   EngineResources resources;
   ASSIGN_OR_RETURN(resources.reservation,
                    Reserve(budget, cost, absl::StrCat("engine ", spec.Key())));
-  ASSIGN_OR_RETURN(resources.region,
-                   Region::Create(spec.Key(), geometry.capacity_bytes, region_options));
+  ASSIGN_OR_RETURN(resources.region, Region::Create(spec.Key(), geometry.capacity_bytes,
+                                                    CreateOptions(region_options)));
   ASSIGN_OR_RETURN(std::unique_ptr<StateFile> state, durability->NewState(identity, geometry));
   const int state_fd = state->fd();
   // The index owns the state file and lives as long as the engine that calls this.
@@ -90,9 +142,9 @@ absl::StatusOr<EngineResources> AcquireDurableEngineResources(
   resources.record_layout = [file](const std::vector<uint64_t>& pages) {
     file->RecordLayout(pages);
   };
-  ASSIGN_OR_RETURN(resources.index, SlotIndex::Create(geometry.num_rows, std::move(state)));
-  RETURN_IF_ERROR(backend->RegisterRegion(resources.region->data(), resources.region->size(),
-                                          geometry.row_bytes));
+  ASSIGN_OR_RETURN(resources.index, SlotIndex::Create(geometry.num_rows, std::move(state),
+                                                      InitialReadyRows(region_options)));
+  RETURN_IF_ERROR(MakeUsable(resources, geometry, backend, region_options, /*populate=*/true));
   // Last: nothing above can fail any more, so the store never holds a region we then freed.
   if (absl::Status s = durability->Publish(identity.region_epoch, spec.Key(),
                                            resources.region->fd(), state_fd);
@@ -125,14 +177,16 @@ absl::StatusOr<AdoptedResources> AdoptEngineResources(Durability::Restorable res
       file->RecordLayout(pages);
     };
   }
+  const uint64_t rows_in_state = state.rows.size();
   ASSIGN_OR_RETURN(SlotIndex::RestoreResult restored,
                    SlotIndex::Restore(geometry.num_rows, std::move(state.rows), state.next_ticket,
-                                      std::move(state.file)));
+                                      std::move(state.file), InitialReadyRows(region_options)));
   resources.index = std::move(restored.index);
-  adopted.rows_restored = restored.rows_restored;
   adopted.rows_dropped = restored.rows_dropped;
-  RETURN_IF_ERROR(backend->RegisterRegion(resources.region->data(), resources.region->size(),
-                                          geometry.row_bytes));
+  // Parked rows (serving while pinning) come back as their chunks are pinned: they count as
+  // restored; only refused entries are dropped.
+  adopted.rows_restored = rows_in_state - restored.rows_dropped;
+  RETURN_IF_ERROR(MakeUsable(resources, geometry, backend, region_options, /*populate=*/false));
   return adopted;
 }
 

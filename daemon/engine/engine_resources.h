@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,7 @@
 #include "daemon/index/slot_index.h"
 #include "daemon/region/memory_budget.h"
 #include "daemon/region/region.h"
+#include "daemon/region/region_preparer.h"
 #include "daemon/restart/durability.h"
 
 namespace kvoffload::daemon {
@@ -56,10 +58,29 @@ struct EngineResources {
   // any row can become READY — so that a restored engine knows it (the state file records it).
   // Must be quick (a few stores into the state memfd). Empty: nothing to record.
   std::function<void(const std::vector<uint64_t>&)> record_layout;
+  // Serve while pinning (region_options.ready_chunk_bytes > 0): populates and pins the region
+  // chunk by chunk and raises the index's readiness watermark as it goes. Declared last, so that
+  // it stops before the index and region go; the owner stops it (reset) before it unregisters
+  // the region. Null when the whole region was ready before the resources were returned.
+  std::unique_ptr<RegionPreparer> preparer;
 };
 
+// Ready vs total bytes of `resources`' region: all of it without a preparer.
+struct RegionReadiness {
+  uint64_t ready_bytes = 0;
+  uint64_t total_bytes = 0;
+  double first_ready_seconds = 0;  // -1 while nothing is ready
+  double fully_ready_seconds = 0;  // -1 while not all is ready
+  std::string error;               // why preparing stopped; empty if it did not fail
+};
+RegionReadiness ReadinessOf(const Region& region, const RegionPreparer* preparer);
+
 // Reserves the whole cost (CostOfEngine) against the node cap, then creates and populates the
-// region, registers it with the backend and builds the index, in that order. An engine that does
+// region, registers it with the backend and builds the index, in that order. With
+// region_options.ready_chunk_bytes > 0 (serve while pinning) the region is mapped unpopulated,
+// the index starts with no usable row, the region is declared to the backend, and this returns
+// once its first chunk is populated (and pinned, where a device can pin it now): the preparer
+// does the rest in the background. An engine that does
 // not fit is RESOURCE_EXHAUSTED in O(1) time with nothing allocated; on any failure nothing is
 // left allocated, registered or reserved.
 absl::StatusOr<EngineResources> AcquireEngineResources(const common::EngineSpec& spec,
@@ -79,7 +100,9 @@ absl::StatusOr<EngineResources> AcquireDurableEngineResources(
 // The resources of an engine a previous daemon left in the fd store: charged to the node cap
 // (RESOURCE_EXHAUSTED when it no longer fits; nothing is mapped then), the region adopted
 // (Region::Adopt: not populated again) and registered, the index restored from the state file's
-// READY rows (SlotIndex::Restore) with the state file as its journal.
+// READY rows (SlotIndex::Restore) with the state file as its journal. Serving while pinning, the
+// region is pinned again chunk by chunk (not populated: its pages are there) and restored rows
+// above the ready prefix are parked — Lookup misses them — until their chunk is pinned.
 struct AdoptedResources {
   EngineResources resources;
   uint64_t rows_restored = 0;

@@ -2,7 +2,10 @@
 
 #include <map>
 #include <memory>
+#include <set>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace kvoffload::daemon {
@@ -24,7 +27,28 @@ class RecordingBackend final : public CopyBackend {
   }
   void Submit(CopyJob, CopyDone done) override { done(absl::UnimplementedError("no copies"), 0); }
   std::map<int32_t, uint64_t> GpuMemoryBytes() const override { return {}; }
+  // Serve while pinning: the seam that holds chunks back (a slow pin), never a sleep.
+  absl::Status DeclareRegion(uint8_t* base, uint64_t bytes, uint64_t row_bytes,
+                             uint64_t chunk_bytes) override {
+    declared_chunk_bytes = chunk_bytes;
+    return RegisterRegion(base, bytes, row_bytes);
+  }
+  absl::Status PinRegionChunk(uint8_t*, size_t chunk) override {
+    if (chunk >= hold_from) release.WaitForNotification();
+    absl::MutexLock lock(&mu);
+    pinned.insert(chunk);
+    return absl::OkStatus();
+  }
+  std::set<size_t> Pinned() {
+    absl::MutexLock lock(&mu);
+    return pinned;
+  }
 
+  size_t hold_from = SIZE_MAX;
+  absl::Notification release;
+  uint64_t declared_chunk_bytes = 0;
+  absl::Mutex mu;
+  std::set<size_t> pinned ABSL_GUARDED_BY(mu);
   absl::Status refuse;
   std::map<uint8_t*, uint64_t> registered;
   uint64_t last_row_bytes = 0;
@@ -90,6 +114,55 @@ TEST(EngineResourcesTest, ARefusedRegistrationGivesTheReservationBack) {
   EXPECT_EQ(resources.status(), absl::UnavailableError("device lost"));
   EXPECT_EQ(budget.reserved(), 0u);
   EXPECT_TRUE(backend.registered.empty());
+}
+
+TEST(EngineResourcesTest, ServeWhilePinningReturnsBeforeFullyPinnedAndNeverHandsOutAnUnreadyRow) {
+  const common::EngineSpec spec = Spec(1 << 20);
+  auto geometry = common::ComputeGeometry(spec);
+  ASSERT_TRUE(geometry.ok());
+  ASSERT_GE(geometry->num_rows, 8u);
+  MemoryBudget budget(64 << 20);
+  RecordingBackend backend;
+  backend.hold_from = 1;  // chunk 0 pins; every later chunk waits for `release`
+  RegionOptions options;
+  options.ready_chunk_bytes = 4 * geometry->row_bytes;
+  options.populate_threads = 2;
+  auto resources = AcquireEngineResources(spec, *geometry, &budget, &backend, options);
+  ASSERT_TRUE(resources.ok()) << resources.status();
+  ASSERT_NE(resources->preparer, nullptr);
+  EXPECT_EQ(backend.declared_chunk_bytes, 4 * geometry->row_bytes);
+  SlotIndex& index = *resources->index;
+  // OpenEngine returned with exactly one chunk of four rows usable, the rest still held.
+  RegionReadiness readiness = ReadinessOf(*resources->region, resources->preparer.get());
+  EXPECT_EQ(readiness.total_bytes, geometry->capacity_bytes);
+  EXPECT_EQ(readiness.ready_bytes, 4 * geometry->row_bytes);
+  EXPECT_EQ(readiness.fully_ready_seconds, -1);
+  EXPECT_EQ(index.ready_rows(), 4u);
+  EXPECT_EQ(index.counts().rows_not_ready, geometry->num_rows - 4);
+  EXPECT_EQ(backend.Pinned(), std::set<size_t>{0});
+  // However many keys are asked for, no row of a held chunk is handed out: five do not fit,
+  // four get rows 0..3.
+  std::vector<std::string> keys;
+  for (uint64_t i = 0; i < geometry->num_rows; ++i) keys.push_back("key" + std::to_string(i));
+  EXPECT_EQ(index.PrepareStore({"a", "b", "c", "d", "e"}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  auto first = index.PrepareStore({"a", "b", "c", "d"});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->rows, (std::vector<uint64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(index.PrepareStore({"e"}).status().code(), absl::StatusCode::kResourceExhausted);
+  backend.release.Notify();
+  ASSERT_TRUE(resources->preparer->WaitAll().ok());
+  readiness = ReadinessOf(*resources->region, resources->preparer.get());
+  EXPECT_EQ(readiness.ready_bytes, geometry->capacity_bytes);
+  EXPECT_GE(readiness.fully_ready_seconds, 0);
+  EXPECT_EQ(index.ready_rows(), geometry->num_rows);
+  EXPECT_EQ(backend.Pinned().size(), (geometry->num_rows + 3) / 4);
+  keys.resize(geometry->num_rows - 4);
+  auto store = index.PrepareStore(keys);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(store->rows.size(), geometry->num_rows - 4);
+  resources->preparer.reset();
+  backend.UnregisterRegion(resources->region->data());
 }
 
 }  // namespace

@@ -136,12 +136,18 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   out.push_back(PerEngine("kvoffload_region_bytes", "Size of the engine's host region, in bytes.",
                           kGauge, engines,
                           [](const EngineSnapshot& s) { return double(s.region_bytes); }));
+  out.push_back(PerEngine(
+      "kvoffload_region_ready_bytes",
+      "Bytes of the engine's region populated and registered so far (serve while pinning); "
+      "equals kvoffload_region_bytes once the region is fully ready.",
+      kGauge, engines, [](const EngineSnapshot& s) { return double(s.region_ready_bytes); }));
   {
     MetricFamily rows = Family(
         "kvoffload_rows",
         "Rows of the engine's region by state: free (allocatable), writing (a store in "
         "progress), ready (stored, readable), reading (a load in progress), quarantined (freed, "
-        "waiting for a copy still in flight). The states add up to the region's rows.",
+        "waiting for a copy still in flight), not_ready (memory still being populated and "
+        "registered). The states add up to the region's rows.",
         kGauge);
     for (const EngineSnapshot& s : engines) {
       const std::pair<const char*, uint64_t> states[] = {
@@ -150,6 +156,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
           {"ready", s.index.rows_ready},
           {"reading", s.index.rows_reading},
           {"quarantined", s.index.rows_quarantined},
+          {"not_ready", s.index.rows_not_ready},
       };
       for (const auto& [state, count] : states) {
         std::vector<ClientMetric::Label> labels = EngineLabels(s);

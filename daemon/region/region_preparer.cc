@@ -191,7 +191,6 @@ void RegionPreparer::ChunkDone(size_t c) {
     absl::MutexLock lock(&mu_);
     done_[c] = true;
     ++done_count_;
-    if (c == 0) first_settled_ = true;
     while (prefix_ < chunks_ && done_[prefix_]) ++prefix_;
     ready_bytes = std::min<uint64_t>(region_->size(), prefix_ * options_.chunk_bytes);
     const double now = absl::ToDoubleSeconds(absl::Now() - start_);
@@ -201,6 +200,11 @@ void RegionPreparer::ChunkDone(size_t c) {
   if (ready_bytes > reported_) {
     reported_ = ready_bytes;
     ready_(ready_bytes);
+  }
+  // Only after `ready` heard of it: WaitFirstChunk returns with chunk 0 usable.
+  if (c == 0) {
+    absl::MutexLock lock(&mu_);
+    first_settled_ = true;
   }
 }
 

@@ -72,8 +72,9 @@ class RegionPreparer {
   RegionPreparer(const RegionPreparer&) = delete;
   RegionPreparer& operator=(const RegionPreparer&) = delete;
 
-  // Blocks until chunk 0 is populated and either pinned or waiting for a device; the error that
-  // stopped the preparation before that; CANCELLED when stopped first.
+  // Blocks until chunk 0 is populated and either pinned and reported through `ready` (so it is
+  // usable when this returns) or waiting for a device; the error that stopped the preparation
+  // before that; CANCELLED when stopped first.
   absl::Status WaitFirstChunk();
   // Blocks until every chunk is ready, or the preparation failed or was stopped (its status).
   absl::Status WaitAll();
