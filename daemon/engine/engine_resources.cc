@@ -41,10 +41,10 @@ uint64_t InitialReadyRows(const RegionOptions& options) {
   return Background(options) ? 0 : UINT64_MAX;
 }
 
-// Makes the region usable: registered whole, or (serving while pinning) declared and prepared in
-// the background, returning once its first chunk settled. On failure nothing stays registered.
-absl::Status MakeUsable(EngineResources& r, const common::Geometry& geometry,
-                        CopyBackend* backend, const RegionOptions& options, bool populate) {
+}  // namespace
+
+absl::Status MakeRegionUsable(EngineResources& r, const common::Geometry& geometry,
+                              CopyBackend* backend, const RegionOptions& options, bool populate) {
   Region* const region = r.region.get();
   if (!Background(options)) {
     return backend->RegisterRegion(region->data(), region->size(), geometry.row_bytes);
@@ -68,8 +68,6 @@ absl::Status MakeUsable(EngineResources& r, const common::Geometry& geometry,
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 RegionReadiness ReadinessOf(const Region& region, const RegionPreparer* preparer) {
   RegionReadiness r;
@@ -117,7 +115,7 @@ absl::StatusOr<EngineResources> AcquireEngineResources(const common::EngineSpec&
                                                     CreateOptions(region_options)));
   ASSIGN_OR_RETURN(resources.index, SlotIndex::Create(geometry.num_rows, nullptr,
                                                       InitialReadyRows(region_options)));
-  RETURN_IF_ERROR(MakeUsable(resources, geometry, backend, region_options, /*populate=*/true));
+  RETURN_IF_ERROR(MakeRegionUsable(resources, geometry, backend, region_options, /*populate=*/true));
   return resources;
 }
 
@@ -144,7 +142,7 @@ absl::StatusOr<EngineResources> AcquireDurableEngineResources(
   };
   ASSIGN_OR_RETURN(resources.index, SlotIndex::Create(geometry.num_rows, std::move(state),
                                                       InitialReadyRows(region_options)));
-  RETURN_IF_ERROR(MakeUsable(resources, geometry, backend, region_options, /*populate=*/true));
+  RETURN_IF_ERROR(MakeRegionUsable(resources, geometry, backend, region_options, /*populate=*/true));
   // Last: nothing above can fail any more, so the store never holds a region we then freed.
   if (absl::Status s = durability->Publish(identity.region_epoch, spec.Key(),
                                            resources.region->fd(), state_fd);
@@ -186,7 +184,7 @@ absl::StatusOr<AdoptedResources> AdoptEngineResources(Durability::Restorable res
   // Parked rows (serving while pinning) come back as their chunks are pinned: they count as
   // restored; only refused entries are dropped.
   adopted.rows_restored = rows_in_state - restored.rows_dropped;
-  RETURN_IF_ERROR(MakeUsable(resources, geometry, backend, region_options, /*populate=*/false));
+  RETURN_IF_ERROR(MakeRegionUsable(resources, geometry, backend, region_options, /*populate=*/false));
   return adopted;
 }
 

@@ -65,6 +65,14 @@ struct EngineResources {
   std::unique_ptr<RegionPreparer> preparer;
 };
 
+// Makes `r.region` usable for `r.index`: registered whole (RegisterRegion), or, with
+// options.ready_chunk_bytes > 0, declared to the backend and prepared in the background
+// (r.preparer; populating each chunk first when `populate`), returning once chunk 0 is usable or
+// waits for a device. On failure nothing stays registered. What every Acquire/Adopt above uses;
+// public for the GPU benchmark (tests/gpu/restart_pin_bench.cc).
+absl::Status MakeRegionUsable(EngineResources& r, const common::Geometry& geometry,
+                              CopyBackend* backend, const RegionOptions& options, bool populate);
+
 // Ready vs total bytes of `resources`' region: all of it without a preparer.
 struct RegionReadiness {
   uint64_t ready_bytes = 0;
