@@ -115,7 +115,8 @@ absl::StatusOr<EngineResources> AcquireEngineResources(const common::EngineSpec&
                                                     CreateOptions(region_options)));
   ASSIGN_OR_RETURN(resources.index, SlotIndex::Create(geometry.num_rows, nullptr,
                                                       InitialReadyRows(region_options)));
-  RETURN_IF_ERROR(MakeRegionUsable(resources, geometry, backend, region_options, /*populate=*/true));
+  RETURN_IF_ERROR(
+      MakeRegionUsable(resources, geometry, backend, region_options, /*populate=*/true));
   return resources;
 }
 
@@ -142,7 +143,8 @@ absl::StatusOr<EngineResources> AcquireDurableEngineResources(
   };
   ASSIGN_OR_RETURN(resources.index, SlotIndex::Create(geometry.num_rows, std::move(state),
                                                       InitialReadyRows(region_options)));
-  RETURN_IF_ERROR(MakeRegionUsable(resources, geometry, backend, region_options, /*populate=*/true));
+  RETURN_IF_ERROR(
+      MakeRegionUsable(resources, geometry, backend, region_options, /*populate=*/true));
   // Last: nothing above can fail any more, so the store never holds a region we then freed.
   if (absl::Status s = durability->Publish(identity.region_epoch, spec.Key(),
                                            resources.region->fd(), state_fd);
@@ -184,7 +186,8 @@ absl::StatusOr<AdoptedResources> AdoptEngineResources(Durability::Restorable res
   // Parked rows (serving while pinning) come back as their chunks are pinned: they count as
   // restored; only refused entries are dropped.
   adopted.rows_restored = rows_in_state - restored.rows_dropped;
-  RETURN_IF_ERROR(MakeRegionUsable(resources, geometry, backend, region_options, /*populate=*/false));
+  RETURN_IF_ERROR(
+      MakeRegionUsable(resources, geometry, backend, region_options, /*populate=*/false));
   return adopted;
 }
 

@@ -324,7 +324,8 @@ absl::Status Region::PopulateRange(uint64_t offset, uint64_t bytes) const {
   }
   // Whole pages only: madvise needs an aligned start; the range is widened to its pages.
   const uint64_t begin = offset / page_bytes_ * page_bytes_;
-  const uint64_t end = std::min(size_, (offset + bytes + page_bytes_ - 1) / page_bytes_ * page_bytes_);
+  const uint64_t end =
+      std::min(size_, (offset + bytes + page_bytes_ - 1) / page_bytes_ * page_bytes_);
   std::atomic<bool> populate_write_unsupported{false};
   absl::Status s =
       PopulateChunk(data_ + begin, end - begin, page_bytes_, &populate_write_unsupported);

@@ -67,8 +67,7 @@ absl::Status RegionPreparer::WaitFirstChunk() {
 absl::Status RegionPreparer::WaitAll() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
-      +[](RegionPreparer* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->finished_; },
-      this));
+      +[](RegionPreparer* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->finished_; }, this));
   if (!status_.ok()) return status_;
   if (done_count_ != chunks_) return absl::CancelledError("the region's preparation was stopped");
   return absl::OkStatus();
@@ -126,8 +125,8 @@ absl::Status RegionPreparer::PopulateFirstChunk() {
   // All threads on chunk 0: it gates the first row.
   const int threads = std::max(1, options_.threads);
   uint64_t piece = (bytes + threads - 1) / threads;
-  piece = std::max(kSplitAlignment, (piece + kSplitAlignment - 1) / kSplitAlignment *
-                                        kSplitAlignment);
+  piece =
+      std::max(kSplitAlignment, (piece + kSplitAlignment - 1) / kSplitAlignment * kSplitAlignment);
   const size_t pieces = (bytes + piece - 1) / piece;
   std::vector<absl::Status> statuses(pieces);
   std::vector<std::thread> workers;
@@ -172,8 +171,7 @@ void RegionPreparer::PrepareChunk(size_t c) {
     }
     // Woken early by Stop.
     mu_.AwaitWithTimeout(absl::Condition(
-                             +[](std::atomic<bool>* stop) { return stop->load(); },
-                             &stop_),
+                             +[](std::atomic<bool>* stop) { return stop->load(); }, &stop_),
                          options_.retry_after);
   }
   if (waiting) {

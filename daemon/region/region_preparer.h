@@ -59,7 +59,7 @@ class RegionPreparer {
     uint64_t ready_bytes = 0;  // the contiguous prefix populated and pinned
     uint64_t chunk_bytes = 0;
     uint64_t chunks = 0;
-    uint64_t chunks_ready = 0;  // populated and pinned, in any order
+    uint64_t chunks_ready = 0;        // populated and pinned, in any order
     bool waiting_for_device = false;  // a pin answered UNAVAILABLE and is being retried
     absl::Status status;              // the failure that stopped it, or OK
     double first_ready_seconds = -1;  // from Start until ready_bytes > 0; -1: not yet
@@ -83,8 +83,8 @@ class RegionPreparer {
 
  private:
   RegionPreparer(const Region* region, Options options, PinFn pin, ReadyFn ready);
-  void Run();                  // the coordinator: chunk 0, then the pool
-  void RunChunks();            // one pool thread
+  void Run();                   // the coordinator: chunk 0, then the pool
+  void RunChunks();             // one pool thread
   void PrepareChunk(size_t c);  // populate + pin (with retries); records the outcome
   absl::Status PopulateFirstChunk();
   void ChunkDone(size_t c);
@@ -103,7 +103,7 @@ class RegionPreparer {
   mutable absl::Mutex mu_;
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
   uint64_t done_count_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t prefix_ ABSL_GUARDED_BY(mu_) = 0;  // chunks [0, prefix_) done
+  uint64_t prefix_ ABSL_GUARDED_BY(mu_) = 0;         // chunks [0, prefix_) done
   bool first_settled_ ABSL_GUARDED_BY(mu_) = false;  // WaitFirstChunk may return
   int waiting_for_device_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // every thread has ended

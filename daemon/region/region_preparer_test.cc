@@ -105,8 +105,9 @@ TEST(RegionPreparerTest, HeldChunkIsNeverReported) {
     if (c == 2) chunk2_done.Notify();
     return s;
   };
-  auto p = RegionPreparer::Start(region.get(), o, [](size_t) { return absl::OkStatus(); },
-                                 [&](uint64_t b) { reports.Add(b); });
+  auto p = RegionPreparer::Start(
+      region.get(), o, [](size_t) { return absl::OkStatus(); },
+      [&](uint64_t b) { reports.Add(b); });
   ASSERT_TRUE(p->WaitFirstChunk().ok());
   chunk2_done.WaitForNotification();
   // Chunk 2 is populated; chunk 1 is held: nothing past chunk 0 may be reported.
@@ -158,8 +159,7 @@ TEST(RegionPreparerTest, FailureKeepsThePrefixAndStops) {
   auto p = RegionPreparer::Start(
       region.get(), o,
       [](size_t c) {
-        return c == 1 ? absl::ResourceExhaustedError("locked-memory limit")
-                      : absl::OkStatus();
+        return c == 1 ? absl::ResourceExhaustedError("locked-memory limit") : absl::OkStatus();
       },
       [&](uint64_t b) { reports.Add(b); });
   ASSERT_TRUE(p->WaitFirstChunk().ok());
@@ -178,8 +178,9 @@ TEST(RegionPreparerTest, FirstChunkFailureIsWhatWaitFirstChunkSays) {
   o.populate_chunk = [](size_t, uint64_t, uint64_t) {
     return absl::ResourceExhaustedError("no memory");
   };
-  auto p = RegionPreparer::Start(region.get(), o, [](size_t) { return absl::OkStatus(); },
-                                 [](uint64_t) { ADD_FAILURE() << "nothing is ready"; });
+  auto p = RegionPreparer::Start(
+      region.get(), o, [](size_t) { return absl::OkStatus(); },
+      [](uint64_t) { ADD_FAILURE() << "nothing is ready"; });
   EXPECT_EQ(p->WaitFirstChunk().code(), absl::StatusCode::kResourceExhausted);
 }
 
@@ -188,9 +189,9 @@ TEST(RegionPreparerTest, StopWhileWaitingForADevice) {
   RegionPreparer::Options o;
   o.chunk_bytes = kChunk;
   o.retry_after = absl::Hours(1);  // only Stop can end the wait
-  auto p = RegionPreparer::Start(region.get(), o,
-                                 [](size_t) { return absl::UnavailableError("no device"); },
-                                 [](uint64_t) { ADD_FAILURE() << "nothing is ready"; });
+  auto p = RegionPreparer::Start(
+      region.get(), o, [](size_t) { return absl::UnavailableError("no device"); },
+      [](uint64_t) { ADD_FAILURE() << "nothing is ready"; });
   ASSERT_TRUE(p->WaitFirstChunk().ok());
   p->Stop();
   EXPECT_EQ(p->WaitAll().code(), absl::StatusCode::kCancelled);
@@ -202,8 +203,9 @@ TEST(RegionPreparerTest, DefaultPopulateFaultsTheWholeRegionIn) {
   o.chunk_bytes = kChunk;
   o.threads = 3;
   Reports reports;
-  auto p = RegionPreparer::Start(region.get(), o, [](size_t) { return absl::OkStatus(); },
-                                 [&](uint64_t b) { reports.Add(b); });
+  auto p = RegionPreparer::Start(
+      region.get(), o, [](size_t) { return absl::OkStatus(); },
+      [&](uint64_t b) { reports.Add(b); });
   ASSERT_TRUE(p->WaitAll().ok());
   EXPECT_EQ(reports.Get().back(), 5 * kChunk + 4096);
   EXPECT_EQ(p->progress().chunks, 6u);

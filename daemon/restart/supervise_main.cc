@@ -1,8 +1,8 @@
 // kvoffload-supervise: the service manager's fd store and restart policy for machines without
 // systemd (development, containers without an init, and the test double of issue 19).
 //
-//   kvoffload-supervise [--restart_delay_ms=100] [--fdstore_max=4096] -- \
-//       /usr/local/bin/kvoffloadd --runtime_dir=/tmp/kvo ...
+//   kvoffload-supervise [--restart_delay_ms=100] [--fdstore_max=4096] --
+//       /usr/local/bin/kvoffloadd --runtime_dir=/tmp/kvo ...   (one command line)
 //
 // It does for kvoffloadd what systemd does for a Type=notify unit with FileDescriptorStoreMax=,
 // NotifyAccess=main and Restart=on-failure, speaking the same protocol (fd_store.h):

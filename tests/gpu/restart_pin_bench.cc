@@ -17,6 +17,7 @@
 //                  back through the backend: bytes_verified / mismatches.
 // One JSON line per run on stdout. NUMA: the host's node count is reported; with more than one
 // node each run is repeated with the region bound to node 0 (numa_node=0).
+#include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -28,8 +29,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <cuda_runtime_api.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -64,28 +63,29 @@ using daemon::cuda::CudaCopyBackend;
 
 constexpr uint64_t kRowBytes = 2ull << 20;  // one 2 MiB block per row
 
-#define CHECK_OK(expr)                                                              \
-  do {                                                                              \
-    absl::Status _s = (expr);                                                       \
-    if (!_s.ok()) {                                                                 \
+#define CHECK_OK(expr)                                                                \
+  do {                                                                                \
+    absl::Status _s = (expr);                                                         \
+    if (!_s.ok()) {                                                                   \
       std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, _s.ToString().c_str()); \
-      std::exit(2);                                                                 \
-    }                                                                               \
+      std::exit(2);                                                                   \
+    }                                                                                 \
   } while (0)
-#define CHECK_CUDA(expr)                                                                   \
-  do {                                                                                     \
-    cudaError_t _e = (expr);                                                               \
-    if (_e != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(_e));    \
-      std::exit(2);                                                                        \
-    }                                                                                      \
+#define CHECK_CUDA(expr)                                                               \
+  do {                                                                                 \
+    cudaError_t _e = (expr);                                                           \
+    if (_e != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(_e)); \
+      std::exit(2);                                                                    \
+    }                                                                                  \
   } while (0)
 
 double Ms(absl::Time since) { return absl::ToDoubleMilliseconds(absl::Now() - since); }
 
 void Pattern(uint64_t row, std::vector<uint64_t>* words) {
   words->resize(kRowBytes / 8);
-  for (size_t i = 0; i < words->size(); ++i) (*words)[i] = (row << 32) ^ (i * 0x9e3779b97f4a7c15ull);
+  for (size_t i = 0; i < words->size(); ++i)
+    (*words)[i] = (row << 32) ^ (i * 0x9e3779b97f4a7c15ull);
 }
 
 int NumaNodes() {
@@ -167,8 +167,8 @@ common::Geometry GeometryOf(uint64_t bytes) {
 
 // The rows that carry the pattern: the first row of every chunk and the last row.
 std::vector<uint64_t> PatternRows(const common::Geometry& g) {
-  const uint64_t per_chunk = daemon::ChunkBytesFor(kRowBytes, absl::GetFlag(FLAGS_chunk_mib) << 20) /
-                             kRowBytes;
+  const uint64_t per_chunk =
+      daemon::ChunkBytesFor(kRowBytes, absl::GetFlag(FLAGS_chunk_mib) << 20) / kRowBytes;
   std::vector<uint64_t> rows;
   for (uint64_t r = 0; r < g.num_rows; r += per_chunk) rows.push_back(r);
   if (rows.back() != g.num_rows - 1) rows.push_back(g.num_rows - 1);
