@@ -24,6 +24,8 @@ absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions&
         ")"));
   }
   cuda_options.staging_bytes_per_device = options.staging_mib_per_device << 20;
+  cuda_options.first_batch_copies = options.first_batch_copies;
+  cuda_options.max_batch_copies = options.max_batch_copies;
   if (options.copy_path == "copy_engine") {
     cuda_options.forced_path = cuda::ForcedPath::kCopyEngine;
   } else if (options.copy_path == "staged") {

@@ -18,6 +18,10 @@ struct BackendOptions {
   std::string copy_path = "auto";  // CUDA: auto | copy_engine | staged | kernel
   std::string sm_copies = "if_mps";  // CUDA: if_mps | always | never
   uint64_t staging_mib_per_device = 1024;  // CUDA: staging of all workers on one GPU
+  // CUDA, copy-engine path: copies of a job's first / largest cudaMemcpyBatchAsync call
+  // (CudaBackendOptions; benchmarks only).
+  uint64_t first_batch_copies = 8;
+  uint64_t max_batch_copies = 4096;
 };
 
 absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions& options);

@@ -77,6 +77,12 @@ ABSL_FLAG(std::string, copy_path, "auto",
           "CUDA: auto (copy engines; with SM paths, the daemon picks per job), or force "
           "copy_engine, staged or kernel (diagnostics and benchmarks; staged and kernel turn "
           "the SM paths on).");
+ABSL_FLAG(uint64_t, cuda_first_batch_copies, 8,
+          "CUDA, benchmarks only: copies of a job's first cudaMemcpyBatchAsync call on the "
+          "copy-engine path; each later call takes twice as many (the engines start while the "
+          "rest is issued). 0: every call takes up to --cuda_max_batch_copies.");
+ABSL_FLAG(uint64_t, cuda_max_batch_copies, 4096,
+          "CUDA, benchmarks only: the most copies of one cudaMemcpyBatchAsync call (1..4096).");
 ABSL_FLAG(int64_t, shutdown_grace_s, 10, "On SIGTERM, seconds running copies get to finish.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off. SIGHUP re-reads it.");
@@ -224,6 +230,8 @@ int main(int argc, char** argv) {
   backend_options.copy_path = absl::GetFlag(FLAGS_copy_path);
   backend_options.sm_copies = absl::GetFlag(FLAGS_sm_copies);
   backend_options.staging_mib_per_device = absl::GetFlag(FLAGS_staging_mib_per_device);
+  backend_options.first_batch_copies = absl::GetFlag(FLAGS_cuda_first_batch_copies);
+  backend_options.max_batch_copies = absl::GetFlag(FLAGS_cuda_max_batch_copies);
   auto backend = d::CreateBackend(backend_options);
   if (!backend.ok()) return Fail(backend.status());
 

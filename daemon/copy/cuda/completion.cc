@@ -45,6 +45,7 @@ void CompletionQueue::Shutdown() {
 
 void CompletionQueue::Report(PendingJob& j, absl::Status status) {
   const uint64_t bytes = status.ok() ? j.bytes : 0;
+  const bool ok = status.ok();
   if (j.device != nullptr) {
     j.device->ReleaseBuffer(j.buffer);
     j.device->ReleaseEvent(j.completion);
@@ -57,6 +58,10 @@ void CompletionQueue::Report(PendingJob& j, absl::Status status) {
     j.memory = nullptr;  // may be destroyed as soon as `done` runs
   }
   if (done) done(std::move(status), bytes);
+  if (Log()->should_log(spdlog::level::debug)) {
+    j.times.reported = JobClockNanos();
+    Log()->debug("{}", DescribeJobTimes(j.times, CopyDirectionName(j.direction), j.bytes, ok));
+  }
 }
 
 void CompletionQueue::Run() {
@@ -146,6 +151,7 @@ bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
   }
   const cudaError_t err = cudaEventQuery(j.completion);
   if (err == cudaSuccess) {
+    j.times.observed = JobClockNanos();
     Report(j, j.status);
     return true;
   }

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "daemon/copy/copy_backend.h"
 #include "daemon/copy/cuda/device.h"
+#include "daemon/copy/cuda/job_times.h"
 
 namespace kvoffload::daemon::cuda {
 
@@ -58,6 +59,7 @@ struct PendingJob {
   cudaEvent_t completion = nullptr;
   Device::Buffer buffer;  // the descriptor table, returned to the device when the job ends
   absl::Time next_warning = absl::InfiniteFuture();
+  JobTimes times;  // logged at debug level once reported
 };
 
 class CompletionQueue {
@@ -75,7 +77,7 @@ class CompletionQueue {
   size_t waiting() const;
 
   // Reports a job exactly once: returns its buffer and event to the device, releases its worker
-  // memory, calls `done`.
+  // memory, calls `done`; then, at debug level, logs the job's times (DescribeJobTimes).
   static void Report(PendingJob& job, absl::Status status);
 
  private:

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_status.h"
 #include "common/logging.h"
+#include "daemon/copy/cuda/job_times.h"
 
 namespace kvoffload::daemon::cuda {
 namespace {
@@ -17,8 +18,9 @@ spdlog::logger* Log() {
 
 }  // namespace
 
-CopyBatcher::CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* unsupported)
-    : max_(max), stream_(stream), unsupported_(unsupported) {
+CopyBatcher::CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* unsupported,
+                         size_t first)
+    : schedule_(first, max), limit_(schedule_.Next()), stream_(stream), unsupported_(unsupported) {
   dsts_.reserve(std::min<size_t>(max, 4096));
   srcs_.reserve(std::min<size_t>(max, 4096));
   sizes_.reserve(std::min<size_t>(max, 4096));
@@ -31,7 +33,7 @@ absl::Status CopyBatcher::Add(void* dst, const void* src, size_t bytes) {
   dsts_.push_back(dst);
   srcs_.push_back(src);
   sizes_.push_back(bytes);
-  return sizes_.size() >= max_ ? Flush() : absl::OkStatus();
+  return sizes_.size() >= limit_ ? Flush() : absl::OkStatus();
 }
 
 absl::Status CopyBatcher::Flush() {
@@ -55,6 +57,10 @@ absl::Status CopyBatcher::Flush() {
     s = CudaStatus(cudaMemcpyAsync(dsts_[i], srcs_[i], sizes_[i], cudaMemcpyDefault, stream_),
                    "cudaMemcpyAsync");
   }
+  copies_ += sizes_.size();
+  ++batches_;
+  if (first_flush_returned_ == 0) first_flush_returned_ = JobClockNanos();
+  limit_ = schedule_.Next();
   dsts_.clear();
   srcs_.clear();
   sizes_.clear();

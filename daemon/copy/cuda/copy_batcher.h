@@ -1,9 +1,10 @@
 // CopyBatcher: copies handed to the copy engines in batches — cudaMemcpyBatchAsync of at most
 // `max` copies per call (vLLM #49276: one call of ~52K descriptors crashed), or page by page with
 // cudaMemcpyAsync where the driver has no batch copies (remembered in `*unsupported`, shared by
-// every batcher of the backend).
+// every batcher of the backend). With `first` > 0 the batches grow from `first` copies to `max`
+// (BatchSchedule: the copy engines start on the first one while the rest is issued).
 //
-//   CopyBatcher batcher(kMaxCopiesPerBatch, stream, &batch_unsupported);
+//   CopyBatcher batcher(kMaxCopiesPerBatch, stream, &batch_unsupported, /*first=*/8);
 //   RETURN_IF_ERROR(batcher.Add(dst, src, bytes));   // may flush
 //   RETURN_IF_ERROR(batcher.Flush());
 //
@@ -19,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
+#include "daemon/copy/cuda/batch_schedule.h"
 
 namespace kvoffload::daemon::cuda {
 
@@ -27,21 +29,32 @@ inline constexpr size_t kMaxCopiesPerBatch = 4096;
 
 class CopyBatcher {
  public:
-  CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* unsupported);
+  // first == 0: every batch takes up to `max` copies.
+  CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* unsupported, size_t first = 0);
   CopyBatcher(const CopyBatcher&) = delete;
   CopyBatcher& operator=(const CopyBatcher&) = delete;
 
   absl::Status Add(void* dst, const void* src, size_t bytes);
   absl::Status Flush();
 
+  // Copies issued and batches flushed so far; when the first flush returned (JobClockNanos,
+  // 0 before it).
+  uint64_t copies() const { return copies_; }
+  uint64_t batches() const { return batches_; }
+  int64_t first_flush_returned() const { return first_flush_returned_; }
+
  private:
-  const size_t max_;
+  BatchSchedule schedule_;
+  size_t limit_;  // of the batch being filled
   cudaStream_t stream_;
   std::atomic<bool>* unsupported_;
   cudaMemcpyAttributes attr_;
   std::vector<void*> dsts_;
   std::vector<const void*> srcs_;
   std::vector<size_t> sizes_;
+  uint64_t copies_ = 0;
+  uint64_t batches_ = 0;
+  int64_t first_flush_returned_ = 0;
 };
 
 }  // namespace kvoffload::daemon::cuda

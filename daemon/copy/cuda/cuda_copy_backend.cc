@@ -17,11 +17,13 @@
 #include "common/status_macros.h"
 #include "daemon/copy/copy_plan.h"
 #include "daemon/copy/cuda/completion.h"
+#include "daemon/copy/cuda/copy_batcher.h"
 #include "daemon/copy/cuda/copy_kernels.h"
 #include "common/cuda/cuda_status.h"
 #include "daemon/copy/cuda/device.h"
 #include "daemon/copy/cuda/driver_api.h"
 #include "daemon/copy/cuda/enqueue.h"
+#include "daemon/copy/cuda/job_times.h"
 #include "daemon/copy/cuda/region_pins.h"
 #include "daemon/copy/cuda/worker_memory.h"
 #include "daemon/copy/descriptor_table.h"
@@ -43,6 +45,18 @@ absl::Status ValidateOptions(const CudaBackendOptions& o) {
   if (o.copy_sms < 1) return absl::InvalidArgumentError("copy_sms must be at least 1");
   if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes % 4096 != 0) {
     return absl::InvalidArgumentError("staging_chunk_bytes must be a positive multiple of 4096");
+  }
+  if (o.max_batch_copies < 1 || o.max_batch_copies > kMaxCopiesPerBatch) {
+    return absl::InvalidArgumentError(absl::StrCat("max_batch_copies must be 1..",
+                                                   kMaxCopiesPerBatch, ", not ",
+                                                   o.max_batch_copies,
+                                                   " (--cuda_max_batch_copies)"));
+  }
+  if (o.first_batch_copies > o.max_batch_copies) {
+    return absl::InvalidArgumentError(absl::StrCat("first_batch_copies (", o.first_batch_copies,
+                                                   ") must be at most max_batch_copies (",
+                                                   o.max_batch_copies,
+                                                   "); 0 turns it off (--cuda_first_batch_copies)"));
   }
   if (o.staging_idle_release < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("staging_idle_release must not be negative");
@@ -73,6 +87,8 @@ class CudaCopyBackend::Impl {
     enqueue_.copy_sms = options.copy_sms;
     enqueue_.staging_chunk_bytes = options.staging_chunk_bytes;
     enqueue_.batch_unsupported = &batch_unsupported_;
+    enqueue_.first_batch_copies = options.first_batch_copies;
+    enqueue_.max_batch_copies = options.max_batch_copies;
   }
 
   ~Impl() {
@@ -293,6 +309,7 @@ class CudaCopyBackend::Impl {
   // ----- jobs -----
   void Submit(CopyJob job, CopyDone done) {
     auto p = std::make_unique<PendingJob>();
+    p->times.received = JobClockNanos();
     p->done = std::move(done);
     p->direction = job.direction;
     p->submitted = absl::Now();
@@ -315,6 +332,7 @@ class CudaCopyBackend::Impl {
     CompletionQueue* queue = (*state)->queue.get();
     auto prepared = std::make_shared<PreparedJob>();
     absl::Status s = Prepare(job, memory, prepared.get());
+    p->times.planned = JobClockNanos();
     if (s.ok()) s = device->health();
     if (!s.ok()) {
       p->status = std::move(s);
@@ -401,6 +419,7 @@ class CudaCopyBackend::Impl {
   // leaves it null when nothing of the job is left running; j->status is the job's outcome so far.
   void Start(const PreparedJob& job, PendingJob* j) {
     if (job.table.num_blocks == 0) return;
+    j->times.enqueue = JobClockNanos();
     Device* device = job.memory->device_;
     absl::Status s = CudaStatus(cudaSetDevice(device->ordinal()), "cudaSetDevice");
     if (s.ok()) {
@@ -419,6 +438,7 @@ class CudaCopyBackend::Impl {
       // The device's staging or descriptor budget is spent by other jobs: DMA needs neither.
       if (no_room) s = EnqueueCopyEngine(job, j, enqueue_);
     }
+    j->times.enqueued = JobClockNanos();
     if (!s.ok() && j->status.ok()) j->status = std::move(s);
   }
 

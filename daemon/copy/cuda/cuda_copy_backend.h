@@ -78,6 +78,14 @@ struct CudaBackendOptions {
   // pinned host plus device memory): 64 MiB holds four 2^20-block jobs at once. A job whose table
   // finds no room goes by copy engines.
   uint64_t descriptor_bytes_per_device = uint64_t{64} << 20;
+  // Copy-engine path: copies of the first cudaMemcpyBatchAsync call of a job; each later call
+  // takes twice as many, up to `max_batch_copies` (1..4096). The engines start on a batch only
+  // when its call returns, so a small first batch starts them while the rest is issued (issue
+  // 17: one call of a 512 MiB job's 256 descriptors before any copy). 0: every call takes up to
+  // max_batch_copies (the behaviour before). Hidden flags --cuda_first_batch_copies and
+  // --cuda_max_batch_copies, for benchmarks (tests/gpu_e2e/fixed_cost.py).
+  size_t first_batch_copies = 8;
+  size_t max_batch_copies = 4096;
 };
 
 // Validates options (INVALID_ARGUMENT) and finds the GPUs. UNAVAILABLE when there is no usable

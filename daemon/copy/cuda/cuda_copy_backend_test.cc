@@ -45,6 +45,30 @@ TEST(CudaCopyBackendTest, RejectsBadOptionsBeforeLookingForGpus) {
   EXPECT_NE(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(CudaCopyBackendTest, RejectsBatchSizesOutsideTheBatchBound) {
+  CudaBackendOptions options;
+  options.max_batch_copies = 0;
+  absl::Status s = CreateCudaCopyBackend(options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("max_batch_copies must be 1..4096, not 0"), absl::string_view::npos)
+      << s;
+  options.max_batch_copies = 4097;
+  EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.max_batch_copies = 64;
+  options.first_batch_copies = 65;
+  s = CreateCudaCopyBackend(options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("first_batch_copies (65) must be at most max_batch_copies (64)"),
+            absl::string_view::npos)
+      << s;
+  // The old behaviour (one call up to the max) and the smallest schedule are valid.
+  options.first_batch_copies = 0;
+  EXPECT_NE(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.first_batch_copies = 1;
+  options.max_batch_copies = 1;
+  EXPECT_NE(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 class CudaCopyBackendGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -107,7 +107,8 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
   Lane& lane = store ? m->store_ : m->load_;
   absl::MutexLock lock(&lane.mu);
   absl::Status status;
-  CopyBatcher batcher(kMaxCopiesPerBatch, lane.dma, options.batch_unsupported);
+  CopyBatcher batcher(options.max_batch_copies, lane.dma, options.batch_unsupported,
+                      options.first_batch_copies);
   uint8_t* base = job.region->base();
   VisitSegments(job.table, 0, job.table.num_blocks, m->tensors_, [&](const Segment& seg) {
     if (!status.ok()) return;
@@ -115,6 +116,9 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
                            reinterpret_cast<uint8_t*>(seg.gpu_address), seg.bytes);
   });
   if (status.ok()) status = batcher.Flush();
+  j->times.first = batcher.first_flush_returned();
+  j->times.copies = batcher.copies();
+  j->times.batches = batcher.batches();
   if (status.ok() && job.load_event != nullptr) {
     status = device->Check(cudaEventRecord(job.load_event, lane.dma),
                            "cudaEventRecord of the worker's event");

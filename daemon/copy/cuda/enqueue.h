@@ -48,6 +48,9 @@ struct EnqueueOptions {
   int copy_sms = 4;                   // the staged path's gather/scatter grid
   size_t staging_chunk_bytes = 0;     // the staged path's chunk
   std::atomic<bool>* batch_unsupported = nullptr;  // shared by the backend's CopyBatchers
+  // The copy-engine path's batches (CudaBackendOptions; BatchSchedule).
+  size_t first_batch_copies = 0;
+  size_t max_batch_copies = 4096;
 };
 
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
