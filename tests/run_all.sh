@@ -159,7 +159,8 @@ if [[ ${KVOFFLOAD_SKIP_SANITIZERS:-0} != 1 ]]; then
 fi
 
 stage_start "deploy and docs checks"
-for c in deploy/verify_unit.sh deploy/install_test.sh "python3 proto/gen_api_doc.py --check"; do
+for c in deploy/verify_unit.sh deploy/install_test.sh "python3 proto/gen_api_doc.py --check" \
+    "python3 tests/gpu_e2e/fixed_cost.py --self_test"; do
   $c
   check "$c" $?
 done

@@ -29,7 +29,8 @@ rm -f bundle/gpu/lib/libstdc++.so* bundle/gpu/lib/libgcc_s.so*
 chmod -R u+w bundle/gpu
 strip --strip-debug bundle/gpu/bin/* bundle/gpu/lib/*.so*
 cp tests/gpu_e2e/run_on_device.sh tests/gpu_e2e/torch_bench.py tests/gpu_e2e/ttft_bench.py \
-  tests/gpu_e2e/v3_bench.py tests/gpu_e2e/v3_workloads.py tests/gpu_e2e/v3_reorder.py bundle/gpu/
+  tests/gpu_e2e/v3_bench.py tests/gpu_e2e/v3_workloads.py tests/gpu_e2e/v3_reorder.py \
+  tests/gpu_e2e/fixed_cost.py bundle/gpu/
 # The commit the binaries were built from ("+dirty" when the tree had changes): the run records it.
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bundle' || echo +dirty)" \
   > bundle/gpu/COMMIT

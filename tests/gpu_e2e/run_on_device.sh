@@ -12,12 +12,14 @@
 # OUT/v3/*.jsonl), v3_mps (interference with every process an MPS client), v3_layout (item 2) and
 # v3_reorder (item 2's worker-side reorder, prototyped in v3_reorder.py); restart_pin (issue 19
 # item 4: helper pin's restart_pin_bench, 32 and 64 GiB regions, into OUT/restart.jsonl; needs
-# up to 128 GiB of host memory).
+# up to 128 GiB of host memory); fixed_cost (issue 17: the copy-engine path's fixed cost per job,
+# fixed_cost.py: a per-step breakdown of 512 MiB cross-layer and 1-block jobs for several batch
+# variants of the daemon, into OUT/fixed_cost/fixed_cost.json, ~30 s).
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
 stages=" ${3:-all} "  # any of: tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps, all,
-                      # v3 v3_mps v3_layout v3_reorder restart_pin
+                      # v3 v3_mps v3_layout v3_reorder restart_pin fixed_cost
 want() { [[ $stages == *" all "* || $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -191,6 +193,18 @@ fi
 if only v3_reorder; then
   echo "=== copy path v3: worker-side reorder (prototype), rate and cost to the model in its process"
   bench_py v3/reorder 150 "$bundle/v3_bench.py" reorder
+fi
+if only fixed_cost; then
+  echo "=== copy-engine path: fixed cost per job (issue 17), per-step medians per daemon variant"
+  mkdir -p "$out/fixed_cost"
+  if timeout -k 5 60 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
+      KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/fixed_cost.py" \
+      "$out/fixed_cost/fixed_cost.json" >"$out/fixed_cost/table.txt" 2>"$out/fixed_cost/err.txt"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "FAILED: fixed_cost"; tail -15 "$out/fixed_cost/err.txt"
+  fi
+  cat "$out/fixed_cost/table.txt"
 fi
 if only restart_pin; then
   echo "=== restart benchmark: time to first load and to fully pinned after a restart (issue 19)"

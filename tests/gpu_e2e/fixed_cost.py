@@ -1,0 +1,327 @@
+"""The copy-engine path's fixed cost per job (issue 17): where a 512 MiB job's time goes.
+
+  fixed_cost.py OUT.json [--quick]   (run_on_device.sh stage fixed_cost)
+  fixed_cost.py --self_test          the log parsing and the medians, without a GPU
+
+For each daemon variant (flags below), one daemon with --log_level=debug, whose CUDA backend then
+logs one "job timing:" line per job (daemon/copy/cuda/job_times.h: received -> planned ->
+enqueue -> first batch returned -> enqueued -> completion observed -> verdict handed on), and one
+worker per case, one job at a time (submit -> finished, as v3_bench's "jobs: 1" rows):
+  cross_layer_2m random / consecutive   512 MiB jobs of 2 MiB pages (256 blocks), both directions
+  one_block                             1 block of 2 MiB, both directions
+Per (variant, case, direction): the client's median, its GB/s and share of the same run's
+ceiling (one contiguous 512 MiB cudaMemcpyAsync), the gap (client - bytes / ceiling), the
+medians of each backend step, and outside_us (client - the backend's received -> reported:
+Python, the C ABI, gRPC both ways and the engine). Writes OUT.json after every variant (a
+timeout keeps what was measured; each daemon's log beside it, in fixed_cost_logs/) and prints a
+table. Env as v3_bench.py (KVOFFLOAD_DAEMON, KVOFFLOAD_LIB, PYTHONPATH with kvoffload). The
+daemons are exec'd (not forked) children, so this process may hold a CUDA context.
+
+Reading it: in variant one_batch (the behaviour before: every call up to 4096 copies, so one
+call per 512 MiB job) the copy engines start only when enqueue_us is over; in default (first
+batch of 8 copies, doubling) they start after first_us. A fixed cost that is ours shows as gap_us
+~ enqueue_us (one_batch) shrinking to ~ first_us (default); what is left in gap_us is the
+completion poll + verdict + outside_us (the round trip, ~ the one_block total).
+"""
+
+import json
+import os
+import ctypes
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB_BYTES = 512 << 20
+BUDGET_S = 34  # stop starting variants after this long (the stage's timeout is 60 s)
+ALARM_S = 52  # then the variant running is abandoned (its daemon stopped), the JSON kept
+# name, daemon flags. default: --cuda_first_batch_copies=8 (doubling up to 4096).
+VARIANTS = [
+    ("default", []),
+    ("one_batch", ["--cuda_first_batch_copies=0"]),
+    ("first_1", ["--cuda_first_batch_copies=1"]),
+    ("batches_of_32", ["--cuda_first_batch_copies=0", "--cuda_max_batch_copies=32"]),
+    ("one_batch_again", ["--cuda_first_batch_copies=0"]),
+    ("default_again", []),
+]
+STEPS = ["plan_us", "wait_us", "first_us", "enqueue_us", "copy_us", "verdict_us", "total_us"]
+TIMING = re.compile(r"job timing: (store|load) (.*)$")
+
+
+def die_with_parent():
+    """preexec_fn: the daemon gets SIGTERM if this process dies (a stage timeout's SIGKILL)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def note(msg):
+    print("fixed_cost: " + msg, file=sys.stderr, flush=True)
+
+
+def parse_timings(text):
+    """Every "job timing:" line of a daemon log, in order: dicts of direction and numbers."""
+    out = []
+    for line in text.splitlines():
+        m = TIMING.search(line)
+        if not m:
+            continue
+        row = {"direction": m.group(1)}
+        for kv in m.group(2).split():
+            k, _, v = kv.partition("=")
+            try:
+                row[k] = float(v)
+            except ValueError:
+                pass
+        out.append(row)
+    return out
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None and x >= 0]
+    return round(statistics.median(xs), 1) if xs else None
+
+
+def summarize(jobs, timings, ceiling):
+    """jobs: the client's record, in submission order (dicts case, direction, bytes, client_us,
+    warm); timings: parse_timings of the daemon's log (one line per job, same order, one job at
+    a time). Returns (rows, errors)."""
+    errors = []
+    if len(timings) != len(jobs):
+        errors.append("%d jobs but %d timing lines" % (len(jobs), len(timings)))
+    matched = []
+    for i, j in enumerate(jobs):
+        t = timings[i] if i < len(timings) else None
+        if t is not None and (t["direction"] != j["direction"] or t.get("bytes") != j["bytes"]):
+            errors.append("job %d (%s %s %d B) has timing line %r" % (i, j["case"], j["direction"],
+                                                                     j["bytes"], t))
+            t = None
+        matched.append((j, t))
+    rows = []
+    keys = []
+    for j, _ in matched:
+        if (j["case"], j["direction"]) not in keys:
+            keys.append((j["case"], j["direction"]))
+    for case, direction in keys:
+        sel = [(j, t) for j, t in matched
+               if j["case"] == case and j["direction"] == direction and not j["warm"]]
+        if not sel:
+            continue
+        nbytes = sel[0][0]["bytes"]
+        client = median([j["client_us"] for j, _ in sel])
+        row = dict(case=case, direction=direction, bytes=nbytes, jobs=len(sel), client_us=client,
+                   gbps=round(nbytes / client / 1e3, 2) if client else None)
+        c = ceiling.get(direction)
+        if c and client:
+            link = nbytes / c / 1e3
+            row.update(link_us=round(link, 1), pct_ceiling=round(100 * link / client, 1),
+                       gap_us=round(client - link, 1))
+        ts = [t for _, t in sel if t is not None]
+        row["backend"] = {k: median([t.get(k) for t in ts]) for k in STEPS + ["copies", "batches"]}
+        outside = [j["client_us"] - t["total_us"] for j, t in sel
+                   if t is not None and t.get("total_us", -1) >= 0]
+        row["outside_us"] = median(outside)
+        rows.append(row)
+    return rows, errors
+
+
+# ---------------------------------------------------------------------------------------------
+
+class Daemon:
+    def __init__(self, flags, log_path):
+        self.dir = tempfile.mkdtemp(prefix="kvo-fixed-", dir="/tmp")
+        self.sock = os.path.join(self.dir, "kvoffload.sock")
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.p = subprocess.Popen([os.environ["KVOFFLOAD_DAEMON"], "--backend=cuda",
+                                   "--runtime_dir=" + self.dir, "--metrics_address=",
+                                   "--max_region_bytes=4GiB", "--populate_threads=16",
+                                   "--log_level=debug", "--idle_engine_ttl_s=1"] + list(flags),
+                                  stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+                                  preexec_fn=die_with_parent)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.sock):
+            if self.p.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("kvoffloadd %s did not start (rc %s)" % (flags, self.p.poll()))
+            time.sleep(0.02)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.log.close()
+        with open(self.log_path) as f:
+            return f.read()
+
+
+def measure_variant(w, flags, log_path, quick):
+    """One daemon: every case, both directions, one job at a time. Returns (jobs, log text)."""
+    reps = {"one_block": 20 if quick else 50}
+    default_reps = 5 if quick else 12
+    cases = [("cross_layer_2m_random", "random", JOB_BYTES),
+             ("cross_layer_2m_consecutive", "consecutive", JOB_BYTES),
+             ("one_block", "random", 2 << 20)]
+    d = Daemon(flags, log_path)
+    jobs = []
+    try:
+        for case, blocks, nbytes in cases:
+            lay = w.Layout("cross_layer_2m", blocks, nbytes)
+            k = w.KvoWorker(d.sock, lay)
+            try:
+                for direction, warm in (("store", True), ("load", True)):
+                    t0 = time.perf_counter()
+                    k.run(direction)
+                    jobs.append(dict(case=case, direction=direction, bytes=lay.bytes, warm=warm,
+                                     client_us=(time.perf_counter() - t0) * 1e6))
+                for direction in ("store", "load"):
+                    for _ in range(reps.get(case, default_reps)):
+                        t0 = time.perf_counter()
+                        k.run(direction)
+                        jobs.append(dict(case=case, direction=direction, bytes=lay.bytes,
+                                         warm=False,
+                                         client_us=(time.perf_counter() - t0) * 1e6))
+            finally:
+                k.close()
+                del lay
+    finally:
+        text = d.stop()
+    return jobs, text
+
+
+def ceiling_gbps(w):
+    import torch
+    dma = w.PlainDma(JOB_BYTES)
+    out = {d: round(JOB_BYTES / w.median_ms(getattr(dma, d), 7) / 1e6, 2) for d in ("store", "load")}
+    del dma
+    torch.cuda.empty_cache()
+    return out
+
+
+def print_table(result):
+    print("ceiling GB/s (one 512 MiB cudaMemcpyAsync): %s" % result.get("ceiling_gbps"))
+    head = ("variant", "case", "dir", "client", "GB/s", "%ceil", "gap", "plan", "first",
+            "enqueue", "copy", "verdict", "outside", "batches")
+    print("%-15s %-27s %-5s %8s %6s %6s %7s %6s %6s %7s %8s %7s %7s %7s" % head)
+    for v in result["variants"]:
+        for r in v.get("rows", []):
+            b = r["backend"]
+            print("%-15s %-27s %-5s %8s %6s %6s %7s %6s %6s %7s %8s %7s %7s %7s" % (
+                v["name"], r["case"], r["direction"], r["client_us"], r["gbps"],
+                r.get("pct_ceiling"), r.get("gap_us"), b["plan_us"], b["first_us"],
+                b["enqueue_us"], b["copy_us"], b["verdict_us"], r["outside_us"], b["batches"]))
+        for e in v.get("errors", []):
+            print("%-15s ERROR %s" % (v["name"], e))
+    print("(µs, medians; gap = client - bytes/ceiling; outside = client - backend total)")
+
+
+def main(argv):
+    if argv[:1] == ["--self_test"]:
+        return self_test()
+    if not argv:
+        sys.exit(__doc__)
+    out_path, quick = argv[0], "--quick" in argv
+    t_start = time.monotonic()
+
+    def out_of_time(signum, frame):
+        raise TimeoutError("fixed_cost.py ran past %d s" % ALARM_S)
+
+    signal.signal(signal.SIGALRM, out_of_time)
+    signal.alarm(ALARM_S)
+    sys.path.insert(0, HERE)
+    import torch
+    import v3_workloads as w
+    torch.cuda.init()
+    commit = "unknown"
+    try:
+        with open(os.path.join(HERE, "COMMIT")) as f:
+            commit = f.read().strip()
+    except OSError:
+        pass
+    result = dict(bench="fixed_cost", commit=commit, device=torch.cuda.get_device_name(0),
+                  job_bytes=JOB_BYTES, variants=[], errors=[])
+    log_dir = os.path.join(os.path.dirname(os.path.abspath(out_path)), "fixed_cost_logs")
+    os.makedirs(log_dir, exist_ok=True)
+
+    def save():
+        with open(out_path + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(out_path + ".tmp", out_path)
+
+    try:
+        result["ceiling_gbps"] = ceiling_gbps(w)
+    except Exception as e:  # the rows still come, without their share of the ceiling
+        result["errors"].append("ceiling: %r" % (e,))
+        result["ceiling_gbps"] = {}
+    save()
+    for name, flags in VARIANTS:
+        if time.monotonic() - t_start > BUDGET_S:
+            result["errors"].append("out of time before variant %s" % name)
+            break
+        t0 = time.monotonic()
+        v = dict(name=name, flags=flags)
+        try:
+            jobs, text = measure_variant(w, flags, os.path.join(log_dir, name + ".log"), quick)
+            v["rows"], v["errors"] = summarize(jobs, parse_timings(text), result["ceiling_gbps"])
+        except Exception as e:  # TimeoutError too: what the other variants measured stays
+            v["errors"] = ["%r" % (e,)]
+        v["seconds"] = round(time.monotonic() - t0, 1)
+        result["variants"].append(v)
+        save()
+        note("%s done in %.1f s" % (name, v["seconds"]))
+    result["seconds"] = round(time.monotonic() - t_start, 1)
+    save()
+    print_table(result)
+    return 0 if all(not v.get("errors") for v in result["variants"]) and result["variants"] else 1
+
+
+def self_test():
+    log = "\n".join([
+        "[2026-12-01 21:00:00.000] [kvoffload.cuda] [info] device 0: copy engines only",
+        "[..] [kvoffload.cuda] [debug] job timing: store bytes=536870912 copies=256 batches=6 "
+        "plan_us=3.0 wait_us=0.5 first_us=12.0 enqueue_us=310.0 copy_us=9500.0 verdict_us=21.0 "
+        "total_us=9834.5 ok=1",
+        "[..] [kvoffload.cuda] [debug] job timing: store bytes=536870912 copies=256 batches=6 "
+        "plan_us=5.0 wait_us=0.5 first_us=14.0 enqueue_us=330.0 copy_us=9400.0 verdict_us=25.0 "
+        "total_us=9760.5 ok=1",
+        "[..] [kvoffload.cuda] [debug] job timing: store bytes=536870912 copies=256 batches=6 "
+        "plan_us=4.0 wait_us=0.5 first_us=13.0 enqueue_us=320.0 copy_us=9450.0 verdict_us=23.0 "
+        "total_us=9800.0 ok=1",
+        "[..] [kvoffload.cuda] [debug] job timing: load bytes=2097152 copies=1 batches=1 "
+        "plan_us=1.0 wait_us=0.1 first_us=6.0 enqueue_us=8.0 copy_us=50.0 verdict_us=5.0 "
+        "total_us=64.1 ok=1",
+    ])
+    t = parse_timings(log)
+    assert len(t) == 4 and t[0]["direction"] == "store" and t[3]["copy_us"] == 50.0, t
+    jobs = [dict(case="c", direction="store", bytes=536870912, warm=True, client_us=20000.0),
+            dict(case="c", direction="store", bytes=536870912, warm=False, client_us=10500.0),
+            dict(case="c", direction="store", bytes=536870912, warm=False, client_us=10400.0),
+            dict(case="one", direction="load", bytes=2097152, warm=False, client_us=110.0)]
+    rows, errors = summarize(jobs, t, {"store": 53.6870912, "load": 50.0})
+    assert errors == [], errors
+    assert len(rows) == 2, rows
+    r = rows[0]
+    assert r["jobs"] == 2 and r["client_us"] == 10450.0, r
+    assert r["link_us"] == 10000.0 and r["gap_us"] == 450.0 and r["pct_ceiling"] == 95.7, r
+    assert r["backend"]["enqueue_us"] == 325.0 and r["backend"]["first_us"] == 13.5, r
+    assert r["outside_us"] == round(statistics.median([10500 - 9760.5, 10400 - 9800.0]), 1), r
+    assert rows[1]["outside_us"] == 45.9 and rows[1]["backend"]["batches"] == 1.0, rows[1]
+    # A missing or mismatched line is named, and its job keeps only the client's time.
+    rows, errors = summarize(jobs[:3] + [dict(case="one", direction="store", bytes=4096,
+                                              warm=False, client_us=90.0)], t, {})
+    assert len(errors) == 1 and "job 3" in errors[0], errors
+    assert rows[1]["backend"]["total_us"] is None and rows[1]["client_us"] == 90.0, rows[1]
+    rows, errors = summarize(jobs, t[:2], {})
+    assert "4 jobs but 2 timing lines" in errors[0], errors
+    print("self test passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
