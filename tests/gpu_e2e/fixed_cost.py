@@ -219,6 +219,21 @@ def print_table(result):
         for e in v.get("errors", []):
             print("%-15s ERROR %s" % (v["name"], e))
     print("(µs, medians; gap = client - bytes/ceiling; outside = client - backend total)")
+    for key, by_variant in result.get("compare", {}).items():
+        print("%-34s client µs by variant: %s" % (key, ", ".join(
+            "%s %s" % (name, " / ".join(str(x) for x in xs)) for name, xs in by_variant.items())))
+
+
+def compare(variants):
+    """{"case direction": {variant base name: [client medians, one per run of it]}}: the
+    variants side by side (one_batch_again counts as a second run of one_batch)."""
+    out = {}
+    for v in variants:
+        base = v["name"].replace("_again", "")
+        for r in v.get("rows", []):
+            out.setdefault("%s %s" % (r["case"], r["direction"]), {}).setdefault(
+                base, []).append(r["client_us"])
+    return out
 
 
 def main(argv):
@@ -276,6 +291,7 @@ def main(argv):
         save()
         note("%s done in %.1f s" % (name, v["seconds"]))
     result["seconds"] = round(time.monotonic() - t_start, 1)
+    result["compare"] = compare(result["variants"])
     save()
     print_table(result)
     return 0 if all(not v.get("errors") for v in result["variants"]) and result["variants"] else 1
@@ -319,6 +335,11 @@ def self_test():
     assert rows[1]["backend"]["total_us"] is None and rows[1]["client_us"] == 90.0, rows[1]
     rows, errors = summarize(jobs, t[:2], {})
     assert "4 jobs but 2 timing lines" in errors[0], errors
+    c = compare([dict(name="one_batch", rows=[dict(case="c", direction="store", client_us=2.0)]),
+                 dict(name="default", rows=[dict(case="c", direction="store", client_us=1.0)]),
+                 dict(name="one_batch_again", rows=[dict(case="c", direction="store",
+                                                         client_us=3.0)])])
+    assert c == {"c store": {"one_batch": [2.0, 3.0], "default": [1.0]}}, c
     print("self test passed")
     return 0
 
