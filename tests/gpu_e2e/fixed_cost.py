@@ -9,6 +9,7 @@ enqueue -> first batch returned -> enqueued -> completion observed -> verdict ha
 worker per case, one job at a time (submit -> finished, as v3_bench's "jobs: 1" rows):
   cross_layer_2m random / consecutive   512 MiB jobs of 2 MiB pages (256 blocks), both directions
   one_block                             1 block of 2 MiB, both directions
+  per_layer_32k random                  512 MiB of 32 KiB pages (16384 copies: many calls)
 Per (variant, case, direction): the client's median, its GB/s and share of the same run's
 ceiling (one contiguous 512 MiB cudaMemcpyAsync), the gap (client - bytes / ceiling), the
 medians of each backend step, and outside_us (client - the backend's received -> reported:
@@ -165,14 +166,16 @@ def measure_variant(w, flags, log_path, quick):
     """One daemon: every case, both directions, one job at a time. Returns (jobs, log text)."""
     reps = {"one_block": 20 if quick else 50}
     default_reps = 5 if quick else 12
-    cases = [("cross_layer_2m_random", "random", JOB_BYTES),
-             ("cross_layer_2m_consecutive", "consecutive", JOB_BYTES),
-             ("one_block", "random", 2 << 20)]
+    cases = [("cross_layer_2m_random", "cross_layer_2m", "random", JOB_BYTES),
+             ("cross_layer_2m_consecutive", "cross_layer_2m", "consecutive", JOB_BYTES),
+             ("one_block", "cross_layer_2m", "random", 2 << 20),
+             # 16384 copies of 32 KiB a job: where more calls could cost (the schedule adds 11)
+             ("per_layer_32k_random", "per_layer_32k", "random", JOB_BYTES)]
     d = Daemon(flags, log_path)
     jobs = []
     try:
-        for case, blocks, nbytes in cases:
-            lay = w.Layout("cross_layer_2m", blocks, nbytes)
+        for case, layout, blocks, nbytes in cases:
+            lay = w.Layout(layout, blocks, nbytes)
             k = w.KvoWorker(d.sock, lay)
             try:
                 for direction, warm in (("store", True), ("load", True)):
