@@ -22,6 +22,7 @@ struct BackendOptions {
   // (CudaBackendOptions; benchmarks only).
   uint64_t first_batch_copies = 8;
   uint64_t max_batch_copies = 4096;
+  bool batch_overlap_hint = true;  // CUDA: cudaMemcpyFlagPreferOverlapWithCompute on batches
 };
 
 absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions& options);

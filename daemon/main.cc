@@ -83,6 +83,9 @@ ABSL_FLAG(uint64_t, cuda_first_batch_copies, 8,
           "rest is issued). 0: every call takes up to --cuda_max_batch_copies.");
 ABSL_FLAG(uint64_t, cuda_max_batch_copies, 4096,
           "CUDA, benchmarks only: the most copies of one cudaMemcpyBatchAsync call (1..4096).");
+ABSL_FLAG(bool, cuda_batch_overlap_hint, true,
+          "CUDA, benchmarks only: the copy-engine path's cudaMemcpyBatchAsync calls carry "
+          "cudaMemcpyFlagPreferOverlapWithCompute.");
 ABSL_FLAG(int64_t, shutdown_grace_s, 10, "On SIGTERM, seconds running copies get to finish.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off. SIGHUP re-reads it.");
@@ -232,6 +235,7 @@ int main(int argc, char** argv) {
   backend_options.staging_mib_per_device = absl::GetFlag(FLAGS_staging_mib_per_device);
   backend_options.first_batch_copies = absl::GetFlag(FLAGS_cuda_first_batch_copies);
   backend_options.max_batch_copies = absl::GetFlag(FLAGS_cuda_max_batch_copies);
+  backend_options.batch_overlap_hint = absl::GetFlag(FLAGS_cuda_batch_overlap_hint);
   auto backend = d::CreateBackend(backend_options);
   if (!backend.ok()) return Fail(backend.status());
 

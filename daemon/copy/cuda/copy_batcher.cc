@@ -19,14 +19,14 @@ spdlog::logger* Log() {
 }  // namespace
 
 CopyBatcher::CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* unsupported,
-                         size_t first)
+                         size_t first, bool overlap_hint)
     : schedule_(first, max), limit_(schedule_.Next()), stream_(stream), unsupported_(unsupported) {
   dsts_.reserve(std::min<size_t>(max, 4096));
   srcs_.reserve(std::min<size_t>(max, 4096));
   sizes_.reserve(std::min<size_t>(max, 4096));
   std::memset(&attr_, 0, sizeof(attr_));
   attr_.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-  attr_.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  attr_.flags = overlap_hint ? cudaMemcpyFlagPreferOverlapWithCompute : cudaMemcpyFlagDefault;
 }
 
 absl::Status CopyBatcher::Add(void* dst, const void* src, size_t bytes) {

@@ -29,8 +29,10 @@ inline constexpr size_t kMaxCopiesPerBatch = 4096;
 
 class CopyBatcher {
  public:
-  // first == 0: every batch takes up to `max` copies.
-  CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* unsupported, size_t first = 0);
+  // first == 0: every batch takes up to `max` copies. overlap_hint: the batches' attribute
+  // carries cudaMemcpyFlagPreferOverlapWithCompute (off only to measure what it does).
+  CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* unsupported, size_t first = 0,
+              bool overlap_hint = true);
   CopyBatcher(const CopyBatcher&) = delete;
   CopyBatcher& operator=(const CopyBatcher&) = delete;
 

@@ -89,6 +89,7 @@ class CudaCopyBackend::Impl {
     enqueue_.batch_unsupported = &batch_unsupported_;
     enqueue_.first_batch_copies = options.first_batch_copies;
     enqueue_.max_batch_copies = options.max_batch_copies;
+    enqueue_.batch_overlap_hint = options.batch_overlap_hint;
   }
 
   ~Impl() {

@@ -86,6 +86,9 @@ struct CudaBackendOptions {
   // --cuda_max_batch_copies, for benchmarks (tests/gpu_e2e/fixed_cost.py).
   size_t first_batch_copies = 8;
   size_t max_batch_copies = 4096;
+  // Copy-engine path: the batches carry cudaMemcpyFlagPreferOverlapWithCompute (hidden flag
+  // --cuda_batch_overlap_hint; off only to measure what the hint does).
+  bool batch_overlap_hint = true;
 };
 
 // Validates options (INVALID_ARGUMENT) and finds the GPUs. UNAVAILABLE when there is no usable

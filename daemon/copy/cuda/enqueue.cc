@@ -108,7 +108,7 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
   absl::MutexLock lock(&lane.mu);
   absl::Status status;
   CopyBatcher batcher(options.max_batch_copies, lane.dma, options.batch_unsupported,
-                      options.first_batch_copies);
+                      options.first_batch_copies, options.batch_overlap_hint);
   uint8_t* base = job.region->base();
   VisitSegments(job.table, 0, job.table.num_blocks, m->tensors_, [&](const Segment& seg) {
     if (!status.ok()) return;

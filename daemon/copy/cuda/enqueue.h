@@ -51,6 +51,7 @@ struct EnqueueOptions {
   // The copy-engine path's batches (CudaBackendOptions; BatchSchedule).
   size_t first_batch_copies = 0;
   size_t max_batch_copies = 4096;
+  bool batch_overlap_hint = true;
 };
 
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
