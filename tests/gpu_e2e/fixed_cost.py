@@ -22,12 +22,15 @@ Reading it: in variant one_batch (the behaviour before: every call up to 4096 co
 call per 512 MiB job) the copy engines start only when enqueue_us is over; in default (first
 batch of 8 copies, doubling) they start after first_us. A fixed cost that is ours shows as gap_us
 ~ enqueue_us (one_batch) shrinking to ~ first_us (default); what is left in gap_us is the
-completion poll + verdict + outside_us (the round trip, ~ the one_block total).
+completion poll + verdict + outside_us (the round trip, ~ the one_block total). first_1 and
+batches_of_32 bracket the schedule (a smaller first call; many small calls), no_overlap_hint
+drops cudaMemcpyFlagPreferOverlapWithCompute; *_again repeat a variant at the end (drift).
+per_layer_32k random shows what the schedule's extra calls cost where a job has 16384 copies.
 """
 
+import ctypes
 import json
 import os
-import ctypes
 import re
 import signal
 import statistics
