@@ -20,7 +20,7 @@ struct BackendOptions {
   uint64_t staging_mib_per_device = 1024;  // CUDA: staging of all workers on one GPU
   // CUDA, copy-engine path: copies of a job's first / largest cudaMemcpyBatchAsync call
   // (CudaBackendOptions; benchmarks only).
-  uint64_t first_batch_copies = 8;
+  uint64_t first_batch_copies = 0;  // off until stage fixed_cost has measured it
   uint64_t max_batch_copies = 4096;
   bool batch_overlap_hint = true;  // CUDA: cudaMemcpyFlagPreferOverlapWithCompute on batches
 };

@@ -77,10 +77,11 @@ ABSL_FLAG(std::string, copy_path, "auto",
           "CUDA: auto (copy engines; with SM paths, the daemon picks per job), or force "
           "copy_engine, staged or kernel (diagnostics and benchmarks; staged and kernel turn "
           "the SM paths on).");
-ABSL_FLAG(uint64_t, cuda_first_batch_copies, 8,
+ABSL_FLAG(uint64_t, cuda_first_batch_copies, 0,
           "CUDA, benchmarks only: copies of a job's first cudaMemcpyBatchAsync call on the "
           "copy-engine path; each later call takes twice as many (the engines start while the "
-          "rest is issued). 0: every call takes up to --cuda_max_batch_copies.");
+          "rest is issued; not measured on a GPU yet, so off by default). 0: every call takes up to "
+          "--cuda_max_batch_copies (the measured behaviour).");
 ABSL_FLAG(uint64_t, cuda_max_batch_copies, 4096,
           "CUDA, benchmarks only: the most copies of one cudaMemcpyBatchAsync call (1..4096).");
 ABSL_FLAG(bool, cuda_batch_overlap_hint, true,
