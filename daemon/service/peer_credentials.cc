@@ -50,7 +50,7 @@ void PeerTable::Register(int fd, const Caller& caller) {
   by_fd_[fd] = caller;
 }
 
-absl::StatusOr<Caller> PeerTable::CallerOf(grpc::ServerContext* context) const {
+absl::StatusOr<Caller> PeerTable::CallerOf(grpc::ServerContextBase* context) const {
   const std::string peer = context->peer();
   const int fd = PeerFd(peer);
   Caller caller;

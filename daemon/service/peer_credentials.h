@@ -40,7 +40,7 @@ class CallerSource {
  public:
   virtual ~CallerSource() = default;
   // The call's caller, or UNAUTHENTICATED (fail closed).
-  virtual absl::StatusOr<Caller> CallerOf(grpc::ServerContext* context) const = 0;
+  virtual absl::StatusOr<Caller> CallerOf(grpc::ServerContextBase* context) const = 0;
 };
 
 // Thread-safe. Bounded by the descriptor table: one entry per descriptor number ever accepted,
@@ -56,7 +56,7 @@ class PeerTable final : public CallerSource {
   // The credentials of the connection a call came on. UNAUTHENTICATED when the connection was not
   // accepted through this table (fail closed) or the call was cancelled (its connection is gone,
   // and its number may already name another connection).
-  absl::StatusOr<Caller> CallerOf(grpc::ServerContext* context) const override;
+  absl::StatusOr<Caller> CallerOf(grpc::ServerContextBase* context) const override;
 
  private:
   mutable absl::Mutex mu_;

@@ -248,6 +248,64 @@ TEST_F(ServiceTest, RejectedSubmitIsAnsweredAndTheSessionStaysUsable) {
   EXPECT_EQ(m.finished().code(), static_cast<int>(grpc::StatusCode::ALREADY_EXISTS));
 }
 
+// A WorkerService alone with a short first-message deadline, on an in-process channel.
+class FirstMessageTest : public ::testing::Test {
+ protected:
+  FirstMessageTest() {
+    WorkerServiceOptions options;
+    options.first_message_timeout = absl::Milliseconds(100);
+    service_ = std::make_unique<WorkerService>(&registry_, &peers_, options);
+    grpc::ServerBuilder builder;
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    stub_ = v1::Worker::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
+  }
+  ~FirstMessageTest() override {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_->Wait();
+  }
+
+  EngineTestEnv env_;
+  EngineRegistry registry_{env_.deps(), RegistryOptions{}};
+  InProcessCallers peers_;
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+};
+
+// Issue 20 item 8b: the proto and docs/api.md promise DEADLINE_EXCEEDED for a session that does
+// not register in time (it was CANCELLED: the handler could only cancel its blocked Read).
+TEST_F(FirstMessageTest, SilentSessionEndsWithDeadlineExceeded) {
+  grpc::ClientContext context;
+  auto stream = stub_->Session(&context);
+  v1::DaemonMessage m;
+  EXPECT_FALSE(stream->Read(&m));
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(status.error_message(),
+            "no `register` within 100ms of opening the session (--first_message_timeout_s)");
+}
+
+TEST_F(FirstMessageTest, SessionClosedBeforeRegisteringEndsCancelled) {
+  grpc::ClientContext context;
+  auto stream = stub_->Session(&context);
+  ASSERT_TRUE(stream->WritesDone());
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(status.error_message(), "session ended before registering");
+}
+
+TEST_F(FirstMessageTest, FirstMessageOtherThanRegisterIsRefused) {
+  grpc::ClientContext context;
+  auto stream = stub_->Session(&context);
+  v1::WorkerMessage submit;
+  submit.mutable_submit()->set_job_id(1);
+  ASSERT_TRUE(stream->Write(submit));
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "the first message of a worker session must be `register`");
+}
+
 TEST_F(ServiceTest, WorkerThatDisconnectsWhileCopyingFailsTheJobAfterTheCopy) {
   auto w0 = Register(PerRankSpec(2), 0, 1);
   auto w1 = Register(PerRankSpec(2), 1, 2);

@@ -6,13 +6,13 @@
 // with the reason is written, and only then is the call cancelled (which unblocks the session's
 // Read).
 //
-//   SessionWriter writer(context, stream, /*max_queued=*/1024);
+//   SessionWriter writer(stream, /*max_queued=*/1024);
 //   ... engine->Attach(..., &writer) ...
 //   writer.SendRegistered(reply);
-//   for (;;) { writer.WaitForRoom(); if (!stream->Read(&m)) break; ... }
+//   for (;;) { writer.WaitForRoom(); if (stream->Read(&m) != kMessage) break; ... }
 //
-// Thread-safe; one internal mutex guards the queue and the flags. Borrows the context and the
-// stream, which must outlive it (the destructor joins the writing thread).
+// Thread-safe; one internal mutex guards the queue and the flags. Borrows the stream, which must
+// outlive it (the destructor joins the writing thread, so no Write is in progress after it).
 #ifndef KVOFFLOAD_DAEMON_SERVICE_SESSION_WRITER_H_
 #define KVOFFLOAD_DAEMON_SERVICE_SESSION_WRITER_H_
 
@@ -24,18 +24,16 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/engine/engine.h"
-#include "grpcpp/grpcpp.h"
+#include "daemon/service/session_stream.h"
 #include "kvoffload/v1/kvoffload.pb.h"
 
 namespace kvoffload::daemon {
 
 class SessionWriter final : public JobListener {
  public:
-  using Stream = grpc::ServerReaderWriter<v1::DaemonMessage, v1::WorkerMessage>;
-
   // `max_queued`: see WaitForRoom.
-  SessionWriter(grpc::ServerContext* context, Stream* stream, size_t max_queued)
-      : context_(context), stream_(stream), max_queued_(max_queued), thread_([this] { Run(); }) {}
+  SessionWriter(SessionStream* stream, size_t max_queued)
+      : stream_(stream), max_queued_(max_queued), thread_([this] { Run(); }) {}
 
   SessionWriter(const SessionWriter&) = delete;
   SessionWriter& operator=(const SessionWriter&) = delete;
@@ -117,12 +115,11 @@ class SessionWriter final : public JobListener {
         queue_.clear();
         write_failed_ = true;
       }
-      if (last) context_->TryCancel();
+      if (last) stream_->Cancel();
     }
   }
 
-  grpc::ServerContext* const context_;
-  Stream* const stream_;
+  SessionStream* const stream_;
   const size_t max_queued_;
   absl::Mutex mu_;
   std::deque<v1::DaemonMessage> queue_ ABSL_GUARDED_BY(mu_);

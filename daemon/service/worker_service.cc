@@ -1,7 +1,8 @@
 #include "daemon/service/worker_service.h"
 
-#include <deque>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -10,84 +11,80 @@
 #include "daemon/service/session_writer.h"
 
 namespace kvoffload::daemon {
-using Stream = WorkerService::Stream;
 
 WorkerService::WorkerService(EngineRegistry* registry, const CallerSource* peers,
                              const WorkerServiceOptions& options)
-    : registry_(registry),
-      peers_(peers),
-      options_(options),
-      watcher_([this] { WatchFirstMessages(); }) {}
+    : registry_(registry), peers_(peers), options_(options) {}
 
 WorkerService::~WorkerService() {
   {
     absl::MutexLock lock(&mu_);
-    stop_ = true;
+    mu_.Await(absl::Condition(this, &WorkerService::NoSessions));
   }
-  watcher_.join();
+  JoinEnded();
 }
 
-void WorkerService::WatchFirstMessages() {
-  absl::MutexLock lock(&mu_);
-  while (!mu_.AwaitWithTimeout(absl::Condition(this, &WorkerService::WatchHasWork),
-                               absl::Milliseconds(100))) {
-    const absl::Time now = absl::Now();
-    for (auto& [context, deadline] : awaiting_first_) {
-      // TryCancel makes the session's blocked Read return false; the session then ends itself.
-      if (now >= deadline) context->TryCancel();
+void WorkerService::JoinEnded() {
+  std::vector<std::thread> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    for (std::thread::id id : ended_) {
+      auto it = threads_.find(id);
+      ended.push_back(std::move(it->second));
+      threads_.erase(it);
     }
+    ended_.clear();
   }
+  for (std::thread& t : ended) t.join();
 }
 
-grpc::Status WorkerService::Session(grpc::ServerContext* context, Stream* stream) {
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::DaemonMessage>* WorkerService::Session(
+    grpc::CallbackServerContext* context) {
+  JoinEnded();
+  auto* stream = new SessionStream(context);
   // The session's caller, fixed for its lifetime: looked up once, while its connection is live.
   const absl::StatusOr<Caller> caller = peers_->CallerOf(context);
-  if (!caller.ok()) return ToGrpcStatus(caller.status());
-  {
-    absl::MutexLock lock(&mu_);
-    if (sessions_ >= options_.max_sessions) {
-      return grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat(sessions_, " worker sessions are open, the limit is ", options_.max_sessions,
-                       " (--max_worker_sessions)"));
-    }
-    ++sessions_;
-    awaiting_first_[context] = absl::Now() + options_.first_message_timeout;
+  if (!caller.ok()) {
+    stream->Finish(ToGrpcStatus(caller.status()));
+    return stream;
   }
-  struct Count {
-    WorkerService* service;
-    grpc::ServerContext* context;
-    ~Count() {
-      absl::MutexLock lock(&service->mu_);
-      --service->sessions_;
-      service->awaiting_first_.erase(context);
-    }
-  } count{this, context};
-
-  v1::WorkerMessage first;
-  grpc::Status read = ReadRegistration(context, stream, &first);
-  if (!read.ok()) return read;
-  return Serve(context, stream, *caller, first.register_());
+  absl::MutexLock lock(&mu_);
+  if (sessions_ >= options_.max_sessions) {
+    stream->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat(sessions_, " worker sessions are open, the limit is ", options_.max_sessions,
+                     " (--max_worker_sessions)")));
+    return stream;
+  }
+  ++sessions_;
+  // Started under the lock: its last act (recording its end) cannot come before it is listed.
+  std::thread thread([this, stream, c = *caller] { RunSession(stream, c); });
+  const std::thread::id id = thread.get_id();
+  threads_.emplace(id, std::move(thread));
+  return stream;
 }
 
-grpc::Status WorkerService::ReadRegistration(grpc::ServerContext* context, Stream* stream,
-                                             v1::WorkerMessage* first) {
-  const bool got_first = stream->Read(first);
-  bool timed_out = false;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = awaiting_first_.find(context);
-    timed_out = it != awaiting_first_.end() && absl::Now() >= it->second;
-    awaiting_first_.erase(context);
-  }
-  if (!got_first || (timed_out && context->IsCancelled())) {
-    if (timed_out) {
+void WorkerService::RunSession(SessionStream* stream, const Caller& caller) {
+  v1::WorkerMessage first;
+  grpc::Status status = ReadRegistration(stream, &first);
+  if (status.ok()) status = Serve(stream, caller, first.register_());
+  stream->Finish(std::move(status));  // the stream may be gone from here on
+  absl::MutexLock lock(&mu_);
+  --sessions_;
+  ended_.push_back(std::this_thread::get_id());
+}
+
+grpc::Status WorkerService::ReadRegistration(SessionStream* stream, v1::WorkerMessage* first) {
+  switch (stream->Read(first, absl::Now() + options_.first_message_timeout)) {
+    case SessionStream::ReadResult::kTimedOut:
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                           absl::StrCat("no `register` within ",
                                        absl::FormatDuration(options_.first_message_timeout),
                                        " of opening the session (--first_message_timeout_s)"));
-    }
-    return grpc::Status(grpc::StatusCode::CANCELLED, "session ended before registering");
+    case SessionStream::ReadResult::kEnded:
+      return grpc::Status(grpc::StatusCode::CANCELLED, "session ended before registering");
+    case SessionStream::ReadResult::kMessage:
+      break;
   }
   if (!first->has_register_()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -96,8 +93,8 @@ grpc::Status WorkerService::ReadRegistration(grpc::ServerContext* context, Strea
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::Serve(grpc::ServerContext* context, Stream* stream,
-                                  const Caller& caller, const v1::RegisterWorker& reg) {
+grpc::Status WorkerService::Serve(SessionStream* stream, const Caller& caller,
+                                  const v1::RegisterWorker& reg) {
   static spdlog::logger* log = common::Logger("worker");
   auto spec = SpecFromProto(reg.spec());
   if (!spec.ok()) return ToGrpcStatus(spec.status());
@@ -114,7 +111,7 @@ grpc::Status WorkerService::Serve(grpc::ServerContext* context, Stream* stream,
   registration->caller_pid = caller.pid;
   registration->caller_uid = caller.uid;
 
-  SessionWriter writer(context, stream, options_.max_queued_verdicts);
+  SessionWriter writer(stream, options_.max_queued_verdicts);
   // Validates the registration and opens the worker's memory before the engine is created or
   // joined: a refused registration leaves nothing behind.
   auto attached = registry_->AttachWorker(*spec, reg.region_epoch(), reg.mp_rank(), *registration,
@@ -142,7 +139,7 @@ grpc::Status WorkerService::Serve(grpc::ServerContext* context, Stream* stream,
   v1::WorkerMessage message;
   for (;;) {
     writer.WaitForRoom();
-    if (!stream->Read(&message)) break;
+    if (stream->Read(&message) != SessionStream::ReadResult::kMessage) break;
     if (!message.has_submit()) {
       writer.OnJobFinished(
           JobResult{0, absl::InvalidArgumentError("only `submit` may follow `register`"), 0});

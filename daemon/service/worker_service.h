@@ -9,7 +9,9 @@
 //
 // Bounds (a client cannot exhaust the daemon through sessions): at most `max_sessions` sessions
 // at once, each one a daemon thread (one more is RESOURCE_EXHAUSTED at once); a session whose
-// first message does not arrive within `first_message_timeout` is cancelled (DEADLINE_EXCEEDED);
+// first message does not arrive within `first_message_timeout` ends with DEADLINE_EXCEEDED (the
+// session is served through gRPC's callback API, SessionStream, so that its first Read can time
+// out: a sync handler could only cancel the call, which the worker sees as CANCELLED);
 // a session with `max_queued_verdicts` messages waiting to be written is not read from until the
 // worker reads (flow control then pushes back on the worker), so its queue stays bounded.
 #ifndef KVOFFLOAD_DAEMON_SERVICE_WORKER_SERVICE_H_
@@ -18,12 +20,14 @@
 #include <cstdint>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/engine/registry.h"
 #include "daemon/service/peer_credentials.h"
+#include "daemon/service/session_stream.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
 
 namespace kvoffload::daemon {
@@ -34,9 +38,10 @@ struct WorkerServiceOptions {
   uint32_t max_queued_verdicts = 1024;
 };
 
-// Thread-safe. Each session uses the gRPC handler thread for reads and one writer thread; one
-// more thread cancels sessions that stay silent past their first-message deadline.
-class WorkerService final : public v1::Worker::Service {
+// Thread-safe. Each session runs on a thread of its own (reads, then the registry and engine
+// calls) and one writer thread (SessionWriter). The destructor waits for every session to end:
+// destroy it after the server that serves it has shut down.
+class WorkerService final : public v1::Worker::CallbackService {
  public:
   // Borrows `registry` and `peers`.
   WorkerService(EngineRegistry* registry, const CallerSource* peers,
@@ -45,19 +50,19 @@ class WorkerService final : public v1::Worker::Service {
   WorkerService(const WorkerService&) = delete;
   WorkerService& operator=(const WorkerService&) = delete;
 
-  using Stream = grpc::ServerReaderWriter<v1::DaemonMessage, v1::WorkerMessage>;
-
-  grpc::Status Session(grpc::ServerContext* context, Stream* stream) override;
+  grpc::ServerBidiReactor<v1::WorkerMessage, v1::DaemonMessage>* Session(
+      grpc::CallbackServerContext* context) override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // The session's thread: reads the registration, serves the worker, finishes the call.
+  void RunSession(SessionStream* stream, const Caller& caller) ABSL_LOCKS_EXCLUDED(mu_);
   // The session's first message, within first_message_timeout; it must be `register`.
-  grpc::Status ReadRegistration(grpc::ServerContext* context, Stream* stream,
-                                v1::WorkerMessage* first) ABSL_LOCKS_EXCLUDED(mu_);
+  grpc::Status ReadRegistration(SessionStream* stream, v1::WorkerMessage* first);
   // Registers the worker as `caller`, then takes its parts until it leaves.
-  grpc::Status Serve(grpc::ServerContext* context, Stream* stream, const Caller& caller,
-                     const v1::RegisterWorker& reg);
-  void WatchFirstMessages();
-  bool WatchHasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; }
+  grpc::Status Serve(SessionStream* stream, const Caller& caller, const v1::RegisterWorker& reg);
+  // Joins the threads of sessions that have ended.
+  void JoinEnded() ABSL_LOCKS_EXCLUDED(mu_);
+  bool NoSessions() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sessions_ == 0; }
 
   EngineRegistry* const registry_;
   const CallerSource* const peers_;
@@ -65,10 +70,10 @@ class WorkerService final : public v1::Worker::Service {
 
   absl::Mutex mu_;
   uint32_t sessions_ ABSL_GUARDED_BY(mu_) = 0;
-  // Sessions still waiting for their first message, with their deadlines.
-  std::map<grpc::ServerContext*, absl::Time> awaiting_first_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread watcher_;
+  // Session threads not joined yet, and those of them that have ended (joined by the next
+  // session or the destructor, so that none outlives the service).
+  std::map<std::thread::id, std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread::id> ended_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvoffload::daemon

@@ -544,7 +544,13 @@ TEST_F(ShutdownTest, SigtermLetsRunningCopiesFinishAndFailsWaitingJobs) {
   for (uint64_t i = 0; i < 1024; ++i) blocks.push_back(i);
   ASSERT_EQ(worker->Command(absl::StrCat("submit store 1 ", List(blocks), " ", List(blocks))),
             "submitted 1");
-  absl::SleepFor(absl::Milliseconds(30));
+  // Stopped only once the daemon holds the job (its one worker's part starts the copy): a
+  // SIGTERM before the part is read ends the session with the part unread, and no verdict.
+  for (int i = 0; i < 2000; ++i) {
+    auto stats = daemon_->EngineStats(engine.engine_id);
+    if (stats.ok() && stats->jobs_in_flight() == 1) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   std::thread stopper([&] { EXPECT_EQ(daemon_->Stop(), 0); });
   // The running copy finishes within the grace period and is reported as done.
   EXPECT_EQ(worker->Command("wait 1 90000", /*timeout_s=*/100),

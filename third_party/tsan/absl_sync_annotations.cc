@@ -276,5 +276,12 @@ extern "C" const char* __tsan_default_suppressions() {
       // Only stacks through the sync API's receive op (which parses into a message the reading
       // thread alone owns) are ignored. It lives here because the runtime takes one definition
       // of this hook, from the executable: one in a test's shared library is never read.
-      "race:grpc::internal::CallOpRecvMessage\n";
+      "race:grpc::internal::CallOpRecvMessage\n"
+      // gRPC's callback API (the worker session, daemon/service/session_stream.h): the op sets
+      // a StartRead/StartWrite/Finish fills on our thread complete on gRPC's callback thread
+      // (CallbackWithSuccessTag::StaticRun), and the call is torn down there (CallOnDone), both
+      // ordered by the completion queue inside libgrpc. Our reactions (OnReadDone, OnWriteDone)
+      // take the stream's mutex, which TSan does see.
+      "race:grpc::internal::CallbackWithSuccessTag::StaticRun\n"
+      "race:ServerCallbackReaderWriterImpl::CallOnDone\n";
 }

@@ -21,7 +21,7 @@ class InProcessCallers final : public CallerSource {
   // This process, as the kernel would name it.
   InProcessCallers() : caller_{static_cast<int32_t>(getpid()), getuid(), getgid(), {}} {}
 
-  absl::StatusOr<Caller> CallerOf(grpc::ServerContext*) const override { return caller_; }
+  absl::StatusOr<Caller> CallerOf(grpc::ServerContextBase*) const override { return caller_; }
 
  private:
   const Caller caller_;
