@@ -281,19 +281,11 @@ def _err_buffer():
     return ctypes.create_string_buffer(_native.ERROR_BYTES)
 
 
-
-class _Handle:
-    """Owns one native handle: close() once, context manager, closed on garbage collection."""
-
-    _handle = None
-
-    def _close_handle(self, handle) -> None:
-        raise NotImplementedError
+class _Closing:
+    """close() on leaving a `with` block and on garbage collection (errors then swallowed)."""
 
     def close(self) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            self._close_handle(handle)
+        raise NotImplementedError
 
     def __enter__(self):
         return self
@@ -306,3 +298,17 @@ class _Handle:
             self.close()
         except Exception:
             pass
+
+
+class _Handle(_Closing):
+    """Owns one native handle: close() once, context manager, closed on garbage collection."""
+
+    _handle = None
+
+    def _close_handle(self, handle) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            self._close_handle(handle)

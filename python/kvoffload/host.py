@@ -18,13 +18,15 @@ import fcntl
 import mmap
 import os
 
+from ._common import _Closing
+
 HostTensor = collections.namedtuple(
     "HostTensor",
     ["handle", "allocation_bytes", "offset", "num_blocks", "block_stride_bytes", "page_bytes"])
 HostTensor.__doc__ = "A KV tensor in a memfd; `handle` is 'memfd:<fd>'."
 
 
-class HostAllocation:
+class HostAllocation(_Closing):
     """A memfd of `nbytes` bytes, sealed against shrinking and mapped read-write.
 
     `handle` is what the daemon opens ("memfd:<fd>"); `buf` is the mmap. The descriptor
@@ -64,15 +66,3 @@ class HostAllocation:
         if getattr(self, "_fd", -1) >= 0:
             os.close(self._fd)
             self._fd = -1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
