@@ -113,6 +113,7 @@ void SlotIndex::MakeReady(std::vector<uint32_t>& rows) {
     r.state = RowState::kReady;
     r.store_failed = r.written = r.committed = false;
     r.prev = kNil;
+    ++members_[r.member].counts.rows_held;
     // Published only now: the row's bytes are written and the scheduler committed them.
     if (journal_ != nullptr) journal_->OnReady(row, KeyOf(r), r.ticket);
     if (r.copies == 0) LruPushMostRecent(row);
@@ -138,8 +139,15 @@ std::string SlotIndex::DropWritingKey(uint32_t row) {
 
 SlotIndex::SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal,
                      uint64_t ready_rows)
+    : SlotIndex(num_rows, std::move(journal), ready_rows, PoolShape{num_rows, 1, 0}) {}
+
+SlotIndex::SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal,
+                     uint64_t ready_rows, const PoolShape& shape)
     : num_rows_(num_rows),
       sentinel_(num_rows),
+      segment_rows_(shape.segment_rows),
+      num_segments_(shape.num_segments),
+      member_floor_rows_(shape.member_floor_rows),
       owned_journal_(std::move(journal)),
       journal_(owned_journal_.get()),
       rows_(uint64_t{num_rows} + 1),
@@ -156,6 +164,7 @@ SlotIndex::SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal,
     free_head_ = r;
   }
   rows_free_ = ready_end_;
+  segment_ready_[0] = segment_rows_;  // a private index: its one segment is online
 }
 
 SlotIndex::~SlotIndex() {
@@ -186,9 +195,16 @@ void SlotIndex::LruUnlink(uint32_t row) {
   r.prev = kNil;
   r.next = kNil;
   --rows_evictable_;
+  --members_[r.member].evictable;
 }
 
 void SlotIndex::LruPushMostRecent(uint32_t row) {
+  if (OfflineRow(row)) {  // its segment left the pool: the key goes, the row is parked
+    DropReadyKey(row);
+    ReleaseKey(rows_[row]);
+    Park(row);
+    return;
+  }
   LruLink(row);
   if (journal_ != nullptr) journal_->OnTouch(row);
 }
@@ -201,9 +217,14 @@ void SlotIndex::LruLink(uint32_t row) {
   rows_[sentinel.prev].next = row;
   sentinel.prev = row;
   ++rows_evictable_;
+  ++members_[r.member].evictable;
 }
 
 void SlotIndex::FreePush(uint32_t row) {
+  if (OfflineRow(row)) {
+    Park(row);
+    return;
+  }
   rows_[row].next = free_head_;
   free_head_ = row;
   ++rows_free_;
@@ -254,6 +275,7 @@ void SlotIndex::DropReadyKey(uint32_t row) {
   r.state = RowState::kFree;
   r.ticket = 0;
   --rows_ready_;
+  --members_[r.member].counts.rows_held;
 }
 
 void SlotIndex::FreeOrQuarantine(uint32_t row) {
@@ -295,7 +317,9 @@ absl::Status SlotIndex::ResolvePresentKeys(absl::string_view operation,
 
 // ---- Scheduler operations --------------------------------------------------------------------
 
-std::vector<SlotIndex::KeyState> SlotIndex::Lookup(const std::vector<std::string>& keys) {
+std::vector<SlotIndex::KeyState> SlotIndex::Lookup(const std::vector<std::string>& keys,
+                                                   uint32_t member) {
+  KVO_CHECK(member < kMaxMembers, "member tag ", member, " out of range");
   std::vector<KeyState> states(keys.size(), KeyState::kMiss);
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -310,14 +334,20 @@ std::vector<SlotIndex::KeyState> SlotIndex::Lookup(const std::vector<std::string
     } else {
       states[i] = KeyState::kHit;
       ++hits_;
+      MemberCounts& m = members_[member].counts;
+      ++m.hits;
+      if (rows_[row].member != member) ++m.cross_member_hits;
     }
   }
   return states;
 }
 
 absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
-    const std::vector<std::string>& keys) {
+    const std::vector<std::string>& keys, uint32_t member) {
   constexpr absl::string_view kOp = "PrepareStore";
+  KVO_CHECK(member < kMaxMembers, "member tag ", member, " out of range");
+  const bool floor = FloorActive();
+  uint64_t held_back[kMaxMembers] = {};  // floor only: marked evictable rows per member
   absl::MutexLock lock(&mu_);
   // Pass 1 (no changes): validate, split present from new keys, mark the present rows (they
   // must not be evicted by this call, and the mark finds duplicates among them).
@@ -341,7 +371,10 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     }
     r.marked = true;
     scratch_rows_.push_back(row);
-    if (r.state == RowState::kReady && r.copies == 0) ++protected_evictable;
+    if (r.state == RowState::kReady && r.copies == 0) {
+      ++protected_evictable;
+      if (floor) ++held_back[r.member];
+    }
   }
   if (status.ok() && scratch_new_.size() > 1) {
     scratch_keys_.clear();
@@ -354,14 +387,17 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     scratch_keys_.clear();
   }
   const uint64_t needed = scratch_new_.size();
-  const uint64_t available = rows_free_ + rows_evictable_ - protected_evictable;
+  const uint64_t evictable =
+      floor ? EvictableFor(member, held_back) : rows_evictable_ - protected_evictable;
+  const uint64_t available = rows_free_ + evictable;
   if (status.ok() && needed > available) {
     status = absl::ResourceExhaustedError(absl::StrFormat(
         "%s: %d new keys need rows but only %d can be found (%d free, %d evictable); of %d rows "
-        "%d are writing, %d reading, %d ready but busy or part of this request, %d quarantined",
-        kOp, needed, available, rows_free_, rows_evictable_ - protected_evictable, num_rows_,
-        rows_writing_, rows_reading_, rows_ready_ - (rows_evictable_ - protected_evictable),
-        rows_quarantined_));
+        "%d are writing, %d reading, %d ready but busy or part of this request, %d quarantined, "
+        "%d offline, %d kept for other members' floors (%d rows each)",
+        kOp, needed, available, rows_free_, evictable, num_rows_, rows_writing_, rows_reading_,
+        rows_ready_ - (rows_evictable_ - protected_evictable), rows_quarantined_, rows_offline_,
+        rows_evictable_ - protected_evictable - evictable, member_floor_rows_));
   }
   if (!status.ok()) {
     for (uint32_t row : scratch_rows_) rows_[row].marked = false;
@@ -382,11 +418,14 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     if (free_head_ != kNil) {
       row = FreePop();
     } else {
-      while (rows_[cursor].marked) cursor = rows_[cursor].next;
-      KVO_CHECK(cursor != sentinel_, "ran out of evictable rows: ", rows_evictable_,
-                " were counted");
+      while (cursor != sentinel_ && (rows_[cursor].marked || !MayEvict(member, rows_[cursor]))) {
+        if (!rows_[cursor].marked) ++members_[member].counts.floor_skips;
+        cursor = rows_[cursor].next;
+      }
+      KVO_CHECK(cursor != sentinel_, "ran out of evictable rows: ", evictable, " were counted");
       row = cursor;
       cursor = rows_[row].next;
+      ++members_[rows_[row].member].counts.evicted;
       LruUnlink(row);
       result.evicted_keys.emplace_back(KeyOf(rows_[row]));
       DropReadyKey(row);
@@ -398,12 +437,14 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     r.store_failed = r.written = r.committed = false;
     r.prev = store_seq_++;  // WRITING rows are on no list: prev holds the store order
     r.ticket = result.ticket;
+    r.member = member;
     ++rows_writing_;
     key_to_row_.insert(row);
     result.keys.push_back(keys[i]);
     result.rows.push_back(row);
   }
   for (uint32_t row : scratch_rows_) rows_[row].marked = false;
+  members_[member].counts.stores += needed;
   return result;
 }
 
@@ -446,8 +487,10 @@ absl::Status SlotIndex::CompleteStore(const std::vector<std::string>& keys, bool
 }
 
 absl::StatusOr<std::vector<uint64_t>> SlotIndex::PrepareLoad(const std::vector<std::string>& keys,
-                                                             std::vector<uint32_t>* tickets) {
+                                                             std::vector<uint32_t>* tickets,
+                                                             uint32_t member) {
   constexpr absl::string_view kOp = "PrepareLoad";
+  KVO_CHECK(member < kMaxMembers, "member tag ", member, " out of range");
   absl::MutexLock lock(&mu_);
   absl::Status status =
       ResolvePresentKeys(kOp, keys, [&](size_t i, uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -478,7 +521,9 @@ absl::StatusOr<std::vector<uint64_t>> SlotIndex::PrepareLoad(const std::vector<s
       ++rows_reading_;
     }
     ++r.readers;
+    if (r.member != member) ++members_[member].counts.cross_member_loads;
   }
+  members_[member].counts.loads += scratch_rows_.size();
   return rows;
 }
 

@@ -86,12 +86,26 @@
 // list, when their rows become ready — unless their key was stored again meanwhile (then the
 // newer row wins and the parked one is freed).
 //
+// Pools (issue 18; daemon/pool/pool.h): one index may serve several engines that share their
+// rows. Its rows are `num_segments` segments of `segment_rows` rows each, row r in segment
+// r / segment_rows (each segment is one member's region). A segment is online (its rows are
+// handed out) or offline (its FREE rows are parked: on no list, never handed out). Taking a
+// segment offline drops its idle READY keys at once; its rows still in use (WRITING, READING, a
+// copy in flight) are parked as each becomes idle, and their keys are dropped then (a row of an
+// offline segment never becomes READY again). Every row carries the member tag of the engine
+// whose PrepareStore gave it its key (the member = the caller's segment number). Eviction is
+// LRU over the whole pool, with a floor: a member whose segment is online keeps at least
+// `member_floor_rows` of the READY/READING rows it stored against other members' stores (a
+// member may always evict its own). A private engine's index is a pool of one online segment
+// and no floor; it behaves exactly as before.
+//
 // Thread-safety: a SlotIndex is safe for concurrent use; every method takes one internal mutex
 // for its whole duration. Ownership: the index owns nothing but its own metadata; it knows rows
 // only by number and never touches region memory. It owns its journal. Returned vectors and strings are the caller's.
 #ifndef KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
 #define KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -152,7 +166,8 @@ class SlotIndex {
   static uint32_t TicketOfHandle(uint64_t handle) { return static_cast<uint32_t>(handle >> 32); }
   static constexpr uint32_t kMaxTicket = (uint32_t{1} << 31) - 1;
 
-  // A snapshot of the index. Rows: free + quarantined + writing + ready + reading + not_ready ==
+  // A snapshot of the index. Rows: free + quarantined + writing + ready + reading + not_ready +
+  // offline ==
   // num_rows.
   struct Counts {
     uint64_t num_rows = 0;
@@ -171,6 +186,27 @@ class SlotIndex {
     uint64_t misses = 0;        // Lookup: absent
     uint64_t evictions = 0;     // keys evicted by PrepareStore (Reset is not counted)
     uint64_t commits_dropped = 0;  // recorded commits whose store failed or never came
+    uint64_t rows_offline = 0;     // FREE rows of offline segments (pools); not in num_rows' sum
+  };
+
+  // ---- Pools (see the file comment). -----------------------------------------------------
+  static constexpr uint32_t kMaxMembers = 16;  // member tags take 4 bits of a row
+  struct PoolShape {
+    uint32_t segment_rows = 0;       // rows per segment, >= 1
+    uint32_t num_segments = 1;       // 1..kMaxMembers
+    uint64_t member_floor_rows = 0;  // 0: plain LRU over the pool
+  };
+  // Per member (cumulative except rows_held): what it stored, hit and loaded, and what of its
+  // rows other members' stores evicted. "cross": the row was stored by another member.
+  struct MemberCounts {
+    uint64_t rows_held = 0;  // READY or READING rows this member stored
+    uint64_t hits = 0;
+    uint64_t cross_member_hits = 0;
+    uint64_t loads = 0;  // keys pinned by PrepareLoad
+    uint64_t cross_member_loads = 0;
+    uint64_t stores = 0;         // keys given a row by PrepareStore
+    uint64_t evicted = 0;        // of this member's rows, by anyone's store
+    uint64_t floor_skips = 0;    // eviction candidates passed over to keep another's floor
   };
 
   // Creates an index of `num_rows` FREE rows. INVALID_ARGUMENT unless 1 <= num_rows <= kMaxRows.
@@ -215,6 +251,33 @@ class SlotIndex {
   // above kMaxRows the result is what such an index would need (saturating at UINT64_MAX).
   static uint64_t MetadataBytesFor(uint64_t num_rows);
 
+  // A pool index of shape.num_segments × shape.segment_rows rows, every segment offline
+  // (BringSegmentOnline adds a member's rows). INVALID_ARGUMENT for a shape out of range (the
+  // product must fit kMaxRows). No journal: a pool's rows do not outlive the daemon.
+  static absl::StatusOr<std::unique_ptr<SlotIndex>> CreatePool(const PoolShape& shape);
+
+  // Makes an offline, fully parked segment online, its first `ready_rows` rows FREE and
+  // allocatable (the rest wait for MarkSegmentRowsReady: the member's region is still being
+  // pinned, Readiness above); resets the member's cumulative counters (a new member takes the
+  // slot). OUT_OF_RANGE for a segment past the shape, FAILED_PRECONDITION when it is online or
+  // still has rows in use.
+  absl::Status BringSegmentOnline(uint32_t segment, uint64_t ready_rows = UINT64_MAX);
+  // An online segment's rows [0, ready_rows) are usable from now on (a lower value, or an
+  // offline segment, changes nothing).
+  void MarkSegmentRowsReady(uint32_t segment, uint64_t ready_rows);
+  struct SegmentDrain {
+    uint64_t keys_dropped = 0;  // idle READY keys dropped now
+    uint64_t rows_pending = 0;  // rows still in use, parked as each becomes idle
+  };
+  // Takes an online segment offline (see the file comment). OUT_OF_RANGE / FAILED_PRECONDITION
+  // (already offline). O(segment_rows + free rows).
+  absl::StatusOr<SegmentDrain> TakeSegmentOffline(uint32_t segment);
+  // True when every row of an offline segment is parked: no copy can touch its memory again.
+  bool SegmentDrained(uint32_t segment) const;
+  MemberCounts member_counts(uint32_t member) const;
+  uint32_t segment_rows() const { return segment_rows_; }
+  uint32_t num_segments() const { return num_segments_; }
+
   ~SlotIndex();
   SlotIndex(const SlotIndex&) = delete;
   SlotIndex& operator=(const SlotIndex&) = delete;
@@ -225,14 +288,18 @@ class SlotIndex {
 
   // One state per key, in request order. Never fails: a key of invalid length is a MISS.
   // Counts every key as a hit, a pending hit or a miss. Does not change recency.
-  std::vector<KeyState> Lookup(const std::vector<std::string>& keys);
+  // `member` (pools): the caller's member tag, for the per-member counters; 0 otherwise.
+  std::vector<KeyState> Lookup(const std::vector<std::string>& keys, uint32_t member = 0);
 
   // Gives every key that is not present a row in WRITING: a FREE row first, else the least
   // recently used evictable row (whose key is dropped and reported). Keys already present (any
   // state) are skipped and are never evicted by this call.
   //   INVALID_ARGUMENT    a key is empty or longer than kMaxKeyBytes, or appears twice
   //   RESOURCE_EXHAUSTED  fewer free + evictable rows than new keys (nothing is evicted)
-  absl::StatusOr<PrepareStoreResult> PrepareStore(const std::vector<std::string>& keys);
+  // `member` (pools): the new rows are tagged with it, and eviction keeps the other members'
+  // floors (RESOURCE_EXHAUSTED counts only rows this member may evict).
+  absl::StatusOr<PrepareStoreResult> PrepareStore(const std::vector<std::string>& keys,
+                                                  uint32_t member = 0);
 
   // Ends the stores of `keys`. success: the commit; a written row becomes READY now, any other
   // is READY once its store job finishes OK (see the life cycle above). `now` stamps recorded
@@ -254,7 +321,8 @@ class SlotIndex {
   //   RESOURCE_EXHAUSTED   a row has 2^32 − 1 readers already
   // `tickets`, when given, gets each row's ticket (for the wire's row handles).
   absl::StatusOr<std::vector<uint64_t>> PrepareLoad(const std::vector<std::string>& keys,
-                                                    std::vector<uint32_t>* tickets = nullptr);
+                                                    std::vector<uint32_t>* tickets = nullptr,
+                                                    uint32_t member = 0);
 
   // Drops one reader from each key; a key whose last reader leaves is READY again.
   //   INVALID_ARGUMENT     a key of invalid length or a duplicate
@@ -363,6 +431,7 @@ class SlotIndex {
     bool store_failed : 1;  // WRITING only: a store job on this row failed
     bool written : 1;       // WRITING only: a store job on this row finished OK
     bool committed : 1;     // WRITING only: CompleteStore(true) came before `written`
+    uint8_t member : 4;     // the member whose PrepareStore gave the row its key (pools)
     // The ticket of the PrepareStore that gave the row its key (kept while it holds the key;
     // 0 when FREE): the wire names the row as StoreHandle(ticket, row).
     uint32_t ticket = 0;
@@ -388,7 +457,33 @@ class SlotIndex {
   // Tickets reserved from the journal at a time (OnTicketsReserved).
   static constexpr uint32_t kTicketChunk = 1u << 16;
 
+  // Private: one segment.
   SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal, uint64_t ready_rows);
+  SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal, uint64_t ready_rows,
+            const PoolShape& shape);
+  struct MemberState {
+    MemberCounts counts;     // rows_held kept live
+    uint64_t evictable = 0;  // READY rows with no copy this member stored (on the LRU list)
+  };
+  // A row of an offline segment (cheap when none is offline).
+  bool OfflineRow(uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return segments_offline_ != 0 && segment_offline_[row / segment_rows_];
+  }
+  // A FREE, idle row of an offline segment goes to no list.
+  void Park(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parked: of an offline segment, or above its online segment's readiness.
+  bool ParkedRow(uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return OfflineRow(row) || row % segment_rows_ >= segment_ready_[row / segment_rows_];
+  }
+  void MarkSegmentReadyLocked(uint32_t segment, uint64_t ready_rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The floor is in force (a pool with a floor).
+  bool FloorActive() const { return member_floor_rows_ != 0 && num_segments_ > 1; }
+  // Whether `member`'s store may evict READY idle `r` (its owner's floor).
+  bool MayEvict(uint32_t member, const Row& r) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Rows `member` may evict now, `held_back[m]` of member m's evictable rows excluded.
+  uint64_t EvictableFor(uint32_t member, const uint64_t* held_back) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static absl::Status CheckNumRows(uint64_t num_rows);
   // Before a ticket is issued: when it is the first one not yet reserved, reserves the next
   // kTicketChunk from the journal.
@@ -444,6 +539,9 @@ class SlotIndex {
 
   const uint32_t num_rows_;
   const uint32_t sentinel_;  // == num_rows_: head/tail of the LRU list
+  const uint32_t segment_rows_;       // == num_rows_ for a private index
+  const uint32_t num_segments_;       // 1 for a private index
+  const uint64_t member_floor_rows_;  // 0: no floor
   // May be null. Declared before the rows so that it is destroyed after them.
   const std::unique_ptr<RowJournal> owned_journal_;
   RowJournal* const journal_;  // owned_journal_.get()
@@ -473,6 +571,13 @@ class SlotIndex {
   uint64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t commits_dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::array<MemberState, kMaxMembers> members_ ABSL_GUARDED_BY(mu_);
+  std::array<bool, kMaxMembers> segment_offline_ ABSL_GUARDED_BY(mu_){};
+  std::array<uint32_t, kMaxMembers> segment_parked_ ABSL_GUARDED_BY(mu_){};  // parked rows
+  // Rows [0, segment_ready_[s]) of an online segment have been handed to the free list.
+  std::array<uint32_t, kMaxMembers> segment_ready_ ABSL_GUARDED_BY(mu_){};
+  uint32_t segments_offline_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rows_offline_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t store_seq_ ABSL_GUARDED_BY(mu_) = 0;  // next PrepareStore sequence number (wraps)
   uint32_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;  // 1..kMaxTicket, then 1 again
   // With a journal: the first ticket not reserved yet (next_ticket_ at start: reserve at once).

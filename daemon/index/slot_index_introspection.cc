@@ -1,5 +1,6 @@
 #include "daemon/index/slot_index.h"
 
+#include <array>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,7 @@ SlotIndex::Counts SlotIndex::counts() const {
   c.evictions = evictions_;
   c.commits_pending = committed_since_.size();
   c.commits_dropped = commits_dropped_;
+  c.rows_offline = rows_offline_;
   return c;
 }
 
@@ -77,7 +79,8 @@ absl::Status SlotIndex::TEST_CheckInvariants() const {
     return fail("free list has ", free_length, " rows, counter says ", rows_free_);
   }
   uint64_t quarantined = 0, writing = 0, ready = 0, reading = 0, copies = 0, heap_bytes = 0;
-  uint64_t committed = 0;
+  uint64_t committed = 0, offline = 0;
+  std::array<uint64_t, kMaxMembers> held{}, evictable{}, parked{};
   for (uint32_t row = 0; row < num_rows_; ++row) {
     const Row& r = rows_[row];
     copies += r.copies;
@@ -103,6 +106,10 @@ absl::Status SlotIndex::TEST_CheckInvariants() const {
       } else if (r.copies > 0) {
         ++quarantined;
         if (on_list[row]) return fail("quarantined row ", row, " is on a list");
+      } else if (ParkedRow(row)) {
+        if (on_list[row]) return fail("parked row ", row, " is on a list");
+        ++offline;
+        ++parked[row / segment_rows_];
       } else if (on_list[row] != 2) {
         return fail("idle FREE row ", row, " is not on the free list");
       }
@@ -112,6 +119,9 @@ absl::Status SlotIndex::TEST_CheckInvariants() const {
     if (row >= ready_end_) return fail("row ", row, " in use above the readiness watermark");
     if (r.ticket == 0 || r.ticket > kMaxTicket) return fail("row ", row, " has ticket ", r.ticket);
     if (FindRow(KeyOf(r)) != row) return fail("row ", row, "'s key does not map back to it");
+    if (r.member >= num_segments_) return fail("row ", row, " has member tag ", r.member);
+    if (r.state == RowState::kReady || r.state == RowState::kReading) ++held[r.member];
+    if (on_list[row] == 1) ++evictable[r.member];
     switch (r.state) {
       case RowState::kWriting:
         ++writing;
@@ -140,7 +150,20 @@ absl::Status SlotIndex::TEST_CheckInvariants() const {
                 " writing ", writing, "/", rows_writing_, " ready ", ready, "/", rows_ready_,
                 " reading ", reading, "/", rows_reading_);
   }
-  if (free_length + quarantined + writing + ready + reading + (num_rows_ - ready_end_) !=
+  if (offline != rows_offline_) return fail(offline, " parked rows, counter says ", rows_offline_);
+  for (uint32_t m = 0; m < kMaxMembers; ++m) {
+    if (held[m] != members_[m].counts.rows_held || evictable[m] != members_[m].evictable) {
+      return fail("member ", m, ": ", held[m], " rows held / ", evictable[m],
+                  " evictable, counters say ", members_[m].counts.rows_held, " / ",
+                  members_[m].evictable);
+    }
+    if (m < num_segments_ && parked[m] != segment_parked_[m]) {
+      return fail("segment ", m, ": ", parked[m], " parked rows, counter says ",
+                  segment_parked_[m]);
+    }
+  }
+  if (free_length + quarantined + writing + ready + reading + offline +
+          (num_rows_ - ready_end_) !=
       num_rows_) {
     return fail("rows do not add up to num_rows");
   }

@@ -28,6 +28,7 @@ uint64_t SlotIndex::MarkRowsReady(uint64_t end) {
     key_to_row_.insert(p.row);
     LruLinkLeastRecent(p.row);
     ++rows_ready_;
+    ++members_[r.member].counts.rows_held;  // pools' per-member count (a private index: member 0)
     ++back;
     std::string().swap(p.key);
   }
@@ -55,6 +56,7 @@ void SlotIndex::LruLinkLeastRecent(uint32_t row) {
   rows_[sentinel.next].prev = row;
   sentinel.next = row;
   ++rows_evictable_;
+  ++members_[r.member].evictable;
 }
 
 }  // namespace kvoffload::daemon

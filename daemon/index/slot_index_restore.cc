@@ -76,6 +76,7 @@ absl::StatusOr<SlotIndex::RestoreResult> SlotIndex::Restore(uint64_t num_rows,
   // not told again (LruPushMostRecent would renumber them all).
   for (auto it = accepted.rbegin(); it != accepted.rend(); ++it) index.LruLink(*it);
   index.rows_ready_ = accepted.size();
+  index.members_[0].counts.rows_held = accepted.size();  // a restored index is private
   result.rows_restored = accepted.size();
   if (journal != nullptr) {
     for (uint32_t row : refused_rows) {

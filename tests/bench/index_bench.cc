@@ -4,6 +4,11 @@
 //   bazel run //tests/bench:index_bench                 # markdown table
 //   bazel run //tests/bench:index_bench -- --json       # one JSON object on stdout
 //   bazel run //tests/bench:index_bench -- --rows=100000
+//   bazel run //tests/bench:index_bench -- --pool_members=8 --floor=1000   # a pool's index
+//
+// With --pool_members=N the index is a pool (issue 18) of N online segments of rows/N rows, and
+// request i is made by member i % N (so most hits are cross-member), with a per-member floor of
+// --floor rows: the same work as a private index of as many rows, plus the pool's bookkeeping.
 //
 // Phases, each over every key once, for batch 1 then 64: stores into free rows, random-order
 // Lookup hits, Touch, PrepareLoad+CompleteLoad, Lookup misses, then stores of a disjoint key set
@@ -158,20 +163,44 @@ class Bench {
 int Main(int argc, char** argv) {
   bool json = false;
   uint64_t rows = 1000000;
+  uint32_t pool_members = 0;
+  uint64_t floor = 0;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (arg == "--json") {
       json = true;
     } else if (absl::ConsumePrefix(&arg, "--rows=") && absl::SimpleAtoi(arg, &rows) && rows > 0) {
+    } else if (absl::ConsumePrefix(&arg, "--pool_members=") &&
+               absl::SimpleAtoi(arg, &pool_members) && pool_members > 0 &&
+               pool_members <= SlotIndex::kMaxMembers) {
+    } else if (absl::ConsumePrefix(&arg, "--floor=") && absl::SimpleAtoi(arg, &floor)) {
     } else {
-      absl::FPrintF(stderr, "usage: index_bench [--json] [--rows=N]\n");
+      absl::FPrintF(stderr,
+                    "usage: index_bench [--json] [--rows=N] [--pool_members=1..16] [--floor=R]\n");
       return 2;
     }
   }
 
-  absl::StatusOr<std::unique_ptr<SlotIndex>> created = SlotIndex::Create(rows);
+  absl::StatusOr<std::unique_ptr<SlotIndex>> created;
+  if (pool_members == 0) {
+    created = SlotIndex::Create(rows);
+  } else {
+    rows -= rows % pool_members;
+    created = SlotIndex::CreatePool(
+        {static_cast<uint32_t>(rows / pool_members), pool_members, floor});
+    for (uint32_t s = 0; created.ok() && s < pool_members; ++s) {
+      Check((*created)->BringSegmentOnline(s), "BringSegmentOnline");
+    }
+  }
   Check(created.status(), "Create");
   SlotIndex& index = **created;
+  // The member making the next request (pools): round robin.
+  uint32_t turn = 0;
+  auto member = [&]() -> uint32_t {
+    if (pool_members == 0) return 0;
+    turn = turn + 1 == pool_members ? 0 : turn + 1;
+    return turn;
+  };
   // Two disjoint key sets as large as the index: storing one into an index full of the other
   // evicts on every key.
   const Keys keys_a = MakeKeys(rows, 1);
@@ -180,9 +209,13 @@ int Main(int argc, char** argv) {
   uint64_t sink = 0;
 
   auto store = [&](const Keys& request) {
-    absl::StatusOr<SlotIndex::PrepareStoreResult> r = index.PrepareStore(request);
+    absl::StatusOr<SlotIndex::PrepareStoreResult> r = index.PrepareStore(request, member());
     Check(r.status(), "PrepareStore");
     sink += r->evicted_keys.size();
+    // A row is READY once its store job is written and committed (SlotIndex life cycle): the
+    // job engine's guards run here as they do for every store.
+    Check(index.BeginCopy(CopyDirection::kStore, r->rows), "BeginCopy");
+    Check(index.EndStoreCopy(r->rows, true), "EndStoreCopy");
     Check(index.CompleteStore(r->keys, true), "CompleteStore");
   };
 
@@ -201,12 +234,12 @@ int Main(int argc, char** argv) {
     {
       std::vector<Keys> requests = MakeRequests(keys_a, Shuffled(rows, 7), batch);
       bench.Time("Lookup (hits)", batch, requests, [&](const Keys& request) {
-        for (SlotIndex::KeyState s : index.Lookup(request)) sink += static_cast<int>(s);
+        for (SlotIndex::KeyState s : index.Lookup(request, member())) sink += static_cast<int>(s);
       });
       bench.Time("Touch", batch, requests,
                  [&](const Keys& request) { Check(index.Touch(request), "Touch"); });
       bench.Time("PrepareLoad+CompleteLoad", batch, requests, [&](const Keys& request) {
-        absl::StatusOr<std::vector<uint64_t>> r = index.PrepareLoad(request);
+        absl::StatusOr<std::vector<uint64_t>> r = index.PrepareLoad(request, nullptr, member());
         Check(r.status(), "PrepareLoad");
         sink += r->size();
         Check(index.CompleteLoad(request), "CompleteLoad");
@@ -215,7 +248,7 @@ int Main(int argc, char** argv) {
     {
       std::vector<Keys> requests = MakeRequests(keys_b, Shuffled(rows, 8), batch);
       bench.Time("Lookup (misses)", batch, requests, [&](const Keys& request) {
-        for (SlotIndex::KeyState s : index.Lookup(request)) sink += static_cast<int>(s);
+        for (SlotIndex::KeyState s : index.Lookup(request, member())) sink += static_cast<int>(s);
       });
       // Every key of keys_b evicts one of keys_a.
       bench.Time("PrepareStore+CompleteStore (evicting)", batch, requests, store);
