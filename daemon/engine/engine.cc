@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "daemon/pool/segment_runs.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -62,6 +63,8 @@ Engine::Engine(const common::EngineSpec& spec, const common::Geometry& geometry,
       reservation_(std::move(resources.reservation)),
       region_(std::move(resources.region)),
       index_(std::move(resources.index)),
+      active_index_(index_.get()),
+      part_geometry_(geometry),
       record_layout_(std::move(resources.record_layout)),
       preparer_(std::move(resources.preparer)),
       sessions_(geometry, spec.Key(), std::move(resources.layout)),
@@ -73,6 +76,18 @@ Engine::~Engine() {
   preparer_.reset();
   deps_.backend->UnregisterRegion(region_->data());
   Log()->info("engine {} released its region of {} bytes", spec_.Key(), region_->size());
+}
+
+void Engine::set_pool(std::shared_ptr<Pool> pool, uint32_t member) {
+  KVO_CHECK(pool_ == nullptr && pool != nullptr, "engine ", key(), " joins a second pool");
+  pool_ = std::move(pool);
+  member_ = member;
+  active_index_ = &pool_->index();
+  part_geometry_.num_rows = active_index_->num_rows();
+}
+
+void Engine::LeavePool() {
+  if (pool_ != nullptr) pool_->Leave(member_);
 }
 
 absl::Status Engine::CheckSameSpec(const common::EngineSpec& spec) const {
@@ -110,6 +125,11 @@ absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank, const WorkerRegistra
   if (closed_) return refuse(closed_why_);
   absl::Status free = sessions_.CheckAttach(mp_rank, *slot, pages);
   if (!free.ok()) return refuse(free);
+  if (pool_ != nullptr) {
+    // Every member's workers split a row's bytes the same way, or a shared row reads wrong.
+    absl::Status same = pool_->CheckLayout(pages);
+    if (!same.ok()) return refuse(same);
+  }
   const bool writer = common::IsStoreWriter(geometry_, mp_rank);
   bool fixed_layout = false;
   WorkerSession& session =
@@ -150,7 +170,7 @@ absl::StatusOr<Job*> Engine::OpenOrJoin(const WorkerSession& session, const Vali
     // the job retires (no eviction or reuse while a copy may still touch them). Engines that
     // assign rows themselves own that bookkeeping.
     if (!spec_.rows_assigned_by_engine) {
-      RETURN_IF_ERROR(index_->BeginCopyRuns(part.direction, part.rows));
+      RETURN_IF_ERROR(active_index_->BeginCopyRuns(part.direction, part.rows));
     }
     job = &jobs_.Open(part, absl::Now());
   } else {
@@ -183,7 +203,7 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
       // key is refused by BeginCopy rather than copied into or out of that key's row.
       ASSIGN_OR_RETURN(
           ValidPart valid,
-          ValidatePart(part, geometry_,
+          ValidatePart(part, part_geometry_,
                        PartBounds{region_epoch_, session->memory->num_blocks(),
                                   session->memory->num_events(), deps_.max_blocks_per_job,
                                   /*row_handles=*/!spec_.rows_assigned_by_engine},
@@ -223,12 +243,17 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
     }
     Deliver(verdicts);
   }
-  if (memory != nullptr) {
+  if (memory != nullptr) StartCopy(std::move(copy), std::move(memory), part.job_id, mp_rank);
+  return absl::OkStatus();
+}
+
+void Engine::StartCopy(CopyJob copy, std::shared_ptr<WorkerMemory> memory, uint64_t job_id,
+                       uint32_t mp_rank) {
+  std::shared_ptr<Engine> self = shared_from_this();
+  const uint32_t slot = copy.slot;
+  std::atomic<int64_t>* running = deps_.callbacks_running;
+  if (pool_ == nullptr) {
     // The closure keeps the engine (region) and the worker's mapping alive until the copy ends.
-    std::shared_ptr<Engine> self = shared_from_this();
-    const uint64_t job_id = part.job_id;
-    const uint32_t slot = copy.slot;
-    std::atomic<int64_t>* running = deps_.callbacks_running;
     if (running != nullptr) running->fetch_add(1);
     deps_.backend->Submit(std::move(copy), [self, memory, job_id, mp_rank, slot, running](
                                                absl::Status status, uint64_t bytes) mutable {
@@ -238,8 +263,55 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
       release->Defer(std::move(self));
       if (running != nullptr) running->fetch_sub(1);  // the callback's last act
     });
+    return;
   }
-  return absl::OkStatus();
+  // A pool: one copy per segment, each keeping its segment's region mapped (the rows passed
+  // BeginCopy, so their segments are online or still draining: SegmentBase has them).
+  std::vector<SegmentRuns> split = SplitBySegment(
+      copy.runs, uint64_t{active_index_->segment_rows()} * geometry_.blocks_per_row);
+  copy.runs.clear();
+  KVO_CHECK(!split.empty(), "engine ", key(), ": job ", job_id, " has no runs to copy");
+  struct FanIn {
+    absl::Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu) = 0;
+    absl::Status first ABSL_GUARDED_BY(mu);
+    uint64_t bytes ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto fan_in = std::make_shared<FanIn>();
+  {
+    absl::MutexLock lock(&fan_in->mu);
+    fan_in->left = split.size();
+  }
+  if (running != nullptr) running->fetch_add(static_cast<int64_t>(split.size()));
+  for (SegmentRuns& part : split) {
+    std::shared_ptr<void> segment;
+    CopyJob job = copy;
+    job.runs = std::move(part.runs);
+    job.region_base = pool_->SegmentBase(part.segment, &segment);
+    deps_.backend->Submit(std::move(job), [self, memory, segment, fan_in, job_id, mp_rank, slot,
+                                           running](absl::Status status, uint64_t bytes) mutable {
+      bool last = false;
+      absl::Status outcome;
+      uint64_t total = 0;
+      {
+        absl::MutexLock lock(&fan_in->mu);
+        if (status.ok()) {
+          fan_in->bytes += bytes;
+        } else if (fan_in->first.ok()) {
+          fan_in->first = std::move(status);
+        }
+        last = --fan_in->left == 0;
+        outcome = fan_in->first;
+        total = fan_in->bytes;
+      }
+      if (last) self->OnCopyDone(job_id, mp_rank, slot, std::move(outcome), total);
+      DeferredRelease* release = self->deps_.release;
+      release->Defer(std::move(memory));
+      release->Defer(std::move(segment));
+      release->Defer(std::move(self));
+      if (running != nullptr) running->fetch_sub(1);  // the callback's last act
+    });
+  }
 }
 
 void Engine::OnCopyDone(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::Status status,
@@ -274,8 +346,8 @@ bool Engine::SettleIfDue(Job& job, Verdicts* verdicts) {
     // a written row that was committed becomes READY; a failed one is refused CompleteStore(true)
     // (or dropped, when its commit came first), so it never reads as HIT.
     absl::Status ended = job.direction == CopyDirection::kStore
-                             ? index_->EndStoreCopyRuns(job.rows, job.status.ok())
-                             : index_->EndCopyRuns(job.rows);
+                             ? active_index_->EndStoreCopyRuns(job.rows, job.status.ok())
+                             : active_index_->EndCopyRuns(job.rows);
     // Rows that could be served although no copy wrote them: the state cannot be trusted.
     KVO_CHECK(ended.ok(), "engine ", key(), ": retiring ", CopyDirectionName(job.direction),
               " job ", job.id, " of ", CountRows(job.rows), " rows: ", ended.ToString());
@@ -312,7 +384,7 @@ void Engine::ExpireJobs(absl::Time now) {
   if (!spec_.rows_assigned_by_engine) {
     // Commits recorded for stores that never came (DESIGN.md §7): after a job timeout no part of
     // theirs can still be accepted as new work worth waiting for.
-    const uint64_t dropped = index_->DropStaleCommits(now - deps_.job_timeout);
+    const uint64_t dropped = active_index_->DropStaleCommits(now - deps_.job_timeout);
     if (dropped > 0) {
       Log()->warn("engine {}: dropped {} committed keys whose store job never arrived within {}",
                   key(), dropped, absl::FormatDuration(deps_.job_timeout));
@@ -372,7 +444,7 @@ EngineSnapshot Engine::Snapshot() const {
   EngineSnapshot s;
   s.spec = spec_;
   s.geometry = geometry_;
-  s.index = index_->counts();
+  s.index = active_index_->counts();
   s.region_epoch = region_epoch_;
   s.owner_uid = owner_uid_;
   s.region_bytes = region_->size();
@@ -383,6 +455,10 @@ EngineSnapshot Engine::Snapshot() const {
   s.region_first_ready_seconds = readiness.first_ready_seconds;
   s.region_fully_ready_seconds = readiness.fully_ready_seconds;
   s.latency = latency_.Get();
+  if (pool_ != nullptr) {
+    s.pool = pool_->name();
+    s.pool_member = member_;
+  }
   absl::MutexLock lock(&mu_);
   const JobCounters& c = jobs_.counters();
   s.store_bytes = c.store_bytes;

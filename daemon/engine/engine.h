@@ -51,6 +51,7 @@
 #include "daemon/engine/verdicts.h"
 #include "daemon/engine/worker_sessions.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/pool/pool.h"
 #include "daemon/region/memory_budget.h"
 #include "daemon/region/region.h"
 
@@ -109,6 +110,8 @@ struct EngineSnapshot {
   double region_first_ready_seconds = 0;
   double region_fully_ready_seconds = 0;
   LatencyHistogram::Snapshot latency;
+  std::string pool;  // issue 18: empty for a private engine
+  uint32_t pool_member = 0;
 };
 
 // Thread-safe. Shared-owned: sessions, in-flight copies and the registry hold references; the
@@ -137,7 +140,17 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const common::Geometry& geometry() const { return geometry_; }
   uint64_t max_blocks_per_job() const { return deps_.max_blocks_per_job; }
   std::string key() const { return spec_.Key(); }
-  SlotIndex& index() { return *index_; }
+  // The engine's row index: its own, or its pool's (issue 18) once it joined one.
+  SlotIndex& index() { return *active_index_; }
+  // The member tag its index calls pass (0 for a private engine).
+  uint32_t index_member() const { return member_; }
+  const std::shared_ptr<Pool>& pool() const { return pool_; }
+  // Issue 18: the engine serves `pool`'s index as member `member` (its region is that member's
+  // segment). Set once by the registry before the engine is published, like set_owner_uid.
+  void set_pool(std::shared_ptr<Pool> pool, uint32_t member);
+  // Leaves the pool (its segment drains); no-op for a private engine. Idempotent.
+  void LeavePool();
+  uint8_t* region_base() const { return region_->data(); }
   uint64_t region_epoch() const { return region_epoch_; }
   // The uid whose call created the engine (daemon/engine/access.h). Set once by the registry
   // before the engine is published to other threads; read-only afterwards.
@@ -205,6 +218,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void FailAndSettle(uint64_t job_id, const absl::Status& why, Verdicts* verdicts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Deliver(const Verdicts& verdicts) ABSL_LOCKS_EXCLUDED(mu_);  // delivery_mu_ held
+  // Hands one worker's copy to the backend: as it is, or, in a pool, one CopyJob per segment
+  // its rows lie in (the vote comes once all of them ended, with the first error).
+  void StartCopy(CopyJob copy, std::shared_ptr<WorkerMemory> memory, uint64_t job_id,
+                 uint32_t mp_rank) ABSL_LOCKS_EXCLUDED(mu_);
 
   const common::EngineSpec spec_;
   const common::Geometry geometry_;
@@ -214,6 +231,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   MemoryReservation reservation_;
   std::unique_ptr<Region> region_;
   const std::unique_ptr<SlotIndex> index_;
+  // See set_pool: written before the engine is shared, read-only afterwards.
+  std::shared_ptr<Pool> pool_;
+  uint32_t member_ = 0;
+  SlotIndex* active_index_;               // index_ or the pool's
+  common::Geometry part_geometry_;        // geometry_, num_rows = the index's rows
   // EngineResources::record_layout: the first worker's layout goes to the durable state.
   const std::function<void(const std::vector<uint64_t>&)> record_layout_;
   // Prepares the region in the background (null once it was ready at creation); stopped first

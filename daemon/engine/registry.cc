@@ -53,6 +53,7 @@ std::string EpochMismatch(const std::string& key, uint64_t expected, uint64_t ac
 EngineRegistry::EngineRegistry(const EngineDeps& deps, const RegistryOptions& options)
     : deps_(deps),
       options_(options),
+      pools_(options.pools, deps.budget, deps.release),
       next_epoch_(options.first_region_epoch != 0 ? options.first_region_epoch : RandomEpoch()) {}
 
 EngineRegistry::~EngineRegistry() {
@@ -100,11 +101,14 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
     // The caller's region is gone; a fresh one would serve zeroed rows as stored.
     return absl::FailedPreconditionError(EpochMismatch(spec.Key(), expected_epoch, 0));
   }
+  const bool pooled = !spec.pool.empty();
+  // A pool's rules come before anything is allocated: who may join, what members agree on.
+  if (pooled) RETURN_IF_ERROR(pools_.Check(caller, spec, geometry));
   RETURN_IF_ERROR(AdmitNewEngine(spec.Key()));
   const uint64_t epoch = TakeEpoch();
   const uint32_t owner = caller != nullptr ? caller->uid : static_cast<uint32_t>(geteuid());
   std::shared_ptr<Engine> engine;
-  if (Durable()) {
+  if (Durable() && !pooled) {
     // The owner is known here, before the engine exists: it goes into the durable state.
     StateIdentity identity{spec, owner, epoch};
     ASSIGN_OR_RETURN(EngineResources resources,
@@ -120,8 +124,20 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
     ASSIGN_OR_RETURN(engine, Engine::Create(spec, deps_, epoch));
   }
   engine->set_owner_uid(owner);
+  if (pooled) {
+    // The pool keeps the engine (its region) alive while rows of its segment are in use, even
+    // after the engine left; the engine keeps the pool.
+    absl::StatusOr<PoolTable::Joined> joined =
+        pools_.Join(caller, spec, geometry, owner, engine, engine->region_base());
+    if (!joined.ok()) {
+      deps_.release->Defer(std::move(engine));
+      return joined.status();
+    }
+    engine->set_pool(std::move(joined->pool), joined->member);
+  }
   absl::MutexLock lock(&mu_);
   if (shutting_down_) {
+    engine->LeavePool();
     // Shutdown began while the region was populated: it will not drain this engine, and the
     // next daemon must not find it in the fd store either.
     if (Durable()) options_.durability->Forget(engine->region_epoch(), engine->key());
@@ -234,6 +250,10 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(const common::Engine
   }
   // A differing spec is named first (it explains any rank or size error that follows).
   if (existing != nullptr) RETURN_IF_ERROR(existing->CheckSameSpec(spec));
+  // A new engine's pool refuses it before the worker's memory is opened.
+  if (existing == nullptr && !spec.pool.empty()) {
+    RETURN_IF_ERROR(pools_.Check(caller, spec, geometry));
+  }
   RETURN_IF_ERROR(CheckWorkerRegistration(spec, geometry, mp_rank, registration));
   // Refuse a taken rank or slot before opening the worker's memory (CUDA IPC handles are opened
   // once per process).
@@ -340,6 +360,8 @@ void EngineRegistry::CloseAndForget(std::shared_ptr<Engine> engine, const absl::
   // Its memory must really go: the fd store lets go of its copies now, ours go with the engine.
   if (Durable()) options_.durability->Forget(engine->region_epoch(), engine->key());
   engine->Close(why);
+  // Its segment drains: rows other members use stay until they are released.
+  engine->LeavePool();
   deps_.release->Defer(std::move(engine));
 }
 
@@ -367,6 +389,7 @@ void EngineRegistry::Maintain(absl::Time now) {
                                           "engine idle for longer than ",
                                           absl::FormatDuration(options_.idle_engine_ttl))));
   }
+  pools_.Maintain();
 }
 
 void EngineRegistry::RunMaintenance() {
@@ -395,6 +418,7 @@ bool EngineRegistry::Shutdown(const absl::Status& why, absl::Duration grace) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   for (auto& engine : engines) engine->Close(why);
+  pools_.Clear();  // the pools' references to closed engines
   if (!drained) {
     Log()->warn("shutdown: copies still in flight after {}", absl::FormatDuration(grace));
   }

@@ -7,6 +7,11 @@
 //   ASSIGN_OR_RETURN(auto attached,                        // worker: validates, opens its
 //                    registry.AttachWorker(spec, 0, mp_rank, registration, &listener));  // memory
 //
+// Pools (issue 18): a spec naming a pool is checked against it (PoolTable::Check: access, model
+// identity, layout fingerprint) before its engine is created, and the created engine joins it
+// (its region becomes a segment). An engine that goes — dropped, idle past TTL, undone — leaves
+// its pool; maintenance releases drained segments and forgets empty pools.
+//
 // Admission: an engine is created only when it fits the node cap (Engine::Create), the engine
 // cap (max_engines) and the descriptor headroom (min_free_fds below RLIMIT_NOFILE), so that a
 // client creating engines can never starve accept() of descriptors.
@@ -29,6 +34,7 @@
 #include "common/engine_spec.h"
 #include "daemon/engine/caller.h"
 #include "daemon/engine/engine.h"
+#include "daemon/pool/pool_table.h"
 #include "daemon/restart/durability.h"
 
 namespace kvoffload::daemon {
@@ -48,6 +54,8 @@ struct RegistryOptions {
   // Issue 19: engines' regions and states go to the fd store and come back after a restart.
   // Not owned; must outlive the registry. Null or disabled: nothing outlives the daemon.
   Durability* durability = nullptr;
+  // Issue 18: pools (their members are never durable: a pool does not outlive the daemon).
+  PoolOptions pools;
 };
 
 struct OpenedEngine {
@@ -122,7 +130,11 @@ class EngineRegistry {
   };
   absl::StatusOr<RestoredEngine> Restore(Durability::Restorable restorable);
 
-  // One maintenance pass (tests call it directly): expires jobs, drops engines idle past TTL.
+  // The node's pools (stats).
+  std::vector<std::shared_ptr<Pool>> ListPools() const { return pools_.List(); }
+
+  // One maintenance pass (tests call it directly): expires jobs, drops engines idle past TTL,
+  // releases pools' drained segments and forgets empty pools.
   void Maintain(absl::Time now);
 
   // Stops new engines and new jobs, lets running copies finish for up to `grace` (their jobs are
@@ -147,6 +159,8 @@ class EngineRegistry {
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Engine>> engines_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+
+  PoolTable pools_;
 
   absl::Notification stop_;
   std::thread maintenance_;

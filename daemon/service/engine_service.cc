@@ -66,7 +66,7 @@ grpc::Status EngineService::Lookup(grpc::ServerContext* context, const v1::KeysR
                                  request->dp_rank(), request->region_epoch(),
                                  request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
-  for (SlotIndex::KeyState s : req->engine->index().Lookup(req->keys)) {
+  for (SlotIndex::KeyState s : req->engine->index().Lookup(req->keys, req->engine->index_member())) {
     switch (s) {
       case SlotIndex::KeyState::kMiss:
         response->add_states(v1::KEY_STATE_MISS);
@@ -89,7 +89,7 @@ grpc::Status EngineService::PrepareStore(grpc::ServerContext* context,
                                  request->dp_rank(), request->region_epoch(),
                                  request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
-  auto result = req->engine->index().PrepareStore(req->keys);
+  auto result = req->engine->index().PrepareStore(req->keys, req->engine->index_member());
   if (!result.ok()) return ToGrpcStatus(result.status());
   for (const std::string& k : result->keys) response->add_keys(k);
   // Rows go out as handles with the call's ticket: a part naming them is refused once a row has
@@ -116,7 +116,8 @@ grpc::Status EngineService::PrepareLoad(grpc::ServerContext* context,
                                  request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
   std::vector<uint32_t> tickets;
-  auto rows = req->engine->index().PrepareLoad(req->keys, &tickets);
+  auto rows = req->engine->index().PrepareLoad(req->keys, &tickets,
+                                                   req->engine->index_member());
   if (!rows.ok()) return ToGrpcStatus(rows.status());
   // The same handles PrepareStore gave out for these rows (SlotIndex, "Row handles").
   for (size_t i = 0; i < rows->size(); ++i) {
