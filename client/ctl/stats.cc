@@ -45,6 +45,68 @@ std::string EngineJson(const v1::EngineStats& e) {
   return std::move(json).Close();
 }
 
+std::string PoolJson(const v1::PoolStats& p) {
+  std::vector<std::string> members;
+  for (const v1::PoolMemberStats& m : p.members()) {
+    JsonObjectWriter json;
+    json.Uint("member", m.member());
+    json.String("engine", m.engine());
+    json.Bool("draining", m.draining());
+    json.Uint("rows_held", m.rows_held());
+    json.Uint("hits", m.hits());
+    json.Uint("cross_member_hits", m.cross_member_hits());
+    json.Uint("loads", m.loads());
+    json.Uint("cross_member_loads", m.cross_member_loads());
+    json.Uint("stores", m.stores());
+    json.Uint("evicted", m.evicted());
+    json.Uint("floor_skips", m.floor_skips());
+    members.push_back(std::move(json).Close());
+  }
+  JsonObjectWriter json;
+  json.String("name", p.name());
+  json.Uint("owner_uid", p.owner_uid());
+  json.String("model_identity", p.model_identity());
+  json.Uint("rows_per_member", p.rows_per_member());
+  json.Uint("row_bytes", p.row_bytes());
+  json.Uint("rows_online", p.rows_online());
+  json.Uint("rows_free", p.rows_free());
+  json.Uint("rows_writing", p.rows_writing());
+  json.Uint("rows_ready", p.rows_ready());
+  json.Uint("rows_reading", p.rows_reading());
+  json.Uint("hits", p.hits());
+  json.Uint("misses", p.misses());
+  json.Uint("evictions", p.evictions());
+  json.Uint("reserved_bytes", p.reserved_bytes());
+  json.Raw("members", JsonArray(members));
+  return std::move(json).Close();
+}
+
+// One row per pool member: what it holds, hits and loads, how much of it came from others.
+std::string PoolsText(const v1::StatsResponse& stats) {
+  TextTable table({{"pool", Align::kLeft},
+                   {"member"},
+                   {"engine", Align::kLeft},
+                   {"rows held"},
+                   {"hits"},
+                   {"cross-member hits"},
+                   {"loads"},
+                   {"cross-member loads"},
+                   {"stores"},
+                   {"evicted"}});
+  for (const v1::PoolStats& p : stats.pools()) {
+    for (const v1::PoolMemberStats& m : p.members()) {
+      table.AddRow({absl::StrCat(p.name(), " (", p.rows_online(), " rows)"),
+                    absl::StrCat(m.member()),
+                    absl::StrCat(m.engine(), m.draining() ? " (draining)" : ""),
+                    absl::StrCat(m.rows_held()), absl::StrCat(m.hits()),
+                    absl::StrCat(m.cross_member_hits()), absl::StrCat(m.loads()),
+                    absl::StrCat(m.cross_member_loads()), absl::StrCat(m.stores()),
+                    absl::StrCat(m.evicted())});
+    }
+  }
+  return table.Render();
+}
+
 std::string Micros(double us) { return std::isfinite(us) ? absl::StrFormat("%.0f", us) : "-"; }
 
 }  // namespace
@@ -75,6 +137,9 @@ std::string StatsJson(const v1::StatsResponse& stats) {
   json.Uint("max_region_bytes", stats.max_region_bytes());
   json.Raw("gpu_memory_bytes", std::move(gpu).Close());
   json.Raw("engines", JsonArray(engines));
+  std::vector<std::string> pools;
+  for (const v1::PoolStats& p : stats.pools()) pools.push_back(PoolJson(p));
+  json.Raw("pools", JsonArray(pools));
   return std::move(json).Close();
 }
 
@@ -125,14 +190,17 @@ std::string StatsText(const v1::StatsResponse& stats) {
                   absl::StrCat(Micros(e.job_latency_p50_us()), "/",
                                Micros(e.job_latency_p99_us()))});
   }
-  return text + table.Render();
+  text += table.Render();
+  if (!stats.pools().empty()) text += "\n" + PoolsText(stats);
+  return text;
 }
 
 std::string StatsUsage() {
   return "usage: kvoffloadctl [global flags] stats [--json]\n"
          "\n"
          "Node and per-engine statistics of kvoffloadd (Admin.Stats): backend, uptime, region\n"
-         "bytes against the node cap, GPU memory per device, then one row per engine.\n"
+         "bytes against the node cap, GPU memory per device, then one row per engine, then\n"
+         "one row per member of each pool (rows held, hits and loads, cross-member ones).\n"
          "\n"
          "  --json    one JSON object on one line instead of the table\n";
 }

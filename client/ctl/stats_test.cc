@@ -69,13 +69,13 @@ TEST(StatsJsonTest, ExactKeysAndValues) {
       "\"store_bytes\":0,\"load_bytes\":0,\"jobs_done\":0,\"jobs_failed\":0,"
       "\"jobs_in_flight\":0,\"hits\":0,\"misses\":0,\"evictions\":0,\"workers\":0,"
       "\"job_latency_p50_us\":0,\"job_latency_p99_us\":0,\"idle_seconds\":0,"
-      "\"replicated\":false,\"num_copies\":0,\"row_bytes\":0}]}");
+      "\"replicated\":false,\"num_copies\":0,\"row_bytes\":0}],\"pools\":[]}");
 }
 
 TEST(StatsJsonTest, EmptyNodeHasEveryTopLevelKey) {
   EXPECT_EQ(StatsJson(v1::StatsResponse()),
             "{\"backend\":\"\",\"uptime_seconds\":0,\"region_bytes\":0,\"max_region_bytes\":0,"
-            "\"gpu_memory_bytes\":{},\"engines\":[]}");
+            "\"gpu_memory_bytes\":{},\"engines\":[],\"pools\":[]}");
 }
 
 TEST(StatsJsonTest, EscapesStringsAndLargeNumbers) {
@@ -107,6 +107,62 @@ TEST(StatsTextTest, HeaderAndOneRowPerEngine) {
             "     2          3   900     100         17        8    250/2000\n"
             "tiny/0      0     0        0      0        0          0 B         0 B          0  "
             "     0          0     0       0          0        0         0/0\n");
+}
+
+v1::StatsResponse WithPool() {
+  v1::StatsResponse s;
+  s.set_backend("host");
+  s.add_engines()->set_engine_id("a");
+  v1::PoolStats* p = s.add_pools();
+  p->set_name("qwen");
+  p->set_owner_uid(1000);
+  p->set_model_identity("Qwen3-8B bf16");
+  p->set_rows_per_member(16);
+  p->set_row_bytes(8192);
+  p->set_rows_online(32);
+  p->set_hits(9);
+  v1::PoolMemberStats* a = p->add_members();
+  a->set_member(0);
+  a->set_engine("a/0");
+  a->set_rows_held(12);
+  a->set_hits(4);
+  a->set_stores(12);
+  v1::PoolMemberStats* b = p->add_members();
+  b->set_member(1);
+  b->set_engine("b/0");
+  b->set_draining(true);
+  b->set_hits(5);
+  b->set_cross_member_hits(5);
+  b->set_loads(5);
+  b->set_cross_member_loads(5);
+  return s;
+}
+
+TEST(StatsTextTest, OneRowPerPoolMember) {
+  const std::string text = StatsText(WithPool());
+  const size_t pools = text.find("pool ");
+  ASSERT_NE(pools, std::string::npos) << text;
+  EXPECT_EQ(text.substr(pools),
+            "pool            member  engine          rows held  hits  cross-member hits  loads  "
+            "cross-member loads  stores  evicted\n"
+            "qwen (32 rows)       0  a/0                    12     4                  0      0  "
+            "                 0      12        0\n"
+            "qwen (32 rows)       1  b/0 (draining)          0     5                  5      5  "
+            "                 5       0        0\n");
+}
+
+TEST(StatsJsonTest, PoolsWithTheirMembers) {
+  const std::string json = StatsJson(WithPool());
+  EXPECT_NE(json.find("\"pools\":[{\"name\":\"qwen\",\"owner_uid\":1000,"
+                      "\"model_identity\":\"Qwen3-8B bf16\",\"rows_per_member\":16,"
+                      "\"row_bytes\":8192,\"rows_online\":32,\"rows_free\":0,"
+                      "\"rows_writing\":0,\"rows_ready\":0,\"rows_reading\":0,\"hits\":9,"
+                      "\"misses\":0,\"evictions\":0,\"reserved_bytes\":0,\"members\":["
+                      "{\"member\":0,\"engine\":\"a/0\",\"draining\":false,\"rows_held\":12,"
+                      "\"hits\":4,\"cross_member_hits\":0,\"loads\":0,\"cross_member_loads\":0,"
+                      "\"stores\":12,\"evicted\":0,\"floor_skips\":0},"),
+            std::string::npos)
+      << json;
 }
 
 TEST(StatsTextTest, NoEnginesNoGpu) {

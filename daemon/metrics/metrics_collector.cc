@@ -7,6 +7,7 @@
 
 #include "daemon/engine/engine.h"
 #include "daemon/engine/latency_histogram.h"
+#include "daemon/metrics/pool_metrics.h"
 #include "prometheus/text_serializer.h"
 
 namespace kvoffload::daemon {
@@ -208,6 +209,9 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     for (const EngineSnapshot& s : engines) latency.metric.push_back(LatencyHistogramMetric(s));
     out.push_back(std::move(latency));
   }
+  std::vector<PoolSnapshot> pools;
+  for (const std::shared_ptr<Pool>& pool : registry_->ListPools()) pools.push_back(pool->Snapshot());
+  AppendPoolMetrics(pools, &out);
   return out;
 }
 

@@ -30,6 +30,17 @@ grpc::Status AdminService::Stats(grpc::ServerContext* context, const v1::StatsRe
     ToProto(engine->Snapshot(), stats);
   }
   response->set_region_bytes(region_bytes);
+  // A pool is shown to whoever administers one of its members (or the node).
+  for (const auto& pool : registry_->ListPools()) {
+    PoolSnapshot snapshot = pool->Snapshot();
+    bool visible = IsNodeAdmin(*caller, policy_) || caller->uid == snapshot.owner_uid;
+    for (const auto& engine : registry_->List()) {
+      if (visible) break;
+      visible = engine->pool() == pool &&
+                CheckEngineAdmin(*caller, engine->owner_uid(), engine->key(), policy_, "see").ok();
+    }
+    if (visible) ToProto(snapshot, response->add_pools());
+  }
   for (const auto& [device, bytes] : backend_->GpuMemoryBytes()) {
     (*response->mutable_gpu_memory_bytes())[device] = bytes;
   }

@@ -95,6 +95,39 @@ void ToProto(const EngineSnapshot& s, v1::EngineStats* p) {
   p->set_idle_seconds(s.idle_seconds);
   p->set_region_epoch(s.region_epoch);
   p->set_reserved_bytes(s.reserved_bytes);
+  p->set_pool(s.pool);
+  p->set_pool_member(s.pool_member);
+}
+
+void ToProto(const PoolSnapshot& s, v1::PoolStats* p) {
+  p->set_name(s.name);
+  p->set_owner_uid(s.owner_uid);
+  p->set_model_identity(s.model_identity);
+  p->set_rows_per_member(s.segment_rows);
+  p->set_row_bytes(s.row_bytes);
+  p->set_rows_online(s.rows_online);
+  p->set_rows_free(s.index.rows_free);
+  p->set_rows_writing(s.index.rows_writing);
+  p->set_rows_ready(s.index.rows_ready);
+  p->set_rows_reading(s.index.rows_reading);
+  p->set_hits(s.index.hits);
+  p->set_misses(s.index.misses);
+  p->set_evictions(s.index.evictions);
+  p->set_reserved_bytes(s.reserved_bytes);
+  for (const PoolMemberSnapshot& m : s.members) {
+    v1::PoolMemberStats* out = p->add_members();
+    out->set_member(m.member);
+    out->set_engine(m.engine);
+    out->set_draining(m.draining);
+    out->set_rows_held(m.counts.rows_held);
+    out->set_hits(m.counts.hits);
+    out->set_cross_member_hits(m.counts.cross_member_hits);
+    out->set_loads(m.counts.loads);
+    out->set_cross_member_loads(m.counts.cross_member_loads);
+    out->set_stores(m.counts.stores);
+    out->set_evicted(m.counts.evicted);
+    out->set_floor_skips(m.counts.floor_skips);
+  }
 }
 
 absl::StatusOr<std::vector<std::string>> KeysFromProto(

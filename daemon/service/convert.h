@@ -28,6 +28,7 @@ absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& proto);
 // it (ValidatePart, engine/job_part.h) and turns it into runs.
 absl::StatusOr<JobPart> FromProto(const v1::Submit& proto);
 void ToProto(const EngineSnapshot& snapshot, v1::EngineStats* proto);
+void ToProto(const PoolSnapshot& snapshot, v1::PoolStats* proto);
 
 // Keys of an index request: 1..kMaxKeysPerRequest keys (limits.h) of 1..256 bytes.
 absl::StatusOr<std::vector<std::string>> KeysFromProto(
