@@ -212,6 +212,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   RegistryOptions registry_options;
   registry_options.idle_engine_ttl = options.idle_engine_ttl;
   registry_options.max_engines = options.max_engines;
+  registry_options.pools = options.pools;
   registry_options.min_free_fds = options.min_free_fds;
   registry_options.durability = impl->durability.get();
   impl->registry = std::make_unique<EngineRegistry>(deps, registry_options);

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/copy/copy_backend.h"
+#include "daemon/pool/pool.h"
 #include "daemon/engine/access.h"
 #include "daemon/region/region.h"
 #include "daemon/restart/fd_store.h"
@@ -34,6 +35,7 @@ struct DaemonOptions {
   // Admission and per-client bounds; see kvoffload.proto "Limits" for what each one refuses.
   uint64_t max_blocks_per_job = 1u << 20;
   uint32_t max_engines = 256;
+  PoolOptions pools;  // issue 18: --pool_max_members, --pool_member_floor
   uint64_t min_free_fds = 256;
   uint64_t max_jobs_per_engine = 8192;
   uint64_t max_jobs_per_session = 4096;

@@ -38,6 +38,12 @@ ABSL_FLAG(uint64_t, max_blocks_per_job, 1u << 20,
           "Also sizes the gRPC message limit (20 bytes per block).");
 ABSL_FLAG(uint32_t, max_engines, 256,
           "Most engines (DP replicas) at once; one more is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(uint32_t, pool_max_members, 8,
+          "Most engines one pool (EngineSpec.pool) holds, 1..16; its index reserves metadata "
+          "for this many members' rows.");
+ABSL_FLAG(double, pool_member_floor, 0.25,
+          "Fraction of its own budget's rows each pool member keeps, of the rows it stored, "
+          "against the other members' stores (0 disables; 1 = members never evict each other).");
 ABSL_FLAG(uint64_t, min_free_fds, 256,
           "A new engine is refused unless this many file descriptors stay free below "
           "RLIMIT_NOFILE (raised to its hard limit at start), so clients can always connect.");
@@ -186,6 +192,14 @@ int main(int argc, char** argv) {
   options.job_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
   options.max_blocks_per_job = absl::GetFlag(FLAGS_max_blocks_per_job);
   options.max_engines = absl::GetFlag(FLAGS_max_engines);
+  options.pools.max_members = absl::GetFlag(FLAGS_pool_max_members);
+  options.pools.member_floor = absl::GetFlag(FLAGS_pool_member_floor);
+  if (options.pools.max_members == 0 || options.pools.max_members > kvoffload::daemon::SlotIndex::kMaxMembers ||
+      !(options.pools.member_floor >= 0 && options.pools.member_floor <= 1)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--pool_max_members must be 1..", kvoffload::daemon::SlotIndex::kMaxMembers,
+        " and --pool_member_floor in [0, 1]")));
+  }
   options.min_free_fds = absl::GetFlag(FLAGS_min_free_fds);
   options.max_jobs_per_engine = absl::GetFlag(FLAGS_max_jobs_per_engine);
   options.max_jobs_per_session = absl::GetFlag(FLAGS_max_jobs_per_session);

@@ -13,6 +13,8 @@
 #include "daemon/copy/testing/shm_memory.h"
 #include "daemon/engine/registry.h"
 #include "daemon/engine/testing/engine_test_env.h"
+#include "daemon/restart/durability.h"
+#include "daemon/restart/fd_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -335,6 +337,73 @@ TEST_F(PoolEngineTest, WorkersOfMembersMustShareAPageLayout) {
   auto info = b->engine->Attach(0, (*memory)->Registration(), *std::move(opened), &listener);
   EXPECT_EQ(info.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(info.status().message(), HasSubstr("page layout"));
+}
+
+// A store that keeps what the registry hands it, as a service manager would across a restart.
+class KeepingStore : public FdStore {
+ public:
+  bool enabled() const override { return true; }
+  absl::Status Store(absl::string_view name, int fd) override {
+    stored.emplace_back(std::string(name), UniqueFd(dup(fd)));
+    return absl::OkStatus();
+  }
+  absl::Status Remove(absl::string_view name) override {
+    for (auto it = stored.begin(); it != stored.end();) {
+      it = it->first == name ? stored.erase(it) : it + 1;
+    }
+    return absl::OkStatus();
+  }
+  std::string Describe() const override { return "keeping"; }
+  std::vector<InheritedFd> Inherit() {
+    std::vector<InheritedFd> out;
+    for (auto& [name, fd] : stored) out.push_back(InheritedFd{name, UniqueFd(dup(fd.get()))});
+    return out;
+  }
+  std::vector<std::pair<std::string, UniqueFd>> stored;
+};
+
+TEST(PoolRestartTest, APoolDoesNotOutliveTheDaemonAndItsMembersAreNeverServedStaleRows) {
+  EngineTestEnv env(256 << 20);
+  KeepingStore store;
+  Durability durability(&store, 64);
+  RegistryOptions options;
+  options.idle_engine_ttl = absl::ZeroDuration();
+  options.durability = &durability;
+  uint64_t member_epoch = 0;
+  {
+    EngineRegistry registry(env.deps(), options);
+    auto priv = registry.Open(PerRankSpec(1, "private"));
+    ASSERT_TRUE(priv.ok()) << priv.status();
+    auto member = registry.Open(Member("a"));
+    ASSERT_TRUE(member.ok()) << member.status();
+    member_epoch = member->engine->region_epoch();
+    auto store_keys = member->engine->index().PrepareStore(Keys(0, 1), 0);
+    ASSERT_TRUE(store_keys.ok());
+    ASSERT_TRUE(member->engine->index().CompleteStore(store_keys->keys, false).ok());
+    // Only the private engine's region and state went to the store.
+    ASSERT_EQ(store.stored.size(), 2u);
+    for (const auto& [name, fd] : store.stored) {
+      EXPECT_THAT(name, ::testing::Not(HasSubstr("a/0"))) << name;
+    }
+    registry.Shutdown(absl::UnavailableError("restart"), absl::Seconds(1));
+  }
+  ASSERT_TRUE(env.Settle());
+  // The next daemon restores the private engine only; the member's old epoch is refused, and a
+  // fresh member starts from an empty pool.
+  EngineRegistry registry(env.deps(), options);
+  Durability::Collected collected = durability.Collect(store.Inherit());
+  ASSERT_EQ(collected.engines.size(), 1u);
+  ASSERT_TRUE(registry.Restore(std::move(collected.engines[0])).ok());
+  EXPECT_TRUE(registry.Find("private", 0).ok());
+  EXPECT_EQ(registry.Find("a", 0).status().code(), absl::StatusCode::kNotFound);
+  auto stale = registry.Open(Member("a"), member_epoch);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto fresh = registry.Open(Member("a"));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_NE(fresh->engine->region_epoch(), member_epoch);
+  EXPECT_THAT(fresh->engine->index().Lookup(Keys(0, 1)), ElementsAre(KS::kMiss));
+  EXPECT_EQ(fresh->engine->index().counts().rows_ready, 0u);
+  registry.Shutdown(absl::UnavailableError("end"), absl::Seconds(1));
 }
 
 }  // namespace

@@ -31,6 +31,14 @@ def read_jsonl(path):
     return rows
 
 
+def write_report(report):
+    """Writes docs/benchmarks.json, keeping the keys other runs put there (shared_pool, ttft)."""
+    path = ROOT / "docs/benchmarks.json"
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    kept.update(report)
+    path.write_text(json.dumps(kept, indent=2) + "\n")
+
+
 def human(page):
     return f"{page // 1048576} MiB" if page >= 1048576 else f"{page // 1024} KiB"
 
@@ -107,7 +115,7 @@ def main():
         "copy_sms_4_interference": next((r for r in sms4 if "interference_slowdown_pct" in r), None),
         "targets": TARGETS,
     }
-    (ROOT / "docs/benchmarks.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report)
 
     def cell(method, direction, page, shape="pages"):
         for r in rows:
@@ -195,7 +203,7 @@ def main():
                          f"while moving {i['copy_gbps']} GB/s.")
     backend_interference = [r for r in baselines if r.get("method") == "interference"]
     report["backend_interference"] = backend_interference
-    (ROOT / "docs/benchmarks.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report)
     for r in backend_interference:
         lines.append(f"- Backend alone (gpu_baselines, in-process, stores only): a one-wave compute "
                      f"kernel of {r['alone_ms']} ms slows by {r['slowdown_pct']} % with "
