@@ -60,7 +60,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or signature below changes; see kvo_abi_version(). */
-#define KVO_ABI_VERSION 4
+#define KVO_ABI_VERSION 5
 
 /* ---- Status codes (absl::StatusCode values) ------------------------------------------------ */
 #define KVO_OK 0
@@ -115,6 +115,9 @@ typedef struct kvo_engine_spec {
   size_t num_member_uids;
   const uint32_t* member_gids;    /* further groups allowed to use the engine; may be NULL */
   size_t num_member_gids;
+  /* ABI 5 (README "Pools"): */
+  const char* pool;               /* a node-wide pool to share rows with; "" = private */
+  const char* model_identity;     /* what members must agree on (model, revision, dtypes, ...) */
 } kvo_engine_spec;
 
 /* Fills the defaults of common::EngineSpec (engine_id "engine", world_size = tp = pp = pcp =

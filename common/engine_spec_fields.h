@@ -55,7 +55,9 @@
   FLAG(rows_assigned_by_engine)                                         \
   IDS(member_uids)                                                      \
   IDS(member_gids)                                                      \
-  FLAG(stores_by_writer_only)
+  FLAG(stores_by_writer_only)                                           \
+  ID(pool)                                                              \
+  ID(model_identity)
 
 // For a consumer that does nothing with one kind.
 #define KVOFFLOAD_SPEC_FIELD_SKIP(f)

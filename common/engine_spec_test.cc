@@ -72,7 +72,8 @@ TEST(EngineSpecTest, DebugStringNamesEveryField) {
             "engine_id=e dp_rank=0 world_size=8 local_world_size=4 tp=8 pp=1 pcp=1 dcp=1 "
             "executor=ray attention=mla num_kv_groups=1 num_layers=61 page_bytes=18432 "
             "worker_bytes_per_block=0 blocks_per_row=1 budget_bytes=1073741824 "
-            "secondary_tiers=[fs,obj] rows_assigned_by_engine=0 stores_by_writer_only=0");
+            "secondary_tiers=[fs,obj] rows_assigned_by_engine=0 stores_by_writer_only=0 pool= "
+            "model_identity=");
 }
 
 TEST(EngineSpecTest, EqualityComparesEveryField) {

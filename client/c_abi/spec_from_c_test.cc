@@ -54,9 +54,13 @@ TEST(SpecFromCTest, EveryFieldSurvivesTheWire) {
   c.num_member_uids = 2;
   c.member_gids = gids;
   c.num_member_gids = 1;
+  c.pool = "llama-pool";
+  c.model_identity = "llama-70b@main bf16";
   auto spec = SpecFromC(&c);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(spec->stores_by_writer_only);
+  EXPECT_EQ(spec->pool, "llama-pool");
+  EXPECT_EQ(spec->model_identity, "llama-70b@main bf16");
   EXPECT_EQ(spec->member_uids, (std::vector<uint32_t>{1001, 1002}));
   EXPECT_EQ(spec->member_gids, (std::vector<uint32_t>{2001}));
   EXPECT_EQ(spec->executor, common::Executor::kRay);
@@ -74,7 +78,8 @@ TEST(SpecFromCTest, EveryFieldSurvivesTheWire) {
             "engine_id=llama-70b dp_rank=3 world_size=16 local_world_size=8 tp=16 pp=1 pcp=1 dcp=2 "
             "executor=ray attention=mla num_kv_groups=2 num_layers=61 page_bytes=36864 "
             "worker_bytes_per_block=2252800 blocks_per_row=4 budget_bytes=85899345920 "
-            "secondary_tiers=[fs,obj] rows_assigned_by_engine=1 stores_by_writer_only=1");
+            "secondary_tiers=[fs,obj] rows_assigned_by_engine=1 stores_by_writer_only=1 "
+            "pool=llama-pool model_identity=llama-70b@main bf16");
 }
 
 // The proto is the schema: every field of v1::EngineSpec, set to a value that is not its default,
@@ -141,7 +146,7 @@ TEST(SpecFieldsTest, DescribeGivesEveryFieldOfTheCStruct) {
   EXPECT_EQ(std::string(out), spec.DescribeAll());
   EXPECT_THAT(out, ::testing::EndsWith(
                        "secondary_tiers=[fs] rows_assigned_by_engine=0 member_uids=[1001,1002] "
-                       "member_gids=[] stores_by_writer_only=0"));
+                       "member_gids=[] stores_by_writer_only=0 pool= model_identity="));
   EXPECT_EQ(kvo_engine_spec_describe(nullptr, out, sizeof out, err, sizeof err),
             KVO_INVALID_ARGUMENT);
   EXPECT_STREQ(err, "engine spec is NULL");

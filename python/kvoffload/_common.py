@@ -131,6 +131,10 @@ class EngineSpec:
     # lists count).
     member_uids: List[int] = dataclasses.field(default_factory=list)
     member_gids: List[int] = dataclasses.field(default_factory=list)
+    # A node-wide pool this replica shares its offloaded KV with (README "Pools"; "" = a
+    # private region), and the identity every member must share: whatever changes KV bytes.
+    pool: str = ""
+    model_identity: str = ""
 
     def _to_c(self):
         """(c_engine_spec, keepalive) — the struct points into the objects in keepalive.

@@ -8,7 +8,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 4  # KVO_ABI_VERSION this binding was written for
+ABI_VERSION = 5  # KVO_ABI_VERSION this binding was written for
 LIBRARY_NAME = "libkvoffload_c.so"
 ENV_LIBRARY = "KVOFFLOAD_LIB"
 
@@ -49,6 +49,8 @@ SPEC_FIELDS = (
     ("stores_by_writer_only", FLAG),  # ABI 2
     ("member_uids", IDS),
     ("member_gids", IDS),
+    ("pool", ID),  # ABI 5
+    ("model_identity", ID),
 )
 
 

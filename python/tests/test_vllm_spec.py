@@ -284,6 +284,56 @@ class ReplicatedLayoutCheckTest(unittest.TestCase):
                           s.local_world_size), ("mla", WORKER_BYTES, WORKER_BYTES, 2))
 
 
+class PoolSpecTest(unittest.TestCase):
+    """extra_config "pool" and "model_identity" (issue 18): data-parallel replicas of one engine
+    share one pool by one key; the identity names what changes KV bytes."""
+
+    def spec(self, extra, **kw):
+        from kvoffload.vllm import config
+        vllm_config, kv_cache_config = _v020_configs(dict({"cpu_bytes_to_use": 1 << 30}, **extra),
+                                                     **kw)
+        vllm_config.model_config.model = "Qwen/Qwen3-8B"
+        vllm_config.model_config.revision = "main"
+        vllm_config.model_config.dtype = "bfloat16"
+        vllm_config.cache_config = types.SimpleNamespace(cache_dtype="auto")
+        return config.engine_spec(vllm_config, kv_cache_config)
+
+    def test_unset_is_private(self):
+        s = self.spec({})
+        self.assertEqual((s.pool, s.model_identity), ("", ""))
+        self.assertEqual(self.spec({"pool": False}).pool, "")
+
+    def test_true_shares_by_engine_id_across_dp_ranks(self):
+        a = self.spec({"pool": True, "engine_id": "qwen"}, dp_rank=0)
+        b = self.spec({"pool": "true", "engine_id": "qwen"}, dp_rank=5)
+        self.assertEqual((a.pool, b.pool), ("qwen", "qwen"))
+        self.assertEqual(a.model_identity, b.model_identity)
+        for part in ("model=Qwen/Qwen3-8B", "revision=main", "dtype=bfloat16",
+                     "kv_cache_dtype=auto", "block_size=%d" % TOKENS_PER_BLOCK, "attention=mha",
+                     "layers=%d" % LAYERS, "page_bytes=%d" % PAGE):
+            self.assertIn(part, a.model_identity)
+
+    def test_what_changes_kv_bytes_changes_the_identity(self):
+        base = self.spec({"pool": "p"}).model_identity
+        self.assertNotEqual(self.spec({"pool": "p"}, page=2 * PAGE).model_identity, base)
+        self.assertNotEqual(self.spec({"pool": "p"}, use_mla=True).model_identity, base)
+        self.assertEqual(self.spec({"pool": "p", "model_identity": "mine"}).model_identity, "mine")
+
+    def test_bad_names_and_the_2026_08_generation_needs_an_identity(self):
+        from kvoffload.vllm import config
+        with self.assertRaises(KvoffloadError) as cm:
+            self.spec({"pool": "bad name"})
+        self.assertEqual(cm.exception.code, StatusCode.INVALID_ARGUMENT)
+        extra = {"cpu_bytes_to_use": 1 << 30, "pool": True}
+        with self.assertRaises(KvoffloadError) as cm:
+            config.engine_spec_from_offloading_config(_offloading_config(extra), False)
+        self.assertIn("model_identity", cm.exception.message)
+        extra["model_identity"] = "Qwen/Qwen3-8B@main bf16"
+        s = config.engine_spec_from_offloading_config(_offloading_config(extra, dp=2), False)
+        self.assertEqual((s.pool, s.model_identity, s.dp_rank),
+                         ("engine-uuid", "Qwen/Qwen3-8B@main bf16", 2))
+
+
 class DeadlineTest(unittest.TestCase):
     """The client fails at once, with the path and the fix, when no daemon listens; every call
     has a deadline."""

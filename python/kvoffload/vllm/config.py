@@ -27,6 +27,15 @@ kv_connector_extra_config keys (all optional but the budget):
   pending_timeout_s                 a block still being written after this long looks up as a
                                     miss (default 60)
   num_events                        CUDA interprocess events per worker (default 64)
+  pool                              share offloaded KV with other engines of the node (README
+                                    "Pools"): true = the data-parallel replicas of this engine
+                                    share one pool named after its engine_id; a string = that
+                                    pool's name (engines of the same model under one name)
+  model_identity                    what pool members must agree on; derived under vLLM 0.20
+                                    from the model, revision, dtype, quantization, KV-cache
+                                    dtype, block size, attention kind and layers; required with
+                                    "pool" under the 2026-08 generation (its config names no
+                                    model)
 """
 
 import dataclasses
@@ -148,6 +157,53 @@ def _single_group(kv_cache_config):
     return groups[0].kv_cache_spec
 
 
+def _pool_name(extra, engine_id):
+    """The pool named by extra_config "pool" ("" = private): true = the engine_id, which every
+    data-parallel replica of one vLLM engine shares."""
+    value = extra.get("pool", False)
+    if value is True or (isinstance(value, str) and value.lower() in ("true", "1", "yes")):
+        return engine_id
+    if value in (False, None, "") or (isinstance(value, str) and
+                                      value.lower() in ("false", "0", "no")):
+        return ""
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", value):
+        raise config_error("pool %r must be true, false or a name of 1..128 of [A-Za-z0-9._-]" %
+                           (value,))
+    return value
+
+
+def _model_identity(vllm_config, kv_spec, use_mla, layers):
+    """Everything of a vLLM 0.20 config that changes the KV bytes of one block."""
+    model = getattr(vllm_config, "model_config", None)
+    cache = getattr(vllm_config, "cache_config", None)
+    parts = [("model", getattr(model, "model", None)),
+             ("revision", getattr(model, "revision", None)),
+             ("dtype", getattr(model, "dtype", None)),
+             ("quantization", getattr(model, "quantization", None)),
+             ("hf_overrides", getattr(model, "hf_overrides", None) or None),
+             ("kv_cache_dtype", getattr(cache, "cache_dtype", None)),
+             ("block_size", getattr(kv_spec, "block_size", None)),
+             ("page_bytes", getattr(kv_spec, "page_size_bytes", None)),
+             ("attention", "mla" if use_mla else "mha"),
+             ("layers", layers)]
+    return " ".join("%s=%s" % (k, v) for k, v in parts)
+
+
+def with_pool(spec, extra, identity=None):
+    """`spec` with extra_config's pool and model identity (unchanged when "pool" is unset)."""
+    name = _pool_name(extra, spec.engine_id)
+    if not name:
+        return spec
+    explicit = extra.get("model_identity")
+    if explicit is not None:
+        identity = str(explicit)
+    if not identity:
+        raise config_error("a pooled engine needs kv_connector_extra_config \"model_identity\": a "
+                           "string naming the model, its revision, dtype and KV-cache dtype, "
+                           "equal for every engine of pool %r" % name)
+    return dataclasses.replace(spec, pool=name, model_identity=identity)
+
+
 def engine_spec(vllm_config, kv_cache_config, extra=None, block_size_factor=1):
     """The EngineSpec of this engine replica on this node (DESIGN.md §2)."""
     if extra is None:
@@ -191,20 +247,22 @@ def engine_spec(vllm_config, kv_cache_config, extra=None, block_size_factor=1):
             "run on one node (run one replica per node with data parallelism instead)" %
             (local_world_size, world_size))
     model = getattr(vllm_config, "model_config", None)
-    return EngineSpec(
+    use_mla = bool(getattr(model, "use_mla", False))
+    spec = EngineSpec(
         engine_id=engine_id,
         dp_rank=int(getattr(parallel, "data_parallel_rank", 0) or 0),
         world_size=world_size,
         local_world_size=local_world_size,
         tp=tp, pp=pp, pcp=pcp, dcp=dcp,
         executor=executor,
-        attention="mla" if getattr(model, "use_mla", False) else "mha",
+        attention="mla" if use_mla else "mha",
         num_kv_groups=1,
         num_layers=layers,
         page_bytes=int(kv_spec.page_size_bytes),
         worker_bytes_per_block=worker_bytes_per_block,
         blocks_per_row=int(block_size_factor),
         budget_bytes=parse_bytes(extra[budget_key], budget_key))
+    return with_pool(spec, extra, _model_identity(vllm_config, kv_spec, use_mla, layers))
 
 
 def explain(error, spec, socket_path):
@@ -298,7 +356,7 @@ def engine_spec_from_offloading_config(offloading_config, replicated=False):
     layers = len(groups[0].layer_names) or 1
     if wbpb % layers:
         layers = 1
-    return EngineSpec(
+    return with_pool(EngineSpec(
         engine_id=str(extra.get("engine_id") or c.engine_id or "vllm"),
         dp_rank=int(getattr(p, "data_parallel_index", 0) or 0),
         world_size=world_size,
@@ -311,4 +369,4 @@ def engine_spec_from_offloading_config(offloading_config, replicated=False):
         page_bytes=wbpb // layers,
         worker_bytes_per_block=wbpb,
         blocks_per_row=int(c.cache.blocks_per_chunk or 1),
-        budget_bytes=parse_bytes(extra[budget_key], budget_key))
+        budget_bytes=parse_bytes(extra[budget_key], budget_key)), extra)
