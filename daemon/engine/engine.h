@@ -151,6 +151,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Leaves the pool (its segment drains); no-op for a private engine. Idempotent.
   void LeavePool();
   uint8_t* region_base() const { return region_->data(); }
+  // Rows of its own region usable now (serve while pinning; its own index tracks them even when
+  // the engine serves a pool's): a pool brings the member's segment online as far as this.
+  uint64_t region_ready_rows() const { return index_->ready_rows(); }
   uint64_t region_epoch() const { return region_epoch_; }
   // The uid whose call created the engine (daemon/engine/access.h). Set once by the registry
   // before the engine is published to other threads; read-only afterwards.

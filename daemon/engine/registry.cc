@@ -128,7 +128,9 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
     // The pool keeps the engine (its region) alive while rows of its segment are in use, even
     // after the engine left; the engine keeps the pool.
     absl::StatusOr<PoolTable::Joined> joined =
-        pools_.Join(caller, spec, geometry, owner, engine, engine->region_base());
+        pools_.Join(caller, spec, geometry, owner, engine, engine->region_base(),
+                    // The pool holds the engine while it may call this.
+                    [raw = engine.get()] { return raw->region_ready_rows(); });
     if (!joined.ok()) {
       deps_.release->Defer(std::move(engine));
       return joined.status();

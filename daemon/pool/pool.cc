@@ -151,7 +151,7 @@ absl::Status Pool::CheckJoin(const Caller* caller, const common::EngineSpec& spe
 }
 
 absl::StatusOr<uint32_t> Pool::Join(const std::string& engine_key, std::shared_ptr<void> keepalive,
-                                    uint8_t* region_base) {
+                                    uint8_t* region_base, ReadyRows ready_rows) {
   KVO_CHECK(keepalive != nullptr && region_base != nullptr, "pool ", name_, ": member ",
             engine_key, " joins without a region");
   absl::MutexLock lock(&mu_);
@@ -159,11 +159,13 @@ absl::StatusOr<uint32_t> Pool::Join(const std::string& engine_key, std::shared_p
     Segment& s = segments_[m];
     if (s.keepalive != nullptr) continue;
     // A free slot's segment is offline and drained (Maintain let go of it only then).
-    const absl::Status online = index_->BringSegmentOnline(m);
+    const absl::Status online =
+        index_->BringSegmentOnline(m, ready_rows ? ready_rows() : UINT64_MAX);
     KVO_CHECK(online.ok(), "pool ", name_, ": free slot ", m, ": ", online.ToString());
     s.engine = engine_key;
     s.keepalive = std::move(keepalive);
     s.base = region_base;
+    s.ready_rows = std::move(ready_rows);
     s.draining = false;
     Log()->info("pool {}: {} joined as member {} ({} rows)", name_, engine_key, m,
                 index_->segment_rows());
@@ -218,6 +220,7 @@ bool Pool::Maintain() {
         s = Segment{};
         continue;
       }
+      if (!s.draining && s.ready_rows) index_->MarkSegmentRowsReady(m, s.ready_rows());
       empty = false;
     }
   }

@@ -32,6 +32,7 @@
 #define KVOFFLOAD_DAEMON_POOL_POOL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -106,11 +107,15 @@ class Pool {
   // RESOURCE_EXHAUSTED when every member slot is taken or still draining. Changes nothing.
   absl::Status CheckJoin(const Caller* caller, const common::EngineSpec& spec,
                          const common::Geometry& geometry) const;
+  // Rows of a member's region usable now (populated and registered: serve while pinning).
+  using ReadyRows = std::function<uint64_t()>;
   // Adds a member whose region is `region_base` (geometry's capacity bytes; kept alive by
-  // `keepalive` until its segment drained after Leave). Returns its member tag (= segment).
+  // `keepalive` until its segment drained after Leave). Its segment's rows come online as
+  // `ready_rows` says (asked now and at every Maintain; it must stay callable while the
+  // keepalive is held and take no lock of the pool's). Returns its member tag (= segment).
   // Errors as CheckJoin's last (a slot may have been taken since).
   absl::StatusOr<uint32_t> Join(const std::string& engine_key, std::shared_ptr<void> keepalive,
-                                uint8_t* region_base);
+                                uint8_t* region_base, ReadyRows ready_rows);
   // The member leaves: its segment goes offline (idempotent).
   void Leave(uint32_t member);
 
@@ -123,8 +128,8 @@ class Pool {
   // online or still draining, so it is always here. CHECK-fails otherwise.
   uint8_t* SegmentBase(uint32_t segment, std::shared_ptr<void>* keepalive) const;
 
-  // Releases the keepalives of drained segments; true when the pool is empty (no member, nothing
-  // draining).
+  // Brings rows of members' regions that became ready online, releases the keepalives of
+  // drained segments; true when the pool is empty (no member, nothing draining).
   bool Maintain();
   // Drops every keepalive (daemon shutdown: the engines are closed).
   void Clear();
@@ -136,6 +141,7 @@ class Pool {
     std::string engine;
     std::shared_ptr<void> keepalive;  // null: the slot is free
     uint8_t* base = nullptr;
+    ReadyRows ready_rows;
     bool draining = false;
   };
 

@@ -339,6 +339,29 @@ TEST_F(PoolEngineTest, WorkersOfMembersMustShareAPageLayout) {
   EXPECT_THAT(info.status().message(), HasSubstr("page layout"));
 }
 
+TEST(PoolReadinessTest, AMembersRowsComeOnlineAsItsRegionIsPinned) {
+  EngineTestEnv env(256 << 20);
+  EngineDeps deps = env.deps();
+  deps.region_options.ready_chunk_bytes = 4 * testing::kBytesPerBlock;  // 4 rows a chunk
+  RegistryOptions options;
+  options.idle_engine_ttl = absl::ZeroDuration();
+  EngineRegistry registry(deps, options);
+  auto a = registry.Open(Member("a"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  SlotIndex& index = a->engine->index();
+  // Never more of the segment online than the member's region has ready.
+  EXPECT_LE(index.counts().num_rows - index.counts().rows_offline,
+            a->engine->region_ready_rows());
+  for (int i = 0; i < 10000 && a->engine->region_ready_rows() < kNumRows; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(a->engine->region_ready_rows(), kNumRows);
+  registry.Maintain(absl::Now());
+  EXPECT_EQ(index.counts().rows_free, kNumRows);
+  ASSERT_TRUE(index.TEST_CheckInvariants().ok()) << index.TEST_CheckInvariants();
+  registry.Shutdown(absl::UnavailableError("end"), absl::Seconds(1));
+}
+
 // A store that keeps what the registry hands it, as a service manager would across a restart.
 class KeepingStore : public FdStore {
  public:

@@ -26,7 +26,8 @@ absl::StatusOr<PoolTable::Joined> PoolTable::Join(const Caller* caller,
                                                   const common::Geometry& geometry,
                                                   uint32_t owner_uid,
                                                   std::shared_ptr<void> keepalive,
-                                                  uint8_t* region_base) {
+                                                  uint8_t* region_base,
+                                                  Pool::ReadyRows ready_rows) {
   absl::MutexLock lock(&mu_);
   Joined joined;
   auto it = pools_.find(spec.pool);
@@ -40,7 +41,8 @@ absl::StatusOr<PoolTable::Joined> PoolTable::Join(const Caller* caller,
     joined.created = true;
   }
   ASSIGN_OR_RETURN(joined.member,
-                   joined.pool->Join(spec.Key(), std::move(keepalive), region_base));
+                   joined.pool->Join(spec.Key(), std::move(keepalive), region_base,
+                                     std::move(ready_rows)));
   if (joined.created) pools_.emplace(spec.pool, joined.pool);
   return joined;
 }

@@ -51,7 +51,8 @@ class PoolTable {
   // Errors as Check's, plus RESOURCE_EXHAUSTED for a new pool's index on the node cap.
   absl::StatusOr<Joined> Join(const Caller* caller, const common::EngineSpec& spec,
                               const common::Geometry& geometry, uint32_t owner_uid,
-                              std::shared_ptr<void> keepalive, uint8_t* region_base);
+                              std::shared_ptr<void> keepalive, uint8_t* region_base,
+                              Pool::ReadyRows ready_rows = nullptr);
 
   // Pool::Maintain on each; forgets the empty ones.
   void Maintain();
