@@ -347,7 +347,8 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
   constexpr absl::string_view kOp = "PrepareStore";
   KVO_CHECK(member < kMaxMembers, "member tag ", member, " out of range");
   const bool floor = FloorActive();
-  uint64_t held_back[kMaxMembers] = {};  // floor only: marked evictable rows per member
+  uint64_t held_back[kMaxMembers];  // floor only: marked evictable rows per member
+  if (floor) std::fill(held_back, held_back + kMaxMembers, uint64_t{0});
   absl::MutexLock lock(&mu_);
   // Pass 1 (no changes): validate, split present from new keys, mark the present rows (they
   // must not be evicted by this call, and the mark finds duplicates among them).
@@ -387,8 +388,10 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     scratch_keys_.clear();
   }
   const uint64_t needed = scratch_new_.size();
-  const uint64_t evictable =
-      floor ? EvictableFor(member, held_back) : rows_evictable_ - protected_evictable;
+  // The floor's count only matters when the store must evict.
+  const uint64_t evictable = floor && scratch_new_.size() > rows_free_
+                                 ? EvictableFor(member, held_back)
+                                 : rows_evictable_ - protected_evictable;
   const uint64_t available = rows_free_ + evictable;
   if (status.ok() && needed > available) {
     status = absl::ResourceExhaustedError(absl::StrFormat(

@@ -52,10 +52,10 @@ bool SlotIndex::MayEvict(uint32_t member, const Row& r) const {
 
 uint64_t SlotIndex::EvictableFor(uint32_t member, const uint64_t* held_back) const {
   uint64_t total = 0;
-  for (uint32_t m = 0; m < kMaxMembers; ++m) {
+  for (uint32_t m = 0; m < num_segments_; ++m) {
     const MemberState& s = members_[m];
     const uint64_t candidates = s.evictable - held_back[m];
-    if (m == member || segment_offline_[m] || m >= num_segments_) {
+    if (m == member || segment_offline_[m]) {
       total += candidates;
     } else if (s.counts.rows_held > member_floor_rows_) {
       total += std::min(candidates, s.counts.rows_held - member_floor_rows_);
