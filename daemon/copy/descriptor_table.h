@@ -33,7 +33,7 @@ struct BlockDescriptor {
   // row × row_bytes + slot × slot_bytes + j × bytes_per_block, for the j-th block of the row.
   uint64_t host_offset = 0;
 };
-static_assert(sizeof(BlockDescriptor) == 16, "uploaded to the device as is");
+static_assert(sizeof(BlockDescriptor) == 16, "a job holds one per block: keep it two words");
 
 // One tensor of a worker, resolved against its opened allocation.
 struct TensorDescriptor {
@@ -42,7 +42,7 @@ struct TensorDescriptor {
   uint64_t page_bytes = 0;
   uint64_t host_offset = 0;  // Σ page_bytes of the tensors before it
 };
-static_assert(sizeof(TensorDescriptor) == 32, "uploaded to the device as is");
+static_assert(sizeof(TensorDescriptor) == 32, "four words a tensor");
 
 // Blocks [first_block, first_block + num_blocks) of a job (counted in job order): GPU block
 // gpu_block + k has its bytes at host_offset + k × bytes_per_block.

@@ -3,20 +3,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "daemon/copy/cuda/log.h"
 #include "common/cuda/cuda_status.h"
 #include "daemon/copy/cuda/worker_memory.h"
 
 namespace kvoffload::daemon::cuda {
-namespace {
-
-spdlog::logger* Log() {
-  static spdlog::logger* const log = common::Logger("cuda");
-  return log;
-}
-
-}  // namespace
-
 CompletionQueue::CompletionQueue(Device* device, absl::Duration interval)
     : device_(device), interval_(interval), thread_([this] { Run(); }) {}
 

@@ -5,19 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_status.h"
-#include "common/logging.h"
+#include "daemon/copy/cuda/log.h"
 #include "daemon/copy/cuda/job_times.h"
 
 namespace kvoffload::daemon::cuda {
-namespace {
-
-spdlog::logger* Log() {
-  static spdlog::logger* const log = common::Logger("cuda");
-  return log;
-}
-
-}  // namespace
-
 CopyBatcher::CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* unsupported,
                          size_t first, bool overlap_hint)
     : schedule_(first, max), limit_(schedule_.Next()), stream_(stream), unsupported_(unsupported) {

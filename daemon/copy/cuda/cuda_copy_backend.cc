@@ -13,7 +13,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/logging.h"
+#include "common/check.h"
+#include "daemon/copy/cuda/log.h"
 #include "common/status_macros.h"
 #include "daemon/copy/copy_plan.h"
 #include "daemon/copy/cuda/completion.h"
@@ -30,11 +31,6 @@
 
 namespace kvoffload::daemon::cuda {
 namespace {
-
-spdlog::logger* Log() {
-  static spdlog::logger* const log = common::Logger("cuda");
-  return log;
-}
 
 std::string UuidText(const std::string& raw) { return absl::BytesToHexString(raw); }
 
@@ -324,12 +320,10 @@ class CudaCopyBackend::Impl {
     memory->in_flight_.fetch_add(1);
     Device* device = memory->device_;
     p->device = device;
+    // The memory was opened on this device, and devices are only dropped by the destructor.
     absl::StatusOr<DeviceState*> state = GetDevice(device->ordinal());
-    if (!state.ok()) {  // cannot happen: the memory's device exists
-      p->status = state.status();
-      orphans_.Add(std::move(p));
-      return;
-    }
+    KVO_CHECK(state.ok(), "device ", device->ordinal(), " of an open worker memory has no state: ",
+              state.status().ToString());
     CompletionQueue* queue = (*state)->queue.get();
     auto prepared = std::make_shared<PreparedJob>();
     absl::Status s = Prepare(job, memory, prepared.get());

@@ -5,22 +5,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "daemon/copy/cuda/log.h"
 #include "common/status_macros.h"
 #include "daemon/copy/cuda/copy_kernels.h"
 #include "common/cuda/cuda_status.h"
 #include "daemon/copy/cuda/driver_api.h"
 
 namespace kvoffload::daemon::cuda {
-namespace {
-
-spdlog::logger* Log() {
-  static spdlog::logger* const log = common::Logger("cuda");
-  return log;
-}
-
-}  // namespace
-
 bool IsStickyError(cudaError_t err) {
   switch (err) {
     case cudaErrorIllegalAddress:

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/cuda/cuda_status.h"
-#include "common/logging.h"
+#include "daemon/copy/cuda/log.h"
 #include "common/status_macros.h"
 #include "daemon/copy/copy_plan.h"
 #include "daemon/copy/cuda/copy_batcher.h"
@@ -16,11 +16,6 @@
 
 namespace kvoffload::daemon::cuda {
 namespace {
-
-spdlog::logger* Log() {
-  static spdlog::logger* const log = common::Logger("cuda");
-  return log;
-}
 
 // Fixed choice, measured (docs/TUNING.md): every grid, thread and unroll setting of the kernel
 // gave the same link-bound rates.
@@ -90,6 +85,25 @@ CopyPagesArgs KernelArgs(bool store, const CudaWorkerMemory& m, const Device::Bu
   return args;
 }
 
+// The SM paths' pair table of `num_pairs` entries, from the device's descriptor pool, into
+// j->buffer. false, with nothing taken, when the pool has no room.
+absl::StatusOr<bool> AcquirePairTable(Device* device, uint64_t num_pairs, PendingJob* j) {
+  absl::StatusOr<Device::Buffer> buffer = device->AcquireBuffer(num_pairs * sizeof(PagePair));
+  if (absl::IsResourceExhausted(buffer.status())) return false;
+  RETURN_IF_ERROR(buffer.status());
+  j->buffer = *buffer;
+  return true;
+}
+
+// Uploads the pair table filled in j.buffer.host on `stream`.
+absl::Status UploadPairTable(Device* device, const PendingJob& j, uint64_t num_pairs,
+                             cudaStream_t stream) {
+  return device->Check(cudaMemcpyAsync(j.buffer.device, j.buffer.host,
+                                       num_pairs * sizeof(PagePair), cudaMemcpyHostToDevice,
+                                       stream),
+                       "uploading the descriptor table");
+}
+
 CopyKernelConfig KernelConfig(int sms) {
   CopyKernelConfig config;  // 512 threads, unroll 8
   config.max_blocks = sms;
@@ -148,13 +162,11 @@ absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueO
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(staging);
-  absl::StatusOr<Device::Buffer> buffer = device->AcquireBuffer(num_pairs * sizeof(PagePair));
-  if (absl::IsResourceExhausted(buffer.status())) {
+  ASSIGN_OR_RETURN(const bool acquired, AcquirePairTable(device, num_pairs, j));
+  if (!acquired) {
     *no_room = true;
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(buffer.status());
-  j->buffer = *buffer;
   const uint32_t n = lane.num_staging;
   const uint64_t first = lane.next_staging;
   lane.next_staging += job.staged.chunks.size();
@@ -169,10 +181,7 @@ absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueO
       pairs[i] = PagePair{job.blocks[i].gpu_block, staging + (i - c.block_begin) * bpb};
     }
   }
-  absl::Status status = device->Check(
-      cudaMemcpyAsync(j->buffer.device, j->buffer.host, num_pairs * sizeof(PagePair),
-                      cudaMemcpyHostToDevice, lane.kernel),
-      "uploading the descriptor table");
+  absl::Status status = UploadPairTable(device, *j, num_pairs, lane.kernel);
   uint8_t* base = job.region->base();
   const CopyKernelConfig config = KernelConfig(options.copy_sms);
   for (const StagedChunk& c : job.staged.chunks) {
@@ -237,13 +246,11 @@ absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueO
   const uint64_t num_pairs = job.blocks.size();
   ASSIGN_OR_RETURN(const std::atomic<uint64_t>* chunks,
                    job.region->DevicePointers(device->ordinal()));
-  absl::StatusOr<Device::Buffer> buffer = device->AcquireBuffer(num_pairs * sizeof(PagePair));
-  if (absl::IsResourceExhausted(buffer.status())) {
+  ASSIGN_OR_RETURN(const bool acquired, AcquirePairTable(device, num_pairs, j));
+  if (!acquired) {
     *no_room = true;
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(buffer.status());
-  j->buffer = *buffer;
   auto* pairs = reinterpret_cast<PagePair*>(j->buffer.host);
   const uint64_t chunk_bytes = job.region->chunk_bytes();
   uint64_t align_bits = m->align_bits_;
@@ -256,10 +263,7 @@ absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueO
     align_bits |= host;
   }
   absl::MutexLock lock(&lane.mu);
-  absl::Status status = device->Check(
-      cudaMemcpyAsync(j->buffer.device, j->buffer.host, num_pairs * sizeof(PagePair),
-                      cudaMemcpyHostToDevice, lane.kernel),
-      "uploading the descriptor table");
+  absl::Status status = UploadPairTable(device, *j, num_pairs, lane.kernel);
   if (status.ok()) {
     CopyPagesArgs args = KernelArgs(store, *m, j->buffer, 0, num_pairs, align_bits);
     status = device->Check(LaunchCopyPages(args, KernelConfig(kKernelSms), lane.kernel),

@@ -8,16 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_status.h"
-#include "common/logging.h"
+#include "daemon/copy/cuda/log.h"
 #include "common/status_macros.h"
 
 namespace kvoffload::daemon::cuda {
 namespace {
-
-spdlog::logger* Log() {
-  static spdlog::logger* const log = common::Logger("cuda");
-  return log;
-}
 
 // Chunks of at most this many bytes, each ending on a row boundary (vLLM #51080).
 constexpr uint64_t kMaxRegisterChunkBytes = uint64_t{64} << 30;

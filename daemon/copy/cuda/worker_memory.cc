@@ -4,17 +4,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "daemon/copy/cuda/log.h"
 #include "common/status_macros.h"
 #include "common/cuda/cuda_status.h"
 
 namespace kvoffload::daemon::cuda {
 namespace {
-
-spdlog::logger* Log() {
-  static spdlog::logger* const log = common::Logger("cuda");
-  return log;
-}
 
 // What a lane leaves to release, taken out of it (a Lane holds a mutex and cannot move).
 struct LaneLeftovers {
