@@ -19,9 +19,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/errno_status.h"
+#include "common/logging.h"
 
 namespace kvoffload::daemon {
 namespace {
+
+spdlog::logger* FdStoreLog() {
+  static spdlog::logger* const log = common::Logger("restart");
+  return log;
+}
 
 constexpr absl::string_view kRegionPrefix = "kvoffload.region.";
 constexpr absl::string_view kStatePrefix = "kvoffload.state.";
@@ -185,7 +191,22 @@ absl::StatusOr<std::vector<InheritedFd>> TakeInheritedFds() {
                                                    count_text, "' are not numbers"));
   }
   clear_environment();
-  if (pid != getpid()) return fds;  // meant for another process (a parent's leftovers)
+  if (pid != getpid()) {
+    // Meant for another process (a parent's leftovers): not ours to use, but not to leak into
+    // every child either.
+    int open_fds = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const int fd = kListenFdsStart + static_cast<int>(i);
+      const int flags = fcntl(fd, F_GETFD);
+      if (flags < 0) continue;
+      ++open_fds;
+      fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+    }
+    FdStoreLog()->warn("LISTEN_PID={} is not this process ({}): {} of LISTEN_FDS={} descriptors are "
+                "open; ignored and marked close-on-exec",
+                pid, getpid(), open_fds, count);
+    return fds;
+  }
   std::vector<std::string> split;
   if (!names.empty()) split = absl::StrSplit(names, ':');
   for (int64_t i = 0; i < count; ++i) {

@@ -221,9 +221,13 @@ TEST_F(ListenFdsTest, IgnoresAnotherProcesssDescriptorsAndRefusesGarbage) {
   Place(4, "b");
   setenv("LISTEN_PID", absl::StrCat(getpid() + 1).c_str(), 1);
   setenv("LISTEN_FDS", "2", 1);
+  ASSERT_EQ(fcntl(3, F_GETFD) & FD_CLOEXEC, 0);
   auto fds = TakeInheritedFds();
   ASSERT_TRUE(fds.ok());
   EXPECT_TRUE(fds->empty());
+  // Left open (not ours), but never inherited by our children.
+  EXPECT_EQ(fcntl(3, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  EXPECT_EQ(fcntl(4, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
   EXPECT_EQ(getenv("LISTEN_FDS"), nullptr);
 
   setenv("LISTEN_PID", absl::StrCat(getpid()).c_str(), 1);
