@@ -67,6 +67,7 @@ Engine::Engine(const common::EngineSpec& spec, const common::Geometry& geometry,
       part_geometry_(geometry),
       record_layout_(std::move(resources.record_layout)),
       preparer_(std::move(resources.preparer)),
+      rows_not_durable_(std::move(resources.rows_not_durable)),
       sessions_(geometry, spec.Key(), std::move(resources.layout)),
       jobs_(VoteRule::For(geometry, spec), LimitsOf(deps), spec.Key()) {}
 
@@ -452,6 +453,7 @@ EngineSnapshot Engine::Snapshot() const {
   s.populate_seconds = region_->populate_seconds();
   const RegionReadiness readiness = ReadinessOf(*region_, preparer_.get());
   s.region_ready_bytes = readiness.ready_bytes;
+  s.rows_not_durable = rows_not_durable_ ? rows_not_durable_() : 0;
   s.region_first_ready_seconds = readiness.first_ready_seconds;
   s.region_fully_ready_seconds = readiness.fully_ready_seconds;
   s.latency = latency_.Get();

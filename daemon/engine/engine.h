@@ -107,6 +107,8 @@ struct EngineSnapshot {
   // == region_bytes once fully ready) and when the first / the last chunk became ready, in
   // seconds after the engine was opened (-1: not yet).
   uint64_t region_ready_bytes = 0;
+  // Rows whose key was too long for the durable state: they do not outlive the daemon.
+  uint64_t rows_not_durable = 0;
   double region_first_ready_seconds = 0;
   double region_fully_ready_seconds = 0;
   LatencyHistogram::Snapshot latency;
@@ -244,6 +246,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Prepares the region in the background (null once it was ready at creation); stopped first
   // in the destructor, before the region is unregistered.
   std::unique_ptr<RegionPreparer> preparer_;
+  const std::function<uint64_t()> rows_not_durable_;  // EngineResources::rows_not_durable
 
   // Held shared from collecting verdicts until they are delivered, exclusively by Detach: a
   // listener is never called after Detach returns.

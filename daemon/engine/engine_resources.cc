@@ -141,6 +141,7 @@ absl::StatusOr<EngineResources> AcquireDurableEngineResources(
   resources.record_layout = [file](const std::vector<uint64_t>& pages) {
     file->RecordLayout(pages);
   };
+  resources.rows_not_durable = [file] { return file->rows_not_durable(); };
   ASSIGN_OR_RETURN(resources.index, SlotIndex::Create(geometry.num_rows, std::move(state),
                                                       InitialReadyRows(region_options)));
   RETURN_IF_ERROR(
@@ -170,6 +171,7 @@ absl::StatusOr<AdoptedResources> AdoptEngineResources(Durability::Restorable res
   ASSIGN_OR_RETURN(resources.region, Region::Adopt(restorable.region.release(), spec.Key(),
                                                    geometry.capacity_bytes, region_options));
   StateFile* const file = state.file.get();
+  resources.rows_not_durable = [file] { return file->rows_not_durable(); };
   resources.layout = std::move(state.layout);
   if (!state.layout_recorded) {
     // No worker fixed the layout before: the first one after the restart does (and records it).

@@ -58,6 +58,9 @@ struct EngineResources {
   // any row can become READY — so that a restored engine knows it (the state file records it).
   // Must be quick (a few stores into the state memfd). Empty: nothing to record.
   std::function<void(const std::vector<uint64_t>&)> record_layout;
+  // Rows READY now or before whose key was too long for the durable state (StateFile::
+  // rows_not_durable): served, but they do not outlive the daemon. Empty when not durable.
+  std::function<uint64_t()> rows_not_durable;
   // Serve while pinning (region_options.ready_chunk_bytes > 0): populates and pins the region
   // chunk by chunk and raises the index's readiness watermark as it goes. Declared last, so that
   // it stops before the index and region go; the owner stops it (reset) before it unregisters

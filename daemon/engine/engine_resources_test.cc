@@ -165,5 +165,60 @@ TEST(EngineResourcesTest, ServeWhilePinningReturnsBeforeFullyPinnedAndNeverHands
   backend.UnregisterRegion(resources->region->data());
 }
 
+class AcceptingStore final : public FdStore {
+ public:
+  bool enabled() const override { return true; }
+  absl::Status Store(absl::string_view, int) override { return absl::OkStatus(); }
+  absl::Status Remove(absl::string_view) override { return absl::OkStatus(); }
+  std::string Describe() const override { return "a test store"; }
+};
+
+TEST(EngineResourcesTest, DurableEngineCountsRowsWhoseKeysTheStateCannotHold) {
+  const common::EngineSpec spec = Spec(1 << 20);
+  auto geometry = common::ComputeGeometry(spec);
+  ASSERT_TRUE(geometry.ok());
+  MemoryBudget budget(64 << 20);
+  RecordingBackend backend;
+  AcceptingStore store;
+  Durability durability(&store, /*key_capacity=*/8);
+  StateIdentity identity;
+  identity.spec = spec;
+  identity.region_epoch = 0x1234;
+  RegionOptions options;
+  options.ready_chunk_bytes = 2 * geometry->row_bytes;  // durable and served while pinning
+  auto resources =
+      AcquireDurableEngineResources(identity, *geometry, &budget, &backend, options, &durability);
+  ASSERT_TRUE(resources.ok()) << resources.status();
+  ASSERT_TRUE(resources->rows_not_durable);
+  ASSERT_TRUE(resources->preparer->WaitAll().ok());
+  SlotIndex& index = *resources->index;
+  auto store_keys = [&](const std::vector<std::string>& keys) {
+    auto s = index.PrepareStore(keys);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE(index.BeginCopy(CopyDirection::kStore, s->rows).ok());
+    ASSERT_TRUE(index.EndStoreCopy(s->rows, true).ok());
+    ASSERT_TRUE(index.CompleteStore(s->keys, true).ok());
+  };
+  store_keys({"short", "a-key-of-twenty-byte"});
+  EXPECT_EQ(resources->rows_not_durable(), 1u);
+  store_keys({"another-long-key-x"});
+  EXPECT_EQ(resources->rows_not_durable(), 2u);
+  resources->preparer.reset();
+  backend.UnregisterRegion(resources->region->data());
+}
+
+TEST(EngineResourcesTest, NotDurableEngineHasNoCounter) {
+  const common::EngineSpec spec = Spec(1 << 20);
+  auto geometry = common::ComputeGeometry(spec);
+  ASSERT_TRUE(geometry.ok());
+  MemoryBudget budget(64 << 20);
+  RecordingBackend backend;
+  auto resources = AcquireEngineResources(spec, *geometry, &budget, &backend, RegionOptions());
+  ASSERT_TRUE(resources.ok());
+  EXPECT_FALSE(resources->rows_not_durable);
+  EXPECT_EQ(resources->preparer, nullptr);
+  backend.UnregisterRegion(resources->region->data());
+}
+
 }  // namespace
 }  // namespace kvoffload::daemon

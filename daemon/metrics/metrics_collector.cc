@@ -142,6 +142,11 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       "Bytes of the engine's region populated and registered so far (serve while pinning); "
       "equals kvoffload_region_bytes once the region is fully ready.",
       kGauge, engines, [](const EngineSnapshot& s) { return double(s.region_ready_bytes); }));
+  out.push_back(PerEngine(
+      "kvoffload_rows_not_durable_total",
+      "Rows stored with keys longer than the durable state's key capacity (--state_key_bytes): "
+      "served, but not kept across a daemon restart.",
+      kCounter, engines, [](const EngineSnapshot& s) { return double(s.rows_not_durable); }));
   {
     MetricFamily rows = Family(
         "kvoffload_rows",

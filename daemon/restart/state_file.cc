@@ -12,12 +12,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "kvoffload/v1/kvoffload.pb.h"
 #include "proto/spec_convert.h"
 
 namespace kvoffload::daemon {
 namespace {
+
+spdlog::logger* StateLog() {
+  static spdlog::logger* const log = common::Logger("restart");
+  return log;
+}
 
 constexpr char kMagic[8] = {'K', 'V', 'O', 'S', 'T', 'A', 'T', 'E'};
 constexpr uint64_t kFixedBytes = 128;
@@ -379,7 +385,13 @@ void StateFile::OnReady(uint32_t row, absl::string_view key, uint32_t ticket) {
   // fields below are never read under a READY state word, whatever came before.
   __atomic_store_n(&r->state, 0u, __ATOMIC_RELEASE);
   if (key.empty() || key.size() > key_capacity_) {
-    not_durable_.fetch_add(1, std::memory_order_relaxed);
+    if (not_durable_.fetch_add(1, std::memory_order_relaxed) == 0) {
+      // Once per engine: the first such row (the count is in stats and metrics).
+      StateLog()->warn("region epoch {:x}: a key of {} bytes is longer than the state's {}-byte "
+                       "key capacity (--state_key_bytes): such rows are served but do not "
+                       "outlive the daemon (rows_not_durable)",
+                       region_epoch_, key.size(), key_capacity_);
+    }
     return;
   }
   r->ticket = ticket;

@@ -80,6 +80,7 @@ void ToProto(const EngineSnapshot& s, v1::EngineStats* p) {
   p->set_rows_not_ready(s.index.rows_not_ready);
   p->set_region_first_ready_seconds(s.region_first_ready_seconds);
   p->set_region_fully_ready_seconds(s.region_fully_ready_seconds);
+  p->set_rows_not_durable(s.rows_not_durable);
   p->set_owner_uid(s.owner_uid);
   p->set_store_bytes(s.store_bytes);
   p->set_load_bytes(s.load_bytes);
