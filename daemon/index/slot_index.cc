@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "absl/hash/hash.h"
@@ -79,8 +80,17 @@ absl::Status SlotIndex::CheckNumRows(uint64_t num_rows) {
 absl::StatusOr<std::unique_ptr<SlotIndex>> SlotIndex::Create(
     uint64_t num_rows, std::unique_ptr<RowJournal> journal, uint64_t ready_rows) {
   RETURN_IF_ERROR(CheckNumRows(num_rows));
-  return absl::WrapUnique(
+  auto index = absl::WrapUnique(
       new SlotIndex(static_cast<uint32_t>(num_rows), std::move(journal), ready_rows));
+  // A new index starts its tickets at a random point (review S5): a stale part from an index
+  // that lived before this one (another daemon process, a region recreated) names tickets from
+  // its own sequence, which this one is unlikely to be anywhere near.
+  std::random_device random;
+  const uint32_t first = 1 + static_cast<uint32_t>(random() % kMaxTicket);
+  absl::MutexLock lock(&index->mu_);
+  index->next_ticket_ = first;
+  index->tickets_reserved_end_ = first;
+  return index;
 }
 
 uint64_t SlotIndex::MetadataBytesFor(uint64_t num_rows) {

@@ -53,7 +53,8 @@
 // by the order of the call that completed them (vLLM hands CompleteStore a set): the key that came
 // first in PrepareStore ends up the most recent, so a prefix is evicted from its tail.
 //
-// Row handles: each PrepareStore call takes a ticket (31 bits, never 0) that its new rows keep as
+// Row handles: each PrepareStore call takes a ticket (31 bits, never 0; a new index starts at a
+// random one, a restored one where its journal left off) that its new rows keep as
 // long as they hold that key; the wire hands rows out (PrepareStore and PrepareLoad) as
 // StoreHandle(ticket, row). A copy that names a ticket is refused when its row holds another
 // one — the row was freed and handed to another key since the job was planned (a part that came
