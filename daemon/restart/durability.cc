@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
@@ -72,7 +73,16 @@ Durability::Collected Durability::Collect(std::vector<InheritedFd> inherited) {
     }
     into.emplace(parsed->region_epoch, std::move(fd));
   }
-  std::set<std::string> keys;
+  // Valid states by engine key; of two states of one engine the newest (creation time, then
+  // region epoch) is restored and the others refused (review S7: not the lower epoch).
+  struct Candidate {
+    Restorable restorable;
+    std::string state_name;
+    std::string region_name;
+    uint64_t created_ns = 0;
+    uint64_t epoch = 0;
+  };
+  std::map<std::string, std::vector<Candidate>> candidates;
   for (auto& [epoch, state_fd] : states) {
     const std::string state_name = state_fd.name;
     auto region_it = regions.find(epoch);
@@ -105,19 +115,33 @@ Durability::Collected Durability::Collect(std::vector<InheritedFd> inherited) {
                           " bytes, the state describes ", adopted->geometry.capacity_bytes));
       continue;
     }
-    if (!keys.insert(key).second) {
-      refuse(absl::StrCat("engine ", key, ": a second state of the same engine"));
-      continue;
-    }
     if (adopted->records_refused > 0) {
       Log()->warn("engine {}: {} corrupted row records read as FREE", key,
                   adopted->records_refused);
     }
-    Restorable r;
-    r.state = *std::move(adopted);
-    r.region = std::move(region_it->second.fd);
+    Candidate c;
+    c.state_name = state_name;
+    c.region_name = region_it->second.name;
+    c.created_ns = adopted->created_ns;
+    c.epoch = epoch;
+    c.restorable.state = *std::move(adopted);
+    c.restorable.region = std::move(region_it->second.fd);
     regions.erase(region_it);
-    out.engines.push_back(std::move(r));
+    candidates[key].push_back(std::move(c));
+  }
+  for (auto& [key, list] : candidates) {
+    std::sort(list.begin(), list.end(), [](const Candidate& a, const Candidate& b) {
+      return a.created_ns != b.created_ns ? a.created_ns > b.created_ns : a.epoch > b.epoch;
+    });
+    for (size_t i = 1; i < list.size(); ++i) {
+      ++out.refused;
+      const std::string why = absl::StrCat("engine ", key, ": an older state of the same engine ",
+                                           "(region epoch ", absl::Hex(list[0].epoch),
+                                           " is newer)");
+      drop(InheritedFd{list[i].state_name, UniqueFd()}, why);
+      drop(InheritedFd{list[i].region_name, UniqueFd()}, "its engine's state was refused");
+    }
+    out.engines.push_back(std::move(list[0].restorable));
   }
   for (auto& [epoch, region_fd] : regions) drop(region_fd, "no state descriptor names it");
   return out;

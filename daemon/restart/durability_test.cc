@@ -136,6 +136,39 @@ TEST(DurabilityTest, RefusesWhatDoesNotPairAndRemovesIt) {
                                    StoredFdName(StoredKind::kRegion, 4, "d/0")));
 }
 
+// Review S7: of two states of one engine the newer (creation time in the state, offset 136) is
+// restored, whatever the region epochs; the older is refused and removed.
+TEST(DurabilityTest, TheNewerOfTwoStatesOfOneEngineWins) {
+  FakeStore store;
+  Durability durability(&store, 40);
+  Engine older = MakeEngine("a", 9);
+  Engine newer = MakeEngine("a", 3);  // a lower epoch, created later
+  auto set_created = [](const Engine& e, uint64_t ns) {
+    ASSERT_EQ(pwrite(e.state->fd(), &ns, sizeof(ns), 136), static_cast<ssize_t>(sizeof(ns)));
+  };
+  set_created(older, 1000);
+  set_created(newer, 2000);
+  newer.state->RecordLayout({4096, 4096});
+  newer.state->OnReady(1, "new", 5);
+  std::vector<InheritedFd> inherited;
+  for (const Engine* e : {&older, &newer}) {
+    for (StoredKind kind : {StoredKind::kState, StoredKind::kRegion}) {
+      inherited.push_back(InheritedFd{
+          StoredFdName(kind, e->identity.region_epoch, e->identity.spec.Key()),
+          UniqueFd(dup(kind == StoredKind::kState ? e->state->fd() : e->region.get()))});
+    }
+  }
+  Durability::Collected c = durability.Collect(std::move(inherited));
+  ASSERT_EQ(c.engines.size(), 1u);
+  EXPECT_EQ(c.engines[0].state.identity.region_epoch, 3u);
+  EXPECT_EQ(c.engines[0].state.created_ns, 2000u);
+  ASSERT_EQ(c.engines[0].state.rows.size(), 1u);
+  EXPECT_EQ(c.engines[0].state.rows[0].key, "new");
+  EXPECT_EQ(c.refused, 1u);
+  EXPECT_THAT(store.removed, UnorderedElementsAre(StoredFdName(StoredKind::kState, 9, "a/0"),
+                                                  StoredFdName(StoredKind::kRegion, 9, "a/0")));
+}
+
 TEST(DurabilityTest, DisabledStoresNothing) {
   NoFdStore none;
   Durability durability(&none, 40);

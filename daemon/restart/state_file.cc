@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -28,6 +29,9 @@ spdlog::logger* StateLog() {
 constexpr char kMagic[8] = {'K', 'V', 'O', 'S', 'T', 'A', 'T', 'E'};
 constexpr uint64_t kFixedBytes = 128;
 constexpr uint64_t kLiveOffset = 128;  // tickets reserved: not in the header checksum
+// Creation time (wall clock, ns; 0 in files of daemons before it): which of two states of one
+// engine is newer. Not in the header checksum either, so files of older daemons still verify.
+constexpr uint64_t kCreatedOffset = 136;
 constexpr uint64_t kSpecOffset = 256;
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kRecordFixedBytes = 24;
@@ -202,6 +206,8 @@ absl::StatusOr<std::unique_ptr<StateFile>> StateFile::Create(const StateIdentity
   std::memcpy(base, &header, sizeof(header));
   __atomic_store_n(reinterpret_cast<uint64_t*>(base + kLiveOffset), PackTickets(1),
                    __ATOMIC_RELEASE);
+  __atomic_store_n(reinterpret_cast<uint64_t*>(base + kCreatedOffset),
+                   static_cast<uint64_t>(absl::GetCurrentTimeNanos()), __ATOMIC_RELEASE);
   return std::unique_ptr<StateFile>(new StateFile(std::move(fd), base, bytes, header_bytes,
                                                   record_bytes, key_capacity, geometry.num_rows,
                                                   identity.region_epoch));
@@ -280,6 +286,8 @@ absl::StatusOr<StateFile::Adopted> StateFile::Adopt(UniqueFd fd) {
   adopted.identity.region_epoch = h.region_epoch;
   adopted.geometry = *geometry;
   adopted.next_ticket = tickets_end;
+  adopted.created_ns =
+      __atomic_load_n(reinterpret_cast<const uint64_t*>(base + kCreatedOffset), __ATOMIC_ACQUIRE);
   adopted.file = std::unique_ptr<StateFile>(new StateFile(std::move(fd), base, size,
                                                           h.header_bytes, h.record_bytes,
                                                           h.key_capacity, h.num_rows,

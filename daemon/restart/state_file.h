@@ -10,6 +10,8 @@
 //                  spec_bytes, fingerprint_bytes, header checksum (FNV-1a 64 over the fixed header
 //                  with this field zero, the spec and the fingerprint)
 //   [128, 136)     tickets reserved (row_journal.h): end | ~end << 32, one 8-byte store
+//   [136, 144)     creation time, ns since the Unix epoch (0 from daemons before it): of two
+//                  states of one engine, the newer is restored
 //   [256, ...)     the EngineSpec as a serialized kvoffload.v1.EngineSpec (owner's members
 //                  included), then the geometry fingerprint; padded to 4 KiB pages
 //   last header page  the layout identity: the first worker's per-tensor page sizes, run-length
@@ -92,6 +94,7 @@ class StateFile final : public RowJournal {
     common::Geometry geometry;  // recomputed from the spec; equal to what the header says
     std::vector<RestoredRow> rows;  // READY records whose checksum and fields hold
     uint32_t next_ticket = 1;
+    uint64_t created_ns = 0;  // when the state was created (0: written by an older daemon)
     uint64_t records_refused = 0;  // not FREE and not a valid READY record: now FREE
     // The per-tensor page sizes the rows were stored with (RecordLayout); empty when none was
     // recorded, and then `rows` is empty too: without it a worker could split the same bytes

@@ -92,6 +92,8 @@ TEST(StateFileTest, WhatIsWrittenComesBackThroughTheDescriptor) {
   EXPECT_EQ(adopted->identity.region_epoch, 0x1234567890abcdefull);
   EXPECT_EQ(adopted->geometry.num_rows, g.num_rows);
   EXPECT_EQ(adopted->next_ticket, 70000u);
+  // Stamped at Create (wall clock): later than a time taken before this test ran.
+  EXPECT_GT(adopted->created_ns, uint64_t{1700000000} * 1000000000);
   EXPECT_EQ(adopted->records_refused, 0u);
   EXPECT_EQ(adopted->layout, (std::vector<uint64_t>{8192, 8192, 8192, 8192, 32768}));
   ASSERT_EQ(adopted->rows.size(), 2u);
