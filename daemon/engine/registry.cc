@@ -59,6 +59,9 @@ EngineRegistry::EngineRegistry(const EngineDeps& deps, const RegistryOptions& op
 EngineRegistry::~EngineRegistry() {
   stop_.Notify();
   if (maintenance_.joinable()) maintenance_.join();
+  // A member engine holds its pool and the pool holds its members' keepalives: without
+  // Shutdown (tests, early exits) nothing else breaks that cycle.
+  pools_.Clear();
 }
 
 void EngineRegistry::Start() {
