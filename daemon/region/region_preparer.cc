@@ -59,9 +59,11 @@ absl::Status RegionPreparer::WaitFirstChunk() {
         return p->first_settled_ || !p->status_.ok() || p->finished_;
       },
       this));
+  // Chunk 0 settled wins over a later chunk's failure: that chunk stays served (the prefix is
+  // kept), so OpenEngine must not fail because chunk 1 failed before this waiter woke up.
+  if (first_settled_) return absl::OkStatus();
   if (!status_.ok()) return status_;
-  if (!first_settled_) return absl::CancelledError("the region's preparation was stopped");
-  return absl::OkStatus();
+  return absl::CancelledError("the region's preparation was stopped");
 }
 
 absl::Status RegionPreparer::WaitAll() {
