@@ -2,7 +2,8 @@
 // by tests and CI) sits behind CopyBackend. The daemon core (engines, index, jobs, votes) is
 // identical for both; only the bytes move differently.
 //
-//   std::unique_ptr<CopyBackend> backend = ...;           // cuda::Create() or host::Create()
+//   // cuda::CreateCudaCopyBackend(options) or CreateHostCopyBackend(threads):
+//   std::unique_ptr<CopyBackend> backend = ...;
 //   RETURN_IF_ERROR(backend->RegisterRegion(region->data(), region->size(), geometry.row_bytes));
 //   ASSIGN_OR_RETURN(auto memory, backend->OpenWorker(registration));
 //   backend->Submit(std::move(job), [](absl::Status s, uint64_t bytes) { ... });
@@ -36,7 +37,7 @@ struct TensorRegistration {
 
 struct WorkerRegistration {
   int32_t device = -1;
-  std::string device_uuid;  // 16 raw bytes of cudaUUID_t, or empty
+  std::string device_uuid;                  // 16 raw bytes of cudaUUID_t, or empty
   std::vector<TensorRegistration> tensors;  // in registration order
   std::vector<std::string> event_handles;   // cudaIpcEventHandle_t bytes each
   // The registering process as the kernel named it (its connection's SO_PEERCRED), never as the
@@ -81,8 +82,8 @@ struct CopyJob {
   uint64_t slot_bytes = 0;
   uint32_t slot = 0;
   uint32_t blocks_per_row = 1;
-  std::vector<CopyRun> runs;  // in the job's order
-  int32_t event_index = -1;  // into memory's event pool; -1 = none
+  std::vector<CopyRun> runs;                   // in the job's order
+  int32_t event_index = -1;                    // into memory's event pool; -1 = none
   absl::Duration timeout = absl::Seconds(30);  // a wait on the worker's event fails after this
 };
 

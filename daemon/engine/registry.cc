@@ -53,8 +53,8 @@ std::string EpochMismatch(const std::string& key, uint64_t expected, uint64_t ac
 EngineRegistry::EngineRegistry(const EngineDeps& deps, const RegistryOptions& options)
     : deps_(deps),
       options_(options),
-      pools_(options.pools, deps.budget, deps.release),
-      next_epoch_(options.first_region_epoch != 0 ? options.first_region_epoch : RandomEpoch()) {}
+      next_epoch_(options.first_region_epoch != 0 ? options.first_region_epoch : RandomEpoch()),
+      pools_(options.pools, deps.budget, deps.release) {}
 
 EngineRegistry::~EngineRegistry() {
   stop_.Notify();
@@ -68,15 +68,27 @@ void EngineRegistry::Start() {
   maintenance_ = std::thread([this] { RunMaintenance(); });
 }
 
+absl::StatusOr<EngineRegistry::ResolvedSpec> EngineRegistry::Resolve(
+    const common::EngineSpec& requested) {
+  ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(requested));
+  ResolvedSpec resolved{requested, geometry};
+  resolved.spec.local_world_size = geometry.local_world_size;
+  resolved.spec.worker_bytes_per_block = geometry.worker_bytes_per_block;
+  return resolved;
+}
+
 absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requested,
                                                   uint64_t expected_epoch, const Caller* caller) {
   // Validate before anything else so a bad spec is rejected even if a same-key engine exists.
-  ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(requested));
-  // Compare specs with their defaults resolved: local_world_size 0 (undeclared) and the same
-  // value declared are one engine, as are worker_bytes_per_block 0 and page_bytes × num_layers.
-  common::EngineSpec spec = requested;
-  spec.local_world_size = geometry.local_world_size;
-  spec.worker_bytes_per_block = geometry.worker_bytes_per_block;
+  ASSIGN_OR_RETURN(ResolvedSpec resolved, Resolve(requested));
+  return OpenResolved(resolved, expected_epoch, caller);
+}
+
+absl::StatusOr<OpenedEngine> EngineRegistry::OpenResolved(const ResolvedSpec& resolved,
+                                                          uint64_t expected_epoch,
+                                                          const Caller* caller) {
+  const common::EngineSpec& spec = resolved.spec;
+  const common::Geometry& geometry = resolved.geometry;
   auto existing = [&]() -> absl::StatusOr<OpenedEngine> {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("kvoffloadd is shutting down");
@@ -115,13 +127,13 @@ absl::StatusOr<OpenedEngine> EngineRegistry::Open(const common::EngineSpec& requ
     // The owner is known here, before the engine exists: it goes into the durable state.
     StateIdentity identity{spec, owner, epoch};
     ASSIGN_OR_RETURN(EngineResources resources,
-                     AcquireDurableEngineResources(identity, geometry, deps_.budget,
-                                                   deps_.backend, deps_.region_options,
-                                                   options_.durability));
-    Log()->info("engine {} ready: {} rows of {} bytes, region epoch {:x}, durable, populated in "
-                "{:.2f}s",
-                spec.Key(), geometry.num_rows, geometry.row_bytes, epoch,
-                resources.region->populate_seconds());
+                     AcquireDurableEngineResources(identity, geometry, deps_.budget, deps_.backend,
+                                                   deps_.region_options, options_.durability));
+    Log()->info(
+        "engine {} ready: {} rows of {} bytes, region epoch {:x}, durable, populated in "
+        "{:.2f}s",
+        spec.Key(), geometry.num_rows, geometry.row_bytes, epoch,
+        resources.region->populate_seconds());
     engine = Engine::FromResources(spec, geometry, deps_, epoch, std::move(resources));
   } else {
     ASSIGN_OR_RETURN(engine, Engine::Create(spec, deps_, epoch));
@@ -198,10 +210,11 @@ absl::StatusOr<EngineRegistry::RestoredEngine> EngineRegistry::Restore(
     absl::MutexLock lock(&mu_);
     engines_.emplace(key, engine);
   }
-  Log()->info("engine {} restored: region epoch {:x}, {} READY rows of {} ({} refused), in "
-              "{:.1f} ms",
-              key, identity.region_epoch, adopted.rows_restored, geometry.num_rows,
-              adopted.rows_dropped, absl::ToDoubleMilliseconds(absl::Now() - start));
+  Log()->info(
+      "engine {} restored: region epoch {:x}, {} READY rows of {} ({} refused), in "
+      "{:.1f} ms",
+      key, identity.region_epoch, adopted.rows_restored, geometry.num_rows, adopted.rows_dropped,
+      absl::ToDoubleMilliseconds(absl::Now() - start));
   return RestoredEngine{key, identity.region_epoch, adopted.rows_restored, adopted.rows_dropped};
 }
 
@@ -212,9 +225,9 @@ absl::Status EngineRegistry::AdmitNewEngine(const std::string& key) {
     engines = engines_.size();
   }
   if (engines >= options_.max_engines) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("engine ", key, " refused: ", engines, " engines exist, the limit is ",
-                     options_.max_engines, " (--max_engines)"));
+    return absl::ResourceExhaustedError(absl::StrCat("engine ", key, " refused: ", engines,
+                                                     " engines exist, the limit is ",
+                                                     options_.max_engines, " (--max_engines)"));
   }
   // An engine holds a memfd; its workers' connections and memory need more. Refusing here keeps
   // descriptors for accept(), so clients can still connect and clean up (drop, cleanup).
@@ -222,26 +235,22 @@ absl::Status EngineRegistry::AdmitNewEngine(const std::string& key) {
   if (!fds.ok()) return fds.status();
   if (fds->soft_limit != UINT64_MAX &&
       (fds->open >= fds->soft_limit || fds->soft_limit - fds->open < options_.min_free_fds)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "engine ", key, " refused: ", fds->open, " of ", fds->soft_limit,
-        " file descriptors (RLIMIT_NOFILE) are open and ", options_.min_free_fds,
-        " must stay free (--min_free_fds); drop idle engines or raise LimitNOFILE"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("engine ", key, " refused: ", fds->open, " of ", fds->soft_limit,
+                     " file descriptors (RLIMIT_NOFILE) are open and ", options_.min_free_fds,
+                     " must stay free (--min_free_fds); drop idle engines or raise LimitNOFILE"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(const common::EngineSpec& requested,
-                                                            uint64_t expected_epoch,
-                                                            uint32_t mp_rank,
-                                                            const WorkerRegistration& registration,
-                                                            JobListener* listener,
-                                                            const Caller* caller) {
+absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(
+    const common::EngineSpec& requested, uint64_t expected_epoch, uint32_t mp_rank,
+    const WorkerRegistration& registration, JobListener* listener, const Caller* caller) {
   // Everything that can refuse the worker is checked before the engine is created or joined:
   // a refused registration leaves no engine and no reservation behind.
-  ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(requested));
-  common::EngineSpec spec = requested;
-  spec.local_world_size = geometry.local_world_size;
-  spec.worker_bytes_per_block = geometry.worker_bytes_per_block;
+  ASSIGN_OR_RETURN(ResolvedSpec resolved, Resolve(requested));
+  const common::EngineSpec& spec = resolved.spec;
+  const common::Geometry& geometry = resolved.geometry;
   std::shared_ptr<Engine> existing;
   {
     absl::MutexLock lock(&mu_);
@@ -264,7 +273,7 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(const common::Engine
   // once per process).
   if (existing != nullptr) RETURN_IF_ERROR(existing->CheckAttach(mp_rank, registration));
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerMemory> memory, deps_.backend->OpenWorker(registration));
-  absl::StatusOr<OpenedEngine> opened = Open(spec, expected_epoch, caller);
+  absl::StatusOr<OpenedEngine> opened = OpenResolved(resolved, expected_epoch, caller);
   if (!opened.ok()) {
     deps_.release->Defer(std::shared_ptr<WorkerMemory>(std::move(memory)));
     return opened.status();

@@ -32,6 +32,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/engine_spec.h"
+#include "common/geometry.h"
 #include "daemon/engine/caller.h"
 #include "daemon/engine/engine.h"
 #include "daemon/pool/pool_table.h"
@@ -143,6 +144,16 @@ class EngineRegistry {
   bool Shutdown(const absl::Status& why, absl::Duration grace);
 
  private:
+  // A spec with its defaults resolved (local_world_size 0 and the declared value are one
+  // engine, as are worker_bytes_per_block 0 and page_bytes x num_layers) and its geometry.
+  // Computed once per call: Open and AttachWorker compare, check and create the same spec.
+  struct ResolvedSpec {
+    common::EngineSpec spec;
+    common::Geometry geometry;
+  };
+  static absl::StatusOr<ResolvedSpec> Resolve(const common::EngineSpec& requested);
+  absl::StatusOr<OpenedEngine> OpenResolved(const ResolvedSpec& resolved, uint64_t expected_epoch,
+                                            const Caller* caller);
   void RunMaintenance();
   void CloseAndForget(std::shared_ptr<Engine> engine, const absl::Status& why);
   // Engine cap and descriptor headroom; RESOURCE_EXHAUSTED when a new engine must be refused.

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/logging.h"
 #include "daemon/copy/copy_plan.h"
 #include "daemon/copy/descriptor_table.h"
@@ -55,21 +56,21 @@ class ShmMapping {
         !absl::SimpleAtoi(absl::string_view(handle).substr(sizeof(kMemfdPrefix) - 1), &number) ||
         number < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          what, ": the host backend opens only \"memfd:<fd>\" handles (a sealed memfd of the "
+          what,
+          ": the host backend opens only \"memfd:<fd>\" handles (a sealed memfd of the "
           "registering process); named shm objects are not opened"));
     }
     if (pid <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": the registration names no calling process (caller_pid ", pid,
-          "); the daemon opens a worker's memfd through /proc/<its pid>/fd"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the registration names no calling process (caller_pid ", pid,
+                       "); the daemon opens a worker's memfd through /proc/<its pid>/fd"));
     }
     const std::string path = absl::StrCat("/proc/", pid, "/fd/", number);
     const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) {
       const int err = errno;
-      const std::string message =
-          absl::StrCat(what, ": cannot open descriptor ", number, " of pid ", pid, ": ",
-                       strerror(err));
+      const std::string message = absl::StrCat(what, ": cannot open descriptor ", number,
+                                               " of pid ", pid, ": ", strerror(err));
       if (err == EMFILE || err == ENFILE) return absl::ResourceExhaustedError(message);
       if (err == EACCES || err == EPERM) {
         return absl::PermissionDeniedError(absl::StrCat(
@@ -89,16 +90,16 @@ class ShmMapping {
       return refuse(absl::InvalidArgumentError(absl::StrCat(what, " is not a memfd")));
     }
     if (st.st_uid != uid) {
-      return refuse(absl::PermissionDeniedError(
-          absl::StrCat(what, " is owned by uid ", st.st_uid, ", not by the registering uid ",
-                       uid)));
+      return refuse(absl::PermissionDeniedError(absl::StrCat(
+          what, " is owned by uid ", st.st_uid, ", not by the registering uid ", uid)));
     }
     const int seals = fcntl(fd, F_GET_SEALS);
     if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
       return refuse(absl::FailedPreconditionError(absl::StrCat(
-          what, " is not sealed against shrinking: create it with memfd_create(MFD_ALLOW_SEALING) "
-                "and add F_SEAL_SHRINK (fcntl F_ADD_SEALS), so that it cannot be truncated under "
-                "a copy")));
+          what,
+          " is not sealed against shrinking: create it with memfd_create(MFD_ALLOW_SEALING) "
+          "and add F_SEAL_SHRINK (fcntl F_ADD_SEALS), so that it cannot be truncated under "
+          "a copy")));
     }
     if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < bytes) {
       return refuse(absl::InvalidArgumentError(
@@ -184,8 +185,7 @@ absl::Status ValidateTensor(const TensorRegistration& t, size_t index) {
 // Moves the bytes of the job's blocks [first, last): every tensor's page, pages that are
 // contiguous on both sides in one memcpy (the same segments the CUDA backend's DMA path uses).
 void CopyBlocks(CopyDirection direction, const DescriptorTable& table, uint64_t first,
-                uint64_t last, const std::vector<TensorDescriptor>& tensors,
-                uint8_t* region_base) {
+                uint64_t last, const std::vector<TensorDescriptor>& tensors, uint8_t* region_base) {
   VisitSegments(table, first, last, tensors, [&](const Segment& s) {
     uint8_t* host = region_base + s.host_offset;
     uint8_t* gpu = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(s.gpu_address));
@@ -269,11 +269,10 @@ void HostCopyBackend::UnregisterRegion(uint8_t* base) {
     Log()->warn("UnregisterRegion: no region is registered at this base");
     return;
   }
-  if (it->second.jobs_in_flight > 0) {
-    // A daemon bug (the contract forbids it), not worker input: report it loudly.
-    Log()->error("UnregisterRegion: {} jobs are still in flight on the region",
-                 it->second.jobs_in_flight);
-  }
+  // The contract (the engine releases its region only after its last copy ended) is ours, not
+  // worker input: a copy still running here would write into freed memory.
+  KVO_CHECK(it->second.jobs_in_flight == 0, "UnregisterRegion: ", it->second.jobs_in_flight,
+            " jobs are still in flight on the region of ", it->second.bytes, " bytes");
   Log()->info("unregistered a region of {} bytes", it->second.bytes);
   regions_.erase(it);
 }
