@@ -15,6 +15,7 @@
 #include "daemon/copy/testing/fault_copy_backend.h"
 #include "daemon/copy/testing/shm_memory.h"
 #include "daemon/engine/testing/engine_test_env.h"
+#include "daemon/index/testing/slot_index_invariants.h"
 #include "gtest/gtest.h"
 
 namespace kvoffload::daemon {
@@ -80,7 +81,8 @@ class EngineTest : public ::testing::Test {
   }
 
   // Loads `rows` into GPU blocks `into` of `rank` (scrambled first) and returns their bytes.
-  std::vector<std::string> LoadBack(uint32_t rank, uint64_t job_id, const std::vector<uint64_t>& rows,
+  std::vector<std::string> LoadBack(uint32_t rank, uint64_t job_id,
+                                    const std::vector<uint64_t>& rows,
                                     const std::vector<uint64_t>& into) {
     Worker& w = *workers_[rank];
     for (uint64_t b : into) w.memory->Scramble(b, job_id * 100 + b);
@@ -209,9 +211,8 @@ TEST_F(EngineTest, CopyThatWroteButFailedFailsTheJobAndCountsNoBytes) {
   AttachWorkers(2);
   std::vector<std::string> keys;
   const std::vector<uint64_t> rows = PrepareStore(0, 2, &keys);
-  env_.backend().AddRule({.fault = Fault::kFailAfterCopy,
-                          .status = absl::InternalError("ecc error"),
-                          .slot = 1});
+  env_.backend().AddRule(
+      {.fault = Fault::kFailAfterCopy, .status = absl::InternalError("ecc error"), .slot = 1});
   ASSERT_TRUE(Submit(0, 4, CopyDirection::kStore, {0, 1}, rows).ok());
   ASSERT_TRUE(Submit(1, 4, CopyDirection::kStore, {0, 1}, rows).ok());
   for (auto& w : workers_) {
@@ -417,8 +418,8 @@ class EngineCloseTest : public EngineTest {
     std::mt19937 rng(seed);
     std::map<uint64_t, Fault> faults;
     for (uint64_t job = 1; job <= kNumRows; ++job) {
-      const Fault fault = std::vector<Fault>{Fault::kNone, Fault::kDelay, Fault::kFail,
-                                             Fault::kHold}[rng() % 4];
+      const Fault fault =
+          std::vector<Fault>{Fault::kNone, Fault::kDelay, Fault::kFail, Fault::kHold}[rng() % 4];
       env_.backend().AddRule({.fault = fault, .delay = absl::Milliseconds(rng() % 20)});
       faults[job] = fault;
       EXPECT_TRUE(Submit(0, job, CopyDirection::kStore, {job}, {rows[job - 1]}).ok());
@@ -533,7 +534,7 @@ TEST_F(EngineTest, CommitBeforeAStoreThatFailsDropsTheKeys) {
   SlotIndex::Counts c = engine_->index().counts();
   EXPECT_EQ(c.rows_free, kNumRows);
   EXPECT_EQ(c.commits_dropped, 2u);
-  EXPECT_TRUE(engine_->index().TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(engine_->index()).ok());
 }
 
 // A commit whose store job never comes (the worker died before submitting) is dropped by the
@@ -597,7 +598,7 @@ TEST_F(EngineTest, WriterOnlyStoresFinishOnTheWritersVote) {
   ASSERT_TRUE(load_rows.ok());
   ASSERT_TRUE(Submit(1, 8, CopyDirection::kLoad, {20, 21}, *load_rows).ok());
   EXPECT_EQ(engine_->Snapshot().jobs_in_flight, 1u);  // waits for the writer's part
-  LoadBack(0, 9, *load_rows, {22, 23});  // another load meanwhile, by both
+  LoadBack(0, 9, *load_rows, {22, 23});               // another load meanwhile, by both
   ASSERT_TRUE(workers_[1]->listener.WaitForResults(1));
   ASSERT_EQ(workers_[1]->listener.ResultsFor(8).size(), 0u);  // job 8 still needs rank 0
   ASSERT_TRUE(Submit(0, 8, CopyDirection::kLoad, {20, 21}, *load_rows).ok());
@@ -671,7 +672,7 @@ TEST_F(EngineTest, LoadsOfSingleBlocksOfRows) {
   EXPECT_EQ(engine_->Submit(w.info.session_id, bad).code(), absl::StatusCode::kOutOfRange);
   ASSERT_TRUE(engine_->index().CompleteLoad(keys).ok());
   EXPECT_EQ(engine_->Snapshot().jobs_in_flight, 0u);
-  EXPECT_TRUE(engine_->index().TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(engine_->index()).ok());
 }
 
 // A store part whose rows were freed and handed to another key since it was planned (it came
@@ -718,8 +719,8 @@ TEST_F(EngineTest, ARankRegistersAgainOnlyOnceItsOldCopiesEnded) {
     if (!memory.ok()) return memory.status();
     auto opened = env_.backend().OpenWorker((*memory)->Registration());
     if (!opened.ok()) return opened.status();
-    auto info = engine_->Attach(0, (*memory)->Registration(), *std::move(opened),
-                                &workers_[0]->listener);
+    auto info =
+        engine_->Attach(0, (*memory)->Registration(), *std::move(opened), &workers_[0]->listener);
     if (info.ok()) engine_->Detach(info->session_id);
     return info.status();
   };

@@ -102,7 +102,8 @@
 //
 // Thread-safety: a SlotIndex is safe for concurrent use; every method takes one internal mutex
 // for its whole duration. Ownership: the index owns nothing but its own metadata; it knows rows
-// only by number and never touches region memory. It owns its journal. Returned vectors and strings are the caller's.
+// only by number and never touches region memory. It owns its journal. Returned vectors and strings
+// are the caller's.
 #ifndef KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
 #define KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
 
@@ -127,6 +128,8 @@
 #include "daemon/index/row_journal.h"
 
 namespace kvoffload::daemon {
+
+class SlotIndexInvariants;  // testonly: //daemon/index/testing:slot_index_invariants
 
 class SlotIndex {
  public:
@@ -172,7 +175,7 @@ class SlotIndex {
   // num_rows.
   struct Counts {
     uint64_t num_rows = 0;
-    uint64_t rows_not_ready = 0;  // at or above the readiness watermark: memory not ready yet
+    uint64_t rows_not_ready = 0;    // at or above the readiness watermark: memory not ready yet
     uint64_t rows_free = 0;         // FREE and allocatable
     uint64_t rows_quarantined = 0;  // FREE, waiting for a copy in flight to end
     uint64_t rows_writing = 0;
@@ -182,10 +185,10 @@ class SlotIndex {
     uint64_t copies_in_flight = 0;  // sum of per-row copy counts (BeginCopy − EndCopy)
     uint64_t commits_pending = 0;   // WRITING rows committed before their store job finished
     // Cumulative, per key.
-    uint64_t hits = 0;          // Lookup: READY or READING
-    uint64_t hits_pending = 0;  // Lookup: WRITING
-    uint64_t misses = 0;        // Lookup: absent
-    uint64_t evictions = 0;     // keys evicted by PrepareStore (Reset is not counted)
+    uint64_t hits = 0;             // Lookup: READY or READING
+    uint64_t hits_pending = 0;     // Lookup: WRITING
+    uint64_t misses = 0;           // Lookup: absent
+    uint64_t evictions = 0;        // keys evicted by PrepareStore (Reset is not counted)
     uint64_t commits_dropped = 0;  // recorded commits whose store failed or never came
     uint64_t rows_offline = 0;     // FREE rows of offline segments (pools); not in num_rows' sum
   };
@@ -205,9 +208,9 @@ class SlotIndex {
     uint64_t cross_member_hits = 0;
     uint64_t loads = 0;  // keys pinned by PrepareLoad
     uint64_t cross_member_loads = 0;
-    uint64_t stores = 0;         // keys given a row by PrepareStore
-    uint64_t evicted = 0;        // of this member's rows, by anyone's store
-    uint64_t floor_skips = 0;    // eviction candidates passed over to keep another's floor
+    uint64_t stores = 0;       // keys given a row by PrepareStore
+    uint64_t evicted = 0;      // of this member's rows, by anyone's store
+    uint64_t floor_skips = 0;  // eviction candidates passed over to keep another's floor
   };
 
   // Creates an index of `num_rows` FREE rows. INVALID_ARGUMENT unless 1 <= num_rows <= kMaxRows.
@@ -374,7 +377,6 @@ class SlotIndex {
   // OUT_OF_RANGE for a row >= num_rows (nothing is marked).
   absl::Status MarkStoreFailed(const std::vector<uint64_t>& rows);
 
-
   // Drops the keys of rows whose commit was recorded before `cutoff` while no store job has
   // written them and none is in flight (the store was never submitted: a worker died, or an
   // engine committed keys it never stored). Their rows return to FREE. Returns how many.
@@ -402,14 +404,15 @@ class SlotIndex {
   // Bytes of metadata the index holds now (rows, hash table, key bytes).
   uint64_t MemoryBytes() const;
 
-  // Walks every row and list and checks the internal invariants: O(num_rows), for tests and
-  // debugging. INTERNAL naming the first violation.
-  absl::Status TEST_CheckInvariants() const;
-
   static absl::string_view RowStateName(RowState state);
   static absl::string_view KeyStateName(KeyState state);
 
  private:
+  // The invariant walk is for tests only: it is defined in the testonly target
+  // //daemon/index/testing:slot_index_invariants, which reaches it as a friend.
+  friend class SlotIndexInvariants;
+  absl::Status CheckInvariants() const;
+
   static constexpr uint32_t kNil = ~uint32_t{0};
 
   // Per-row metadata: one cache line. A row is on exactly one of: the free list (FREE, no
@@ -526,20 +529,19 @@ class SlotIndex {
   // WRITING → READY for `rows` (each WRITING), most recent last in PrepareStore order; reorders
   // `rows`.
   void MakeReady(std::vector<uint32_t>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRowNumbers(absl::string_view operation, const std::vector<uint64_t>& rows)
-      const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRowNumbers(absl::string_view operation, const std::vector<uint64_t>& rows) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status EndCopyLocked(const std::vector<RowRun>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkStoreFailedLocked(const std::vector<RowRun>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rows still WRITING with no copy in flight are written; committed ones become READY.
-  void MarkStoreWrittenLocked(const std::vector<RowRun>& rows)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkStoreWrittenLocked(const std::vector<RowRun>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Links `row` as the least recently used (a parked row coming back).
   void LruLinkLeastRecent(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a WRITING row's key and frees (or quarantines) the row; returns the key.
   std::string DropWritingKey(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t num_rows_;
-  const uint32_t sentinel_;  // == num_rows_: head/tail of the LRU list
+  const uint32_t sentinel_;           // == num_rows_: head/tail of the LRU list
   const uint32_t segment_rows_;       // == num_rows_ for a private index
   const uint32_t num_segments_;       // 1 for a private index
   const uint64_t member_floor_rows_;  // 0: no floor
@@ -579,7 +581,7 @@ class SlotIndex {
   std::array<uint32_t, kMaxMembers> segment_ready_ ABSL_GUARDED_BY(mu_){};
   uint32_t segments_offline_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t rows_offline_ ABSL_GUARDED_BY(mu_) = 0;
-  uint32_t store_seq_ ABSL_GUARDED_BY(mu_) = 0;  // next PrepareStore sequence number (wraps)
+  uint32_t store_seq_ ABSL_GUARDED_BY(mu_) = 0;    // next PrepareStore sequence number (wraps)
   uint32_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;  // 1..kMaxTicket, then 1 again
   // With a journal: the first ticket not reserved yet (next_ticket_ at start: reserve at once).
   uint32_t tickets_reserved_end_ ABSL_GUARDED_BY(mu_) = 1;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/index/testing/slot_index_invariants.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -127,8 +128,8 @@ TEST(SlotIndexJournalTest, FailedAndAbandonedStoresAreNeverPublished) {
   ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, {a->rows[0]}).ok());
   ASSERT_TRUE(index->EndStoreCopy({a->rows[0]}, false).ok());  // a: copy failed
   EXPECT_EQ(index->CompleteStore({"a"}, true).code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(index->CompleteStore({"a", "b"}, false).ok());     // b: the scheduler gave up
-  ASSERT_TRUE(index->CompleteStore({"c"}, true).ok());            // c: committed, never written
+  ASSERT_TRUE(index->CompleteStore({"a", "b"}, false).ok());  // b: the scheduler gave up
+  ASSERT_TRUE(index->CompleteStore({"c"}, true).ok());        // c: committed, never written
   EXPECT_EQ(index->DropStaleCommits(absl::InfiniteFuture()), 1u);
   EXPECT_THAT(journal.ready, IsEmpty());
   EXPECT_THAT(journal.events, IsEmpty());
@@ -212,7 +213,7 @@ TEST(SlotIndexJournalTest, JournalMatchesTheIndexUnderRandomTraffic) {
     } else if (op == 5 && rng() % 50 == 0) {
       index->Reset();
     }
-    ASSERT_TRUE(index->TEST_CheckInvariants().ok());
+    ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok());
     if (step % 97 != 0) continue;
     // Every published row is readable with its key in that row; no other key is readable.
     std::vector<std::string> keys;
@@ -242,7 +243,7 @@ TEST(SlotIndexJournalTest, RestoredIndexServesTheSameRowsInTheSameOrder) {
     ASSERT_TRUE(restored.ok()) << restored.status();
     EXPECT_EQ(restored->rows_restored, 4u);
     EXPECT_EQ(restored->rows_dropped, 0u);
-    ASSERT_TRUE(restored->index->TEST_CheckInvariants().ok());
+    ASSERT_TRUE(CheckSlotIndexInvariants(*restored->index).ok());
     auto loaded = restored->index->PrepareLoad({"a", "b", "c", "d"});
     ASSERT_TRUE(loaded.ok());
     EXPECT_EQ(*loaded, rows);
@@ -256,13 +257,12 @@ TEST(SlotIndexJournalTest, RestoredIndexServesTheSameRowsInTheSameOrder) {
   auto evict = restored->index->PrepareStore({"w", "x", "y", "z"});
   ASSERT_TRUE(evict.ok());
   EXPECT_THAT(evict->evicted_keys, ElementsAre("d", "b", "a", "c"));
-  EXPECT_EQ(evict->ticket, next_ticket);  // never a ticket handed out before the restart
+  EXPECT_EQ(evict->ticket, next_ticket);   // never a ticket handed out before the restart
   EXPECT_THAT(journal2.ready, IsEmpty());  // every evicted row unpublished
 }
 
 TEST(SlotIndexJournalTest, RestoreKeepsRecencyWithoutTouches) {
-  std::vector<RestoredRow> state = {
-      {0, "old", 5, 10}, {1, "new", 6, 30}, {2, "mid", 7, 20}};
+  std::vector<RestoredRow> state = {{0, "old", 5, 10}, {1, "new", 6, 30}, {2, "mid", 7, 20}};
   auto restored = SlotIndex::Restore(3, state, 100, To(nullptr));
   ASSERT_TRUE(restored.ok());
   auto evict = restored->index->PrepareStore({"x", "y", "z"});
@@ -276,19 +276,19 @@ TEST(SlotIndexJournalTest, RestoreDropsWhatCannotBeRight) {
   std::vector<RestoredRow> state = {
       {0, "a", 1, 1},
       {9, "out-of-range", 1, 2},
-      {1, "", 1, 3},                              // empty key
-      {2, std::string(257, 'k'), 1, 4},           // too long
+      {1, "", 1, 3},                     // empty key
+      {2, std::string(257, 'k'), 1, 4},  // too long
       {3, "zero-ticket", 0, 5},
-      {4, "a", 1, 6},                             // key twice: this newer entry wins
+      {4, "a", 1, 6},  // key twice: this newer entry wins
       {5, "b", 1, 7},
-      {5, "c", 1, 8},                             // row twice: c wins
+      {5, "c", 1, 8},  // row twice: c wins
   };
   auto restored = SlotIndex::Restore(8, state, 2, To(&journal));
   ASSERT_TRUE(restored.ok());
   EXPECT_EQ(restored->rows_restored, 2u);
   EXPECT_EQ(restored->rows_dropped, 6u);
   SlotIndex& index = *restored->index;
-  ASSERT_TRUE(index.TEST_CheckInvariants().ok());
+  ASSERT_TRUE(CheckSlotIndexInvariants(index).ok());
   auto rows = index.PrepareLoad({"a", "c"});
   ASSERT_TRUE(rows.ok());
   EXPECT_THAT(*rows, ElementsAre(4u, 5u));

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/index/testing/slot_index_invariants.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -16,7 +17,9 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using KS = SlotIndex::KeyState;
 
-std::string K(int i) { return std::string(32, static_cast<char>('a' + i % 26)) + std::to_string(i); }
+std::string K(int i) {
+  return std::string(32, static_cast<char>('a' + i % 26)) + std::to_string(i);
+}
 
 std::vector<std::string> Keys(int first, int count) {
   std::vector<std::string> keys;
@@ -68,7 +71,7 @@ TEST(SlotIndexPoolTest, SegmentsStartOfflineAndJoinWithTheirRows) {
   EXPECT_THAT(store->rows, ElementsAre(4, 5, 6, 7));  // only segment 1's rows
   EXPECT_EQ(index->PrepareStore(Keys(4, 1), 1).status().code(),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, AKeyOneMemberStoredIsAHitAndALoadForAnother) {
@@ -92,7 +95,7 @@ TEST(SlotIndexPoolTest, AKeyOneMemberStoredIsAHitAndALoadForAnother) {
   EXPECT_EQ(a.cross_member_hits, 0u);
   EXPECT_EQ(a.stores, 2u);
   EXPECT_EQ(a.rows_held, 2u);
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, ConcurrentStoresOfOneKeyGiveOneRowAndItIsNotLoadableWhileWritten) {
@@ -116,7 +119,7 @@ TEST(SlotIndexPoolTest, ConcurrentStoresOfOneKeyGiveOneRowAndItIsNotLoadableWhil
   auto loaded = index->PrepareLoad(Keys(0, 1), nullptr, 1);
   ASSERT_TRUE(loaded.ok());
   EXPECT_EQ(*loaded, a->rows);
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, AFailedStoreOfOneMemberIsAMissForAnother) {
@@ -131,7 +134,7 @@ TEST(SlotIndexPoolTest, AFailedStoreOfOneMemberIsAMissForAnother) {
   EXPECT_THAT(index->Lookup(Keys(0, 1), 1), ElementsAre(KS::kMiss));
   EXPECT_EQ(index->PrepareLoad(Keys(0, 1), nullptr, 1).status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, ARowAnotherMemberReadsIsNotEvicted) {
@@ -146,7 +149,7 @@ TEST(SlotIndexPoolTest, ARowAnotherMemberReadsIsNotEvicted) {
   store = index->PrepareStore(Keys(10, 1), 0);
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_THAT(store->evicted_keys, ElementsAre(K(0)));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, AFloorKeepsAnotherMembersRowsAgainstABusyOne) {
@@ -154,8 +157,8 @@ TEST(SlotIndexPoolTest, AFloorKeepsAnotherMembersRowsAgainstABusyOne) {
   auto index = Pool(4, 2, /*floor=*/2);
   ASSERT_TRUE(index->BringSegmentOnline(0).ok());
   ASSERT_TRUE(index->BringSegmentOnline(1).ok());
-  StoreReady(*index, Keys(0, 4), 0);    // A: 0..3, least recent
-  StoreReady(*index, Keys(10, 4), 1);   // B: 10..13
+  StoreReady(*index, Keys(0, 4), 0);   // A: 0..3, least recent
+  StoreReady(*index, Keys(10, 4), 1);  // B: 10..13
   // B stores 4 more: it may take A's rows down to A's floor (2), then its own, least recent first.
   auto store = index->PrepareStore(Keys(20, 4), 1);
   ASSERT_TRUE(store.ok()) << store.status();
@@ -177,14 +180,14 @@ TEST(SlotIndexPoolTest, AFloorKeepsAnotherMembersRowsAgainstABusyOne) {
   store = index->PrepareStore(Keys(40, 8), 0);
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_THAT(store->evicted_keys, ElementsAre(K(1), K(0)));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, ALeavingMembersFloorNoLongerHolds) {
   auto index = Pool(2, 2, /*floor=*/2);
   ASSERT_TRUE(index->BringSegmentOnline(0).ok());
   ASSERT_TRUE(index->BringSegmentOnline(1).ok());
-  EXPECT_THAT(StoreReady(*index, Keys(0, 2), 0), ElementsAre(2, 3));  // A's, in B's segment
+  EXPECT_THAT(StoreReady(*index, Keys(0, 2), 0), ElementsAre(2, 3));   // A's, in B's segment
   EXPECT_THAT(StoreReady(*index, Keys(10, 2), 1), ElementsAre(0, 1));  // B's, in A's segment
   // A is at its floor: B may evict only its own two rows.
   EXPECT_EQ(index->PrepareStore(Keys(20, 3), 1).status().code(),
@@ -198,7 +201,7 @@ TEST(SlotIndexPoolTest, ALeavingMembersFloorNoLongerHolds) {
   auto store = index->PrepareStore(Keys(20, 2), 1);
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_THAT(store->evicted_keys, ElementsAre(K(1), K(0)));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, TakingASegmentOfflineDropsIdleKeysAndParksRowsInUseWhenIdle) {
@@ -208,7 +211,7 @@ TEST(SlotIndexPoolTest, TakingASegmentOfflineDropsIdleKeysAndParksRowsInUseWhenI
   // Segment 1's rows are handed out first (it joined last): fill it, then one row of segment 0.
   const std::vector<uint64_t> rows = StoreReady(*index, Keys(0, 5), 0);
   ASSERT_THAT(rows, ElementsAre(4, 5, 6, 7, 0));
-  ASSERT_TRUE(index->PrepareLoad({K(1)}, nullptr, 0).ok());    // row 5 READING
+  ASSERT_TRUE(index->PrepareLoad({K(1)}, nullptr, 0).ok());  // row 5 READING
   auto writing = index->PrepareStore({K(9)}, 0);
   ASSERT_TRUE(writing.ok());
   ASSERT_EQ(writing->rows.size(), 1u);
@@ -223,7 +226,7 @@ TEST(SlotIndexPoolTest, TakingASegmentOfflineDropsIdleKeysAndParksRowsInUseWhenI
               ElementsAre(KS::kMiss, KS::kHit, KS::kMiss, KS::kMiss, KS::kHit));
   EXPECT_EQ(index->TakeSegmentOffline(1).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(index->BringSegmentOnline(1).code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
   // The reader still loads it; once it leaves, the row is parked and its key gone.
   ASSERT_TRUE(index->BeginCopy(CopyDirection::kLoad, {5}).ok());
   ASSERT_TRUE(index->EndCopy({5}).ok());
@@ -234,7 +237,7 @@ TEST(SlotIndexPoolTest, TakingASegmentOfflineDropsIdleKeysAndParksRowsInUseWhenI
   // Segment 0's rows are untouched; a new member may take slot 1.
   ASSERT_TRUE(index->BringSegmentOnline(1).ok());
   EXPECT_EQ(index->counts().rows_free, 4u + 2u);
-  ASSERT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, ARowWrittenIntoALeftSegmentNeverBecomesReady) {
@@ -252,7 +255,7 @@ TEST(SlotIndexPoolTest, ARowWrittenIntoALeftSegmentNeverBecomesReady) {
   EXPECT_THAT(index->Lookup(Keys(0, 2), 1), ElementsAre(KS::kMiss, KS::kMiss));
   EXPECT_TRUE(index->SegmentDrained(0));
   EXPECT_EQ(index->counts().rows_ready, 0u);
-  ASSERT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, AQuarantinedRowOfALeftSegmentIsParkedWhenItsCopyEnds) {
@@ -268,7 +271,7 @@ TEST(SlotIndexPoolTest, AQuarantinedRowOfALeftSegmentIsParkedWhenItsCopyEnds) {
   EXPECT_TRUE(index->SegmentDrained(0));
   EXPECT_THAT(index->PrepareStore(Keys(1, 1), 0).status().code(),
               absl::StatusCode::kResourceExhausted);
-  ASSERT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, ASegmentServesOnlyTheRowsItsRegionHasReady) {
@@ -281,22 +284,22 @@ TEST(SlotIndexPoolTest, ASegmentServesOnlyTheRowsItsRegionHasReady) {
   EXPECT_THAT(store->rows, ElementsAre(0));
   EXPECT_EQ(index->PrepareStore(Keys(1, 1), 0).status().code(),
             absl::StatusCode::kResourceExhausted);
-  ASSERT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
   index->MarkSegmentRowsReady(0, 3);
   index->MarkSegmentRowsReady(0, 2);  // lower: nothing changes
   store = index->PrepareStore(Keys(1, 2), 0);
   ASSERT_TRUE(store.ok());
   EXPECT_THAT(store->rows, ElementsAre(1, 2));
-  ASSERT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
   // Leaving before it was fully ready: its not-ready rows are parked already.
   ASSERT_TRUE(index->CompleteStore(store->keys, false).ok());
   ASSERT_TRUE(index->TakeSegmentOffline(0).ok());
   EXPECT_FALSE(index->SegmentDrained(0));  // row 0 is still WRITING
-  index->MarkSegmentRowsReady(0, 4);        // offline: nothing changes
+  index->MarkSegmentRowsReady(0, 4);       // offline: nothing changes
   EXPECT_EQ(index->counts().rows_free, 0u);
   ASSERT_TRUE(index->CompleteStore(Keys(0, 1), false).ok());
   EXPECT_TRUE(index->SegmentDrained(0));
-  ASSERT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, APrivateIndexHasNoOfflineRowsAndOneMember) {
@@ -309,7 +312,7 @@ TEST(SlotIndexPoolTest, APrivateIndexHasNoOfflineRowsAndOneMember) {
   EXPECT_EQ((*index)->member_counts(0).cross_member_hits, 0u);
   EXPECT_EQ((*index)->counts().rows_offline, 0u);
   EXPECT_THAT((*index)->PrepareStore(Keys(0, 1))->keys, IsEmpty());
-  ASSERT_TRUE((*index)->TEST_CheckInvariants().ok());
+  ASSERT_TRUE(CheckSlotIndexInvariants(**index).ok());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/index/testing/slot_index_invariants.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -54,7 +55,7 @@ TEST(SlotIndexReadinessTest, RowsAboveTheWatermarkAreNeverHandedOut) {
   // A copy naming an unready row is refused (it is FREE).
   EXPECT_EQ(index->CheckRows(CopyDirection::kStore, {5}).code(),
             absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 
   EXPECT_EQ(index->MarkRowsReady(5), 0u);
   EXPECT_EQ(index->MarkRowsReady(3), 0u);  // below the watermark: nothing
@@ -73,7 +74,7 @@ TEST(SlotIndexReadinessTest, RowsAboveTheWatermarkAreNeverHandedOut) {
   EXPECT_EQ(index->MarkRowsReady(100), 0u);  // clamped
   EXPECT_EQ(index->ready_rows(), 8u);
   EXPECT_EQ(index->counts().rows_not_ready, 0u);
-  ASSERT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexReadinessTest, ParkedRestoredRowsMissUntilReadyThenHit) {
@@ -91,7 +92,7 @@ TEST(SlotIndexReadinessTest, ParkedRestoredRowsMissUntilReadyThenHit) {
   // "c" is stored again while its old row is parked: the new row wins later.
   auto store = index.PrepareStore({"c"}).value();
   EXPECT_THAT(store.rows, ElementsAre(0u));
-  ASSERT_TRUE(index.TEST_CheckInvariants().ok()) << index.TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(index).ok()) << CheckSlotIndexInvariants(index);
 
   EXPECT_EQ(index.MarkRowsReady(5), 1u);  // "b" at row 4 comes back
   EXPECT_EQ(index.PrepareLoad({"b"}).value(), std::vector<uint64_t>{4});
@@ -104,7 +105,7 @@ TEST(SlotIndexReadinessTest, ParkedRestoredRowsMissUntilReadyThenHit) {
   EXPECT_EQ(c.rows_ready, 2u);
   EXPECT_EQ(c.rows_writing, 1u);
   EXPECT_EQ(c.rows_free, 5u);
-  ASSERT_TRUE(index.TEST_CheckInvariants().ok()) << index.TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(index).ok()) << CheckSlotIndexInvariants(index);
 }
 
 TEST(SlotIndexReadinessTest, ComeBackRowsAreLeastRecent) {
@@ -118,7 +119,7 @@ TEST(SlotIndexReadinessTest, ComeBackRowsAreLeastRecent) {
   EXPECT_EQ(index->MarkRowsReady(4), 1u);
   auto s2 = index->PrepareStore({"p", "q"}).value();  // row 2 free, then evict least recent
   EXPECT_THAT(s2.evicted_keys, ElementsAre("b"));
-  ASSERT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/index/testing/slot_index_invariants.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -69,7 +70,7 @@ struct Snapshot {
 
 Snapshot Take(SlotIndex& index, const Keys& keys) {
   Snapshot s{GetRowCounts(index), index.Lookup(keys)};
-  EXPECT_TRUE(index.TEST_CheckInvariants().ok()) << index.TEST_CheckInvariants();
+  EXPECT_TRUE(CheckSlotIndexInvariants(index).ok()) << CheckSlotIndexInvariants(index);
   return s;
 }
 
@@ -110,7 +111,7 @@ TEST(SlotIndexTest, CreateValidatesNumRows) {
   EXPECT_EQ(c.rows_free, 3);
   EXPECT_EQ(c.rows_writing + c.rows_ready + c.rows_reading + c.rows_quarantined, 0);
   EXPECT_EQ(index->num_rows(), 3);
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 TEST(SlotIndexTest, MetadataIsSmallPerRow) {
@@ -156,9 +157,9 @@ TEST(SlotIndexTest, InlineAndHeapKeysSurviveEvictionAndReuse) {
   EXPECT_THAT(EvictedByStoring(*index, heap_a), ElementsAre(heap_c));      // heap, other size
   EXPECT_THAT(index->Lookup({heap_a, heap_b, heap_c, inline_key}),
               ElementsAre(kHit, kMiss, kMiss, kHit));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
   EXPECT_EQ(index->Reset(), 2);
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok()) << index->TEST_CheckInvariants();
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexTest, KeysAreOpaqueBytes) {
@@ -181,7 +182,7 @@ TEST(SlotIndexTest, PrepareStoreAllocatesFreeRowsInOrder) {
   EXPECT_THAT(r->evicted_keys, IsEmpty());
   EXPECT_THAT(index->Lookup({"a", "b", "c"}), ElementsAre(kPending, kPending, kPending));
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{1, 0, 3, 0, 0, 0, 0, 0}));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 TEST(SlotIndexTest, PrepareStoreSkipsKeysPresentInAnyState) {
@@ -247,7 +248,7 @@ TEST(SlotIndexTest, EvictionReusesTheEvictedRow) {
   EXPECT_EQ(r->rows, rows);
   EXPECT_THAT(index->Lookup({"a", "b", "c"}), ElementsAre(kMiss, kHit, kPending));
   EXPECT_EQ(index->counts().evictions, 1);
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 TEST(SlotIndexTest, EvictionIsLeastRecentlyUsedFirst) {
@@ -289,7 +290,7 @@ TEST(SlotIndexTest, TouchIgnoresWritingAndPinnedKeys) {
   ASSERT_TRUE(index->Touch({"w", "b"}).ok());
   EXPECT_EQ(GetRowCounts(*index), before);
   EXPECT_THAT(index->Lookup({"w", "b"}), ElementsAre(kPending, kHit));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 TEST(SlotIndexTest, CompleteStoreMakesKeysMostRecentFirstKeyLast) {
@@ -384,7 +385,7 @@ TEST(SlotIndexTest, CompleteStoreFailureFreesRows) {
   ASSERT_TRUE(again.ok());
   EXPECT_THAT(again->rows, ElementsAre(r->rows[0]));
   EXPECT_THAT(again->evicted_keys, IsEmpty());
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 TEST(SlotIndexTest, CompleteStoreErrorsChangeNothing) {
@@ -445,7 +446,7 @@ TEST(SlotIndexTest, LoadPinsAndUnpinsWithReaderCounts) {
   ASSERT_TRUE(index->CompleteLoad({"a"}).ok());
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{1, 0, 0, 3, 0, 3, 0, 0}));
   EXPECT_THAT(index->Lookup({"a", "b", "c"}), ElementsAre(kHit, kHit, kHit));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 TEST(SlotIndexTest, PrepareLoadErrorsChangeNothing) {
@@ -589,7 +590,7 @@ TEST(SlotIndexTest, CommitBeforeTheStoreIsRecordedAndReadyOnlyOnceWritten) {
   Store(*index, {"c", "d"});
   EXPECT_THAT(EvictedByStoring(*index, "x"), ElementsAre("b"));
   EXPECT_THAT(EvictedByStoring(*index, "y"), ElementsAre("a"));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 // The other order, the usual one: the job first, then the commit.
@@ -629,7 +630,7 @@ TEST(SlotIndexTest, CommittedStoreWhoseJobFailsIsDropped) {
   EXPECT_EQ(index->counts().rows_quarantined, 1);
   ASSERT_TRUE(index->EndCopy(w->rows).ok());
   EXPECT_EQ(index->counts().rows_quarantined, 0);
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 // A commit whose store never arrives (the worker died first) is dropped after the cutoff; one
@@ -650,7 +651,7 @@ TEST(SlotIndexTest, StaleCommitsAreDropped) {
   EXPECT_EQ(index->DropStaleCommits(t0 + absl::Seconds(30)), 1);  // c
   EXPECT_EQ(index->counts().commits_dropped, 2);
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{3, 0, 0, 1, 0, 1, 0, 0}));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 // A store part planned against a row that was freed and handed to another key since (it came
@@ -663,7 +664,7 @@ TEST(SlotIndexTest, StoreTicketsRefuseAPartForARowReusedSince) {
   const uint32_t t1 = k1->ticket;
   EXPECT_NE(t1, 0u);
   const absl::Time t0 = absl::FromUnixSeconds(100);
-  ASSERT_TRUE(index->CompleteStore({"k1"}, true, t0).ok());  // commit first ...
+  ASSERT_TRUE(index->CompleteStore({"k1"}, true, t0).ok());      // commit first ...
   EXPECT_EQ(index->DropStaleCommits(t0 + absl::Seconds(1)), 1);  // ... its store never came
   absl::StatusOr<SlotIndex::PrepareStoreResult> k2 = index->PrepareStore({"k2"});
   ASSERT_TRUE(k2.ok());
@@ -689,7 +690,7 @@ TEST(SlotIndexTest, StoreTicketsRefuseAPartForARowReusedSince) {
   EXPECT_LT(SlotIndex::StoreHandle(SlotIndex::kMaxTicket, SlotIndex::kMaxRows), uint64_t{1} << 63);
   // One ticket per row.
   EXPECT_EQ(index->CheckRows(CopyDirection::kStore, {0}, {1, 2}).code(), Code::kInvalidArgument);
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 // A row takes one store job: a second one while the first is in flight, or after it wrote the
@@ -759,7 +760,7 @@ TEST(SlotIndexTest, FailedStoreWithCopyInFlightQuarantinesRow) {
   absl::StatusOr<SlotIndex::PrepareStoreResult> d = index->PrepareStore({"d"});
   ASSERT_TRUE(d.ok());
   EXPECT_THAT(d->rows, ElementsAre(row));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 TEST(SlotIndexTest, ReadyRowWithLoadCopyInFlightIsNotEvicted) {
@@ -804,7 +805,7 @@ TEST(SlotIndexTest, ResetDropsIdleReadyKeysOnly) {
   EXPECT_THAT(index->Lookup({"r1", "r2", "reading", "copying", "w"}),
               ElementsAre(kMiss, kMiss, kHit, kHit, kPending));
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{5, 0, 1, 1, 1, 0, 1, 0}));
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
   EXPECT_EQ(index->Reset(), 0);
   // What Reset kept still works.
   Write(*index, w->rows);
@@ -814,7 +815,7 @@ TEST(SlotIndexTest, ResetDropsIdleReadyKeysOnly) {
   EXPECT_EQ(index->Reset(), 3);
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{8, 0, 0, 0, 0, 0, 0, 0}));
   EXPECT_EQ(index->counts().evictions, 0);
-  EXPECT_TRUE(index->TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
 // ---- Model-based random test -----------------------------------------------------------------
@@ -1031,7 +1032,8 @@ class Model {
         return Code::kFailedPrecondition;
       }
       // One store job per row: none in flight, none done.
-      if (direction == CopyDirection::kStore && (copies_[row] > 0 || keys.at(owner_[row]).written)) {
+      if (direction == CopyDirection::kStore &&
+          (copies_[row] > 0 || keys.at(owner_[row]).written)) {
         return Code::kFailedPrecondition;
       }
     }
@@ -1166,8 +1168,7 @@ void RunRandomOperations(uint32_t seed) {
         Keys req = keys_in(SlotIndex::RowState::kWriting);
         const bool success = uniform(4) != 0;
         const Code expected = model.ExpectCompleteStore(req, success);
-        ASSERT_EQ(index->CompleteStore(req, success, absl::FromUnixSeconds(step)).code(),
-                  expected);
+        ASSERT_EQ(index->CompleteStore(req, success, absl::FromUnixSeconds(step)).code(), expected);
         if (expected == Code::kOk) model.ApplyCompleteStore(req, success, step);
         break;
       }
@@ -1285,7 +1286,7 @@ void RunRandomOperations(uint32_t seed) {
       }
     }
     ASSERT_EQ(GetRowCounts(*index), model.Counts(evictions));
-    absl::Status invariants = index->TEST_CheckInvariants();
+    absl::Status invariants = CheckSlotIndexInvariants(*index);
     ASSERT_TRUE(invariants.ok()) << invariants;
   }
 }
@@ -1379,7 +1380,7 @@ TEST(SlotIndexTest, ConcurrentSchedulersAndCopiesSmoke) {
   for (std::thread& t : threads) t.join();
   observer.join();
   EXPECT_EQ(unexpected, 0);
-  absl::Status invariants = index->TEST_CheckInvariants();
+  absl::Status invariants = CheckSlotIndexInvariants(*index);
   EXPECT_TRUE(invariants.ok()) << invariants;
   SlotIndex::Counts c = index->counts();
   EXPECT_EQ(c.rows_writing, 0);
@@ -1390,8 +1391,8 @@ TEST(SlotIndexTest, ConcurrentSchedulersAndCopiesSmoke) {
 }
 
 TEST(SlotIndexTest, MetadataBytesForBoundsWhatCreateAllocates) {
-  for (uint64_t rows : {uint64_t{1}, uint64_t{7}, uint64_t{8}, uint64_t{1000}, uint64_t{65536},
-                        uint64_t{100003}}) {
+  for (uint64_t rows :
+       {uint64_t{1}, uint64_t{7}, uint64_t{8}, uint64_t{1000}, uint64_t{65536}, uint64_t{100003}}) {
     auto index = SlotIndex::Create(rows);
     ASSERT_TRUE(index.ok());
     EXPECT_GE(SlotIndex::MetadataBytesFor(rows), (*index)->MemoryBytes()) << rows;
@@ -1415,8 +1416,8 @@ TEST(SlotIndexTest, FailedStoreIsNeverPublished) {
   const absl::Status published = idx.CompleteStore({"a", "b"}, true);
   EXPECT_EQ(published.code(), absl::StatusCode::kFailedPrecondition) << published;
   EXPECT_NE(published.message().find("failed"), std::string::npos);
-  EXPECT_EQ(idx.Lookup({"a", "b"}), std::vector<SlotIndex::KeyState>(
-                                        2, SlotIndex::KeyState::kHitPending));
+  EXPECT_EQ(idx.Lookup({"a", "b"}),
+            std::vector<SlotIndex::KeyState>(2, SlotIndex::KeyState::kHitPending));
   ASSERT_TRUE(idx.CompleteStore({"a", "b"}, false).ok());
   EXPECT_EQ(idx.Lookup({"a"})[0], SlotIndex::KeyState::kMiss);
   // The mark goes with the failed store: a new store of the same rows can be published.
@@ -1430,7 +1431,7 @@ TEST(SlotIndexTest, FailedStoreIsNeverPublished) {
   EXPECT_TRUE(idx.MarkStoreFailed(again->rows).ok());
   EXPECT_EQ(idx.Lookup({"a"})[0], SlotIndex::KeyState::kHit);
   EXPECT_EQ(idx.MarkStoreFailed({99}).code(), absl::StatusCode::kOutOfRange);
-  EXPECT_TRUE(idx.TEST_CheckInvariants().ok());
+  EXPECT_TRUE(CheckSlotIndexInvariants(idx).ok());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "daemon/copy/testing/shm_memory.h"
 #include "daemon/engine/registry.h"
 #include "daemon/engine/testing/engine_test_env.h"
+#include "daemon/index/testing/slot_index_invariants.h"
 #include "daemon/restart/durability.h"
 #include "daemon/restart/fd_store.h"
 #include "gmock/gmock.h"
@@ -22,8 +23,8 @@ namespace kvoffload::daemon {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::EngineTestEnv;
+using ::testing::HasSubstr;
 using testing::kLayers;
 using testing::kNumRows;
 using testing::kPageBytes;
@@ -140,8 +141,7 @@ class PoolEngineTest : public ::testing::Test {
     return store->rows;
   }
   // Loads `keys` into GPU blocks [first_block, ...) of `r`; the job's status.
-  static absl::Status Load(Replica& r, const std::vector<std::string>& keys,
-                           uint64_t first_block) {
+  static absl::Status Load(Replica& r, const std::vector<std::string>& keys, uint64_t first_block) {
     SlotIndex& index = r.engine->index();
     std::vector<uint32_t> tickets;
     auto rows = index.PrepareLoad(keys, &tickets, r.engine->index_member());
@@ -176,8 +176,7 @@ TEST_F(PoolEngineTest, AKeyOneMemberStoredLoadsByteExactIntoAnotherAcrossSegment
   for (int i = 0; i < n; ++i) {
     ASSERT_EQ(b.memory->Block(5 + i), a.memory->Block(i)) << "key " << i;
   }
-  const SlotIndex::MemberCounts counts =
-      b.engine->index().member_counts(b.engine->index_member());
+  const SlotIndex::MemberCounts counts = b.engine->index().member_counts(b.engine->index_member());
   EXPECT_EQ(counts.cross_member_hits, 1u);
   EXPECT_EQ(counts.cross_member_loads, static_cast<uint64_t>(n));
   EXPECT_EQ(a.engine->Snapshot().store_bytes, n * testing::kBytesPerBlock);
@@ -229,7 +228,7 @@ TEST_F(PoolEngineTest, AMemberKilledMidStoreFailsOnlyItsRowsWhileAnotherLoads) {
               ElementsAre(KS::kMiss, KS::kMiss));
   for (int i = 0; i < 4; ++i) EXPECT_EQ(b.memory->Block(10 + i), a.memory->Block(i));
   ASSERT_TRUE(Load(b, Keys(0, 4), 20).ok());
-  ASSERT_TRUE(index.TEST_CheckInvariants().ok()) << index.TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(index).ok()) << CheckSlotIndexInvariants(index);
 }
 
 TEST_F(PoolEngineTest, ADroppedMemberKeepsTheRowsOthersReadThenItsMemoryGoes) {
@@ -350,15 +349,14 @@ TEST(PoolReadinessTest, AMembersRowsComeOnlineAsItsRegionIsPinned) {
   ASSERT_TRUE(a.ok()) << a.status();
   SlotIndex& index = a->engine->index();
   // Never more of the segment online than the member's region has ready.
-  EXPECT_LE(index.counts().num_rows - index.counts().rows_offline,
-            a->engine->region_ready_rows());
+  EXPECT_LE(index.counts().num_rows - index.counts().rows_offline, a->engine->region_ready_rows());
   for (int i = 0; i < 10000 && a->engine->region_ready_rows() < kNumRows; ++i) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   ASSERT_EQ(a->engine->region_ready_rows(), kNumRows);
   registry.Maintain(absl::Now());
   EXPECT_EQ(index.counts().rows_free, kNumRows);
-  ASSERT_TRUE(index.TEST_CheckInvariants().ok()) << index.TEST_CheckInvariants();
+  ASSERT_TRUE(CheckSlotIndexInvariants(index).ok()) << CheckSlotIndexInvariants(index);
   registry.Shutdown(absl::UnavailableError("end"), absl::Seconds(1));
 }
 

@@ -1,0 +1,157 @@
+// SlotIndex::CheckInvariants, linked into tests only (see slot_index_invariants.h).
+#include "daemon/index/testing/slot_index_invariants.h"
+
+#include <array>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvoffload::daemon {
+
+absl::Status CheckSlotIndexInvariants(const SlotIndex& index) {
+  return SlotIndexInvariants::Check(index);
+}
+
+absl::Status SlotIndex::CheckInvariants() const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto fail = [](auto&&... args) {
+    return absl::InternalError(absl::StrCat("SlotIndex invariant: ", args...));
+  };
+  std::vector<uint8_t> on_list(num_rows_, 0);  // 1: LRU list, 2: free list
+  // LRU list: READY, no copies, links consistent.
+  uint64_t lru_length = 0;
+  for (uint32_t prev = sentinel_, row = rows_[sentinel_].next; row != sentinel_;
+       prev = row, row = rows_[row].next) {
+    if (row >= num_rows_) return fail("LRU list reaches row ", row);
+    if (on_list[row]) return fail("row ", row, " twice on the lists");
+    on_list[row] = 1;
+    const Row& r = rows_[row];
+    if (r.prev != prev) return fail("row ", row, " has a wrong LRU back link");
+    if (r.state != RowState::kReady || r.copies != 0 || r.readers != 0) {
+      return fail("row ", row, " is on the LRU list but ", RowStateName(r.state), " with ",
+                  r.copies, " copies and ", r.readers, " readers");
+    }
+    ++lru_length;
+  }
+  if (rows_[rows_[sentinel_].prev].next != sentinel_) return fail("LRU tail link");
+  if (lru_length != rows_evictable_) {
+    return fail("LRU list has ", lru_length, " rows, counter says ", rows_evictable_);
+  }
+  uint64_t free_length = 0;
+  for (uint32_t row = free_head_; row != kNil; row = rows_[row].next) {
+    if (row >= num_rows_) return fail("free list reaches row ", row);
+    if (on_list[row]) return fail("row ", row, " twice on the lists");
+    on_list[row] = 2;
+    if (rows_[row].state != RowState::kFree || rows_[row].copies != 0) {
+      return fail("row ", row, " is on the free list but not FREE and idle");
+    }
+    ++free_length;
+  }
+  if (free_length != rows_free_) {
+    return fail("free list has ", free_length, " rows, counter says ", rows_free_);
+  }
+  uint64_t quarantined = 0, writing = 0, ready = 0, reading = 0, copies = 0, heap_bytes = 0;
+  uint64_t committed = 0, offline = 0;
+  std::array<uint64_t, kMaxMembers> held{}, evictable{}, parked{};
+  for (uint32_t row = 0; row < num_rows_; ++row) {
+    const Row& r = rows_[row];
+    copies += r.copies;
+    if ((r.written || r.committed || r.store_failed) && r.state != RowState::kWriting) {
+      return fail("row ", row, " is ", RowStateName(r.state), " with store flags set");
+    }
+    if (r.written && r.committed) return fail("WRITING row ", row, " written and committed");
+    if (r.committed) {
+      ++committed;
+      if (!committed_since_.contains(row)) return fail("committed row ", row, " has no time");
+    }
+    if (r.key_size > kInlineKeyBytes) heap_bytes += r.key_size;
+    if (r.marked) return fail("row ", row, " left marked");
+    if (r.state == RowState::kFree) {
+      if (r.readers != 0) return fail("FREE row ", row, " has readers");
+      if (r.key_size != 0) return fail("FREE row ", row, " holds a key");
+      if (r.ticket != 0) return fail("FREE row ", row, " holds ticket ", r.ticket);
+      if (row >= ready_end_) {
+        if (r.copies > 0 || on_list[row]) {
+          return fail("row ", row, " above the readiness watermark ", ready_end_,
+                      " has copies or is listed");
+        }
+      } else if (r.copies > 0) {
+        ++quarantined;
+        if (on_list[row]) return fail("quarantined row ", row, " is on a list");
+      } else if (ParkedRow(row)) {
+        if (on_list[row]) return fail("parked row ", row, " is on a list");
+        ++offline;
+        ++parked[row / segment_rows_];
+      } else if (on_list[row] != 2) {
+        return fail("idle FREE row ", row, " is not on the free list");
+      }
+      continue;
+    }
+    if (r.key_size == 0) return fail("row ", row, " in use without a key");
+    if (row >= ready_end_) return fail("row ", row, " in use above the readiness watermark");
+    if (r.ticket == 0 || r.ticket > kMaxTicket) return fail("row ", row, " has ticket ", r.ticket);
+    if (FindRow(KeyOf(r)) != row) return fail("row ", row, "'s key does not map back to it");
+    if (r.member >= num_segments_) return fail("row ", row, " has member tag ", r.member);
+    if (r.state == RowState::kReady || r.state == RowState::kReading) ++held[r.member];
+    if (on_list[row] == 1) ++evictable[r.member];
+    switch (r.state) {
+      case RowState::kWriting:
+        ++writing;
+        if (r.readers != 0 || on_list[row]) return fail("WRITING row ", row, " read or listed");
+        if (r.written && r.copies != 0) return fail("written row ", row, " still has copies");
+        if (r.store_failed && r.committed) return fail("failed row ", row, " still committed");
+        break;
+      case RowState::kReady:
+        ++ready;
+        if (r.readers != 0) return fail("READY row ", row, " has readers");
+        if ((r.copies == 0) != (on_list[row] == 1)) {
+          return fail("READY row ", row, " LRU membership does not match its copies");
+        }
+        break;
+      case RowState::kReading:
+        ++reading;
+        if (r.readers == 0 || on_list[row]) return fail("READING row ", row, " unpinned/listed");
+        break;
+      case RowState::kFree:
+        break;
+    }
+  }
+  if (quarantined != rows_quarantined_ || writing != rows_writing_ || ready != rows_ready_ ||
+      reading != rows_reading_) {
+    return fail("state counters differ: quarantined ", quarantined, "/", rows_quarantined_,
+                " writing ", writing, "/", rows_writing_, " ready ", ready, "/", rows_ready_,
+                " reading ", reading, "/", rows_reading_);
+  }
+  if (offline != rows_offline_) return fail(offline, " parked rows, counter says ", rows_offline_);
+  for (uint32_t m = 0; m < kMaxMembers; ++m) {
+    if (held[m] != members_[m].counts.rows_held || evictable[m] != members_[m].evictable) {
+      return fail("member ", m, ": ", held[m], " rows held / ", evictable[m],
+                  " evictable, counters say ", members_[m].counts.rows_held, " / ",
+                  members_[m].evictable);
+    }
+    if (m < num_segments_ && parked[m] != segment_parked_[m]) {
+      return fail("segment ", m, ": ", parked[m], " parked rows, counter says ",
+                  segment_parked_[m]);
+    }
+  }
+  if (free_length + quarantined + writing + ready + reading + offline + (num_rows_ - ready_end_) !=
+      num_rows_) {
+    return fail("rows do not add up to num_rows");
+  }
+  if (key_to_row_.size() != writing + ready + reading) {
+    return fail("hash table holds ", key_to_row_.size(), " keys for ", writing + ready + reading,
+                " rows in use");
+  }
+  if (copies != copies_in_flight_) {
+    return fail("copies ", copies, " vs counter ", copies_in_flight_);
+  }
+  if (committed != committed_since_.size()) {
+    return fail(committed, " committed rows, ", committed_since_.size(), " commit times");
+  }
+  if (heap_bytes != key_heap_bytes_) {
+    return fail("key heap bytes ", heap_bytes, " vs counter ", key_heap_bytes_);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvoffload::daemon
