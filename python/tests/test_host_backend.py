@@ -5,6 +5,7 @@ bazel-bin/daemon/kvoffloadd) with --backend=host on a fresh /tmp runtime dir, an
 through the package: "GPU" tensors are sealed memfds made here (kvoffload.HostAllocation).
 """
 
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -139,6 +140,43 @@ class HostKv:
             alloc.close()
 
 
+POOL_KEYS_A = [b"pool-a-0", b"pool-a-1"]
+
+
+def _pool_member_a(sock, inbox, outbox):
+    """Member A of test_pool_members_in_two_processes_share_keys_byte_exact, in a process of its
+    own: stores blocks 1 and 2 under POOL_KEYS_A, sends their bytes, then loads B's key into its
+    block 9 and checks it against the bytes B sends."""
+    try:
+        s = spec("py-pool-a", pool="py-pool", model_identity="m1")
+        scheduler = Scheduler.open(sock, s)
+        kv = HostKv()
+        worker = Worker.connect_host(sock, s, 0, kv.host_tensors())
+        prepared = scheduler.prepare_store(POOL_KEYS_A)
+        worker.submit_store(1, [1, 2], prepared.rows)
+        worker.wait(1, 30).check()
+        scheduler.complete_store(POOL_KEYS_A)
+        outbox.put(("stored", [kv.golden[1], kv.golden[2]]))
+        b_golden = inbox.get(timeout=60)
+        if b_golden is None:
+            return
+        if scheduler.lookup([b"pool-b-0"]) != [KeyState.HIT]:
+            outbox.put(("miss", "B's key is not a hit for A"))
+            return
+        rows = scheduler.prepare_load([b"pool-b-0"])
+        worker.submit_load(2, [9], rows)
+        worker.wait(2, 30).check()
+        scheduler.complete_load([b"pool-b-0"])
+        ok = kv.block_bytes(9) == b_golden
+        outbox.put(("loaded" if ok else "wrong bytes", ""))
+        inbox.get(timeout=60)  # stay a member until B is done
+        worker.close()
+        scheduler.close()
+        kv.close()
+    except Exception as e:  # noqa: BLE001 — the parent reports it
+        outbox.put(("error", repr(e)))
+
+
 class HostBackendTest(unittest.TestCase):
 
     @classmethod
@@ -226,6 +264,43 @@ class HostBackendTest(unittest.TestCase):
         self.assertEqual(kv.block_bytes(20), kv.golden[1])
         self.assertEqual(kv.block_bytes(21), kv.golden[2])
         self.assertEqual(kv.block_bytes(22), kv.golden[22])  # untouched
+
+    def test_pool_members_in_two_processes_share_keys_byte_exact(self):
+        # Issue 18 through the real daemon: member A (a process of its own) stores; member B
+        # (this process) finds A's keys, loads them into other blocks of its own memory and gets
+        # A's bytes; B's store is a hit for A. Another model identity is refused, naming it.
+        ctx = multiprocessing.get_context("spawn")
+        to_a, from_a = ctx.Queue(), ctx.Queue()
+        a = ctx.Process(target=_pool_member_a, args=(self.daemon.data_socket, to_a, from_a))
+        a.start()
+        self.addCleanup(a.join, 30)
+        try:
+            status, a_golden = from_a.get(timeout=60)
+            self.assertEqual(status, "stored", a_golden)
+            s = spec("py-pool-b", pool="py-pool", model_identity="m1")
+            scheduler = self.open(s)
+            worker, kv = self.connect(s)
+            self.assertEqual(scheduler.lookup(POOL_KEYS_A), [KeyState.HIT] * 2)
+            rows = scheduler.prepare_load(POOL_KEYS_A)
+            worker.submit_load(1, [20, 21], rows)
+            worker.wait(1, 30).check()
+            scheduler.complete_load(POOL_KEYS_A)
+            self.assertEqual([kv.block_bytes(20), kv.block_bytes(21)], a_golden)
+            self.assertEqual(kv.block_bytes(22), kv.golden[22])  # untouched
+            prepared = scheduler.prepare_store([b"pool-b-0"])
+            worker.submit_store(2, [5], prepared.rows)
+            worker.wait(2, 30).check()
+            scheduler.complete_store([b"pool-b-0"])
+            to_a.put(kv.golden[5])
+            status, text = from_a.get(timeout=60)
+            self.assertEqual(status, "loaded", text)
+            with self.assertRaises(KvoffloadError) as e:
+                Scheduler.open(self.daemon.data_socket,
+                               spec("py-pool-c", pool="py-pool", model_identity="m2"))
+            self.assertEqual(e.exception.code, StatusCode.FAILED_PRECONDITION)
+            self.assertIn("model_identity", str(e.exception))
+        finally:
+            to_a.put(None)
 
     def test_ranges_load_single_blocks_of_rows(self):
         # Two GPU blocks per row; a load of the second block of one row and the whole next row.

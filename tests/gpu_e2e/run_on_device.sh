@@ -84,6 +84,10 @@ run cuda_copy_backend_gpu_test 240 env KVO_EXPECT_MPS=0 "$bundle/bin/cuda_copy_b
 run e2e_gpu_test 420 "$bundle/bin/e2e_gpu_test"
 run python_torch_gpu 240 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_smoke.py"
+# Pools (issue 18): two engines in two processes share one pool; one stores, the other loads
+# into other blocks, bitwise.
+run python_pool_gpu 180 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
+  KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_pool.py"
 # kvoffload.vllm on the CUDA backend, both supported vLLM generations (their doubles).
 run python_vllm_gpu 300 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/test_vllm_gpu.py"
@@ -210,7 +214,7 @@ if only restart_pin; then
   echo "=== restart benchmark: time to first load and to fully pinned after a restart (issue 19)"
   if [[ ! -x $bundle/bin/restart_pin_bench ]]; then
     failed=$((failed + 1)); echo "FAILED: restart_pin_bench is not in the bundle"
-  elif timeout 150 "$bundle/bin/restart_pin_bench" --gib=32,64 --chunk_mib=128 --threads=8 \
+  elif timeout 240 "$bundle/bin/restart_pin_bench" --gib=32,64 --chunk_mib=128 --threads=8 \
       --thp=1,0 >"$out/restart.jsonl" 2>"$out/restart.err"; then
     passed=$((passed + 1))
   else
