@@ -3,6 +3,7 @@
 // the backend, and submits store and load jobs through the CopyBackend seam. Every check is on
 // bytes: the region after a store, the worker's whole buffer after a load (loaded pages hold the
 // stored data, every other byte is untouched).
+#include <cuda_runtime_api.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -14,12 +15,11 @@
 #include <string>
 #include <thread>
 
-#include <cuda_runtime_api.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "daemon/copy/cuda/cuda_copy_backend.h"
+#include "daemon/copy/cuda/testing/local_worker.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_worker.h"
 #include "tests/gpu/test_pattern.h"
@@ -37,14 +37,14 @@ using daemon::WorkerRegistration;
 using daemon::cuda::CudaBackendOptions;
 using daemon::cuda::CudaCopyBackend;
 
-constexpr uint64_t kGenStored = 11;   // worker data at store time
-constexpr uint64_t kGenPoison = 12;   // worker data overwritten before a load
-constexpr uint64_t kGenLate = 13;     // written by a delayed worker kernel
-constexpr uint64_t kGenRegion = 99;   // the region's initial bytes
+constexpr uint64_t kGenStored = 11;  // worker data at store time
+constexpr uint64_t kGenPoison = 12;  // worker data overwritten before a load
+constexpr uint64_t kGenLate = 13;    // written by a delayed worker kernel
+constexpr uint64_t kGenRegion = 99;  // the region's initial bytes
 
-#define ASSERT_OK(expr)                                   \
-  do {                                                    \
-    const absl::Status assert_ok_status_ = (expr);        \
+#define ASSERT_OK(expr)                                       \
+  do {                                                        \
+    const absl::Status assert_ok_status_ = (expr);            \
     ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_; \
   } while (0)
 
@@ -150,7 +150,8 @@ struct Geometry {
   }
 };
 
-// A job whose rows each hold one block and nothing else (slot = row), GPU block blocks[i] ↔ row rows[i].
+// A job whose rows each hold one block and nothing else (slot = row), GPU block blocks[i] ↔ row
+// rows[i].
 CopyJob WholeRowJob(CopyDirection direction, WorkerMemory* memory, const HostRegion& region,
                     uint64_t row_bytes, std::vector<uint64_t> blocks, std::vector<uint64_t> rows) {
   CopyJob job;
@@ -265,8 +266,7 @@ class CudaBackendIpcTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create(p.options);
     ASSERT_TRUE(backend.ok()) << backend.status();
 
-    const Geometry g =
-        Geometry::For(p.layout, p.blocks_per_row, p.num_copies, p.slot, p.row_align);
+    const Geometry g = Geometry::For(p.layout, p.blocks_per_row, p.num_copies, p.slot, p.row_align);
     ASSERT_EQ(p.num_pairs % p.blocks_per_row, 0u);
     const uint64_t rows_used = p.num_pairs / p.blocks_per_row;
     const uint64_t num_rows = rows_used + 3;
@@ -285,16 +285,16 @@ class CudaBackendIpcTest : public ::testing::Test {
     std::vector<uint64_t> rows = Shuffled(num_rows, rows_used, &rng);
     if (p.sequential_rows) std::sort(rows.begin(), rows.end());
 
-    JobResult stored = RunJob(backend->get(), MakeJob(CopyDirection::kStore, memory->get(),
-                                                      region, g, blocks, rows));
+    JobResult stored = RunJob(
+        backend->get(), MakeJob(CopyDirection::kStore, memory->get(), region, g, blocks, rows));
     ASSERT_OK(stored.status);
     EXPECT_EQ(stored.bytes, p.num_pairs * g.bytes_per_block);
-    std::printf("  store: %lu pages (%lu blocks × %zu tensors), %.1f MB in %s (%.1f GB/s incl. "
-                "submission and completion)\n",
-                static_cast<unsigned long>(p.num_pairs * p.layout.tensors.size()),
-                static_cast<unsigned long>(p.num_pairs), p.layout.tensors.size(),
-                stored.bytes / 1e6, absl::FormatDuration(stored.elapsed).c_str(),
-                Gbps(stored.bytes, stored.elapsed));
+    std::printf(
+        "  store: %lu pages (%lu blocks × %zu tensors), %.1f MB in %s (%.1f GB/s incl. "
+        "submission and completion)\n",
+        static_cast<unsigned long>(p.num_pairs * p.layout.tensors.size()),
+        static_cast<unsigned long>(p.num_pairs), p.layout.tensors.size(), stored.bytes / 1e6,
+        absl::FormatDuration(stored.elapsed).c_str(), Gbps(stored.bytes, stored.elapsed));
 
     std::vector<uint8_t> expected = RegionPattern(region.bytes());
     ApplyStore(p.layout, g, kGenStored, blocks, rows, &expected);
@@ -302,8 +302,8 @@ class CudaBackendIpcTest : public ::testing::Test {
 
     ASSERT_OK((*worker)->Fill(kGenPoison));
     std::vector<uint64_t> load_blocks = Shuffled(num_blocks, p.num_pairs, &rng);
-    JobResult loaded = RunJob(backend->get(), MakeJob(CopyDirection::kLoad, memory->get(),
-                                                      region, g, load_blocks, rows));
+    JobResult loaded = RunJob(
+        backend->get(), MakeJob(CopyDirection::kLoad, memory->get(), region, g, load_blocks, rows));
     ASSERT_OK(loaded.status);
     EXPECT_EQ(loaded.bytes, p.num_pairs * g.bytes_per_block);
     std::printf("  load: %.1f MB in %s (%.1f GB/s)\n", loaded.bytes / 1e6,
@@ -479,7 +479,7 @@ TEST_F(CudaBackendIpcTest, StagedLoadMergesAdjacentRows) {
   p.layout.buffer_bytes = 65536 + 64 * page;
   p.num_pairs = 48;
   p.sequential_rows = true;
-  p.row_align = 1;  // row = slot = block: consecutive rows are contiguous
+  p.row_align = 1;                     // row = slot = block: consecutive rows are contiguous
   RunRoundTrip(Staged(p, 160 << 10));  // 5 blocks per chunk: runs split across chunks
 }
 
@@ -546,7 +546,7 @@ TEST_F(CudaBackendIpcTest, StagedStoreMergesAdjacentRows) {
   p.layout.buffer_bytes = 65536 + 64 * page;
   p.num_pairs = 48;
   p.sequential_rows = true;
-  p.row_align = 1;  // row = slot = block: consecutive rows are contiguous
+  p.row_align = 1;                          // row = slot = block: consecutive rows are contiguous
   RunRoundTrip(StagedStore(p, 160 << 10));  // 5 blocks per chunk: runs split across chunks
 }
 
@@ -689,8 +689,8 @@ class CudaBackendEventTest : public CudaBackendIpcTest {
     EXPECT_TRUE(RegionEquals(*region_, RegionPattern(region_->bytes())))
         << "a cancelled copy wrote into the region";
     // The stream is usable again.
-    JobResult again = RunJob(backend_.get(), MakeJob(CopyDirection::kStore, memory_.get(),
-                                                     *region_, geometry_, blocks, rows, 0));
+    JobResult again = RunJob(backend_.get(), MakeJob(CopyDirection::kStore, memory_.get(), *region_,
+                                                     geometry_, blocks, rows, 0));
     ASSERT_OK(again.status);
     std::vector<uint8_t> expected = RegionPattern(region_->bytes());
     ApplyStore(layout_, geometry_, kGenLate, blocks, rows, &expected);
@@ -722,8 +722,8 @@ TEST_F(CudaBackendEventTest, StoreWaitsForWorkerEvent) { CheckStoreWaits(); }
 TEST_F(CudaBackendEventTest, LoadWaitsForEventAndRecordsIt) {
   std::vector<uint64_t> blocks = {1, 2, 3, 4};
   std::vector<uint64_t> rows = {20, 21, 7, 8};
-  ASSERT_OK(RunJob(backend_.get(), MakeJob(CopyDirection::kStore, memory_.get(), *region_,
-                                           geometry_, blocks, rows))
+  ASSERT_OK(RunJob(backend_.get(),
+                   MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, blocks, rows))
                 .status);
   ASSERT_OK(worker_->SpinFillRecord(absl::Milliseconds(300), kGenLate, 2));  // "zeroing"
   std::vector<uint64_t> load_blocks = {40, 50, 60, 10};
@@ -733,7 +733,8 @@ TEST_F(CudaBackendEventTest, LoadWaitsForEventAndRecordsIt) {
   EXPECT_GE(r.elapsed, absl::Milliseconds(200)) << "the load did not wait for the event";
   ASSERT_OK(worker_->WaitEvent(2));  // the worker's stream waits for the daemon's record
   std::vector<WorkerProcess::Expect> expect;
-  for (size_t i = 0; i < blocks.size(); ++i) expect.push_back({load_blocks[i], blocks[i], kGenStored});
+  for (size_t i = 0; i < blocks.size(); ++i)
+    expect.push_back({load_blocks[i], blocks[i], kGenStored});
   std::string detail;
   absl::StatusOr<uint64_t> mismatches = worker_->CountMismatches(kGenLate, expect, &detail);
   ASSERT_TRUE(mismatches.ok()) << mismatches.status();
@@ -762,9 +763,7 @@ TEST_F(CudaBackendStagedEventTest, StoreWaitsForWorkerEvent) { CheckStoreWaits()
 
 // Was DISABLED (a cancelled staged store blocked its stream, then cudaHostUnregister): the event
 // is now watched from the host, so nothing is ever queued behind it.
-TEST_F(CudaBackendStagedEventTest, StoreTimeoutCancelsCopyThatNeverStarted) {
-  CheckStoreTimeout();
-}
+TEST_F(CudaBackendStagedEventTest, StoreTimeoutCancelsCopyThatNeverStarted) { CheckStoreTimeout(); }
 
 // A store whose worker event does not fire in time never blocks the worker's next store: the
 // first fails at its deadline having written nothing, the second (no event) completes at once.
@@ -773,8 +772,8 @@ TEST_F(CudaBackendStagedEventTest, StoreBehindAStuckEventDoesNotBlockTheNext) {
   CopyJob first = MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, {7, 8, 9},
                           {1, 2, 3}, /*event_index=*/0);
   first.timeout = absl::Milliseconds(300);
-  CopyJob second = MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, {10, 11},
-                           {5, 6});
+  CopyJob second =
+      MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, {10, 11}, {5, 6});
   second.timeout = absl::Seconds(5);
   absl::Notification first_done, second_done;
   absl::Status first_status, second_status;
@@ -810,8 +809,8 @@ TEST_F(CudaBackendStagedEventTest, StoreBehindAStuckEventDoesNotBlockTheNext) {
 TEST_F(CudaBackendStagedEventTest, LoadWaitsForEventAndRecordsIt) {
   std::vector<uint64_t> blocks = {1, 2, 3, 4, 5, 6, 7};
   std::vector<uint64_t> rows = {20, 21, 7, 8, 9, 30, 31};
-  ASSERT_OK(RunJob(backend_.get(), MakeJob(CopyDirection::kStore, memory_.get(), *region_,
-                                           geometry_, blocks, rows))
+  ASSERT_OK(RunJob(backend_.get(),
+                   MakeJob(CopyDirection::kStore, memory_.get(), *region_, geometry_, blocks, rows))
                 .status);
   ASSERT_OK(worker_->SpinFillRecord(absl::Milliseconds(300), kGenLate, 2));
   std::vector<uint64_t> load_blocks = {40, 50, 60, 10, 11, 12, 13};
@@ -821,7 +820,8 @@ TEST_F(CudaBackendStagedEventTest, LoadWaitsForEventAndRecordsIt) {
   EXPECT_GE(r.elapsed, absl::Milliseconds(200)) << "the load did not wait for the event";
   ASSERT_OK(worker_->WaitEvent(2));
   std::vector<WorkerProcess::Expect> expect;
-  for (size_t i = 0; i < blocks.size(); ++i) expect.push_back({load_blocks[i], blocks[i], kGenStored});
+  for (size_t i = 0; i < blocks.size(); ++i)
+    expect.push_back({load_blocks[i], blocks[i], kGenStored});
   std::string detail;
   absl::StatusOr<uint64_t> mismatches = worker_->CountMismatches(kGenLate, expect, &detail);
   ASSERT_TRUE(mismatches.ok()) << mismatches.status();
@@ -899,8 +899,8 @@ TEST_F(CudaBackendIpcTest, TwoWorkersShareRows) {
   std::thread threads[2];
   for (int w = 0; w < 2; ++w) {
     threads[w] = std::thread([&, w] {
-      results[w] = RunJob(backend->get(), MakeJob(CopyDirection::kStore, memories[w].get(),
-                                                  region, g[w], blocks, rows));
+      results[w] = RunJob(backend->get(), MakeJob(CopyDirection::kStore, memories[w].get(), region,
+                                                  g[w], blocks, rows));
     });
   }
   for (auto& t : threads) t.join();
@@ -912,8 +912,8 @@ TEST_F(CudaBackendIpcTest, TwoWorkersShareRows) {
   EXPECT_TRUE(RegionEquals(region, expected));
   for (int w = 0; w < 2; ++w) {
     ASSERT_OK(workers[w]->Fill(kGenPoison));
-    ASSERT_OK(RunJob(backend->get(), MakeJob(CopyDirection::kLoad, memories[w].get(), region,
-                                             g[w], blocks, rows))
+    ASSERT_OK(RunJob(backend->get(),
+                     MakeJob(CopyDirection::kLoad, memories[w].get(), region, g[w], blocks, rows))
                   .status);
     std::vector<WorkerProcess::Expect> expect;
     for (uint64_t b : blocks) expect.push_back({b, b, kGenStored + 100 * w});
@@ -941,7 +941,7 @@ TEST_F(CudaBackendIpcTest, StagingIsReleasedWhenIdle) {
   ASSERT_EQ(cudaMalloc(&gpu, n * page), cudaSuccess);
   ASSERT_EQ(cudaMemset(gpu, 0x5a, n * page), cudaSuccess);
   CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu), n, page, page};
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->TEST_OpenLocalWorker(0, {t}, {});
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = OpenLocalWorker(**backend, 0, {t}, {});
   ASSERT_TRUE(memory.ok()) << memory.status();
   HostRegion region(n * page);
   ASSERT_OK((*backend)->RegisterRegion(region.base(), region.bytes(), page));
@@ -1003,7 +1003,7 @@ TEST_F(CudaBackendIpcTest, StagingIsBoundedPerDevice) {
     ASSERT_EQ(cudaMalloc(&gpu[w], n * page), cudaSuccess);
     ASSERT_EQ(cudaMemset(gpu[w], 0x11 * (w + 1), n * page), cudaSuccess);
     CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu[w]), n, page, page};
-    absl::StatusOr<std::unique_ptr<WorkerMemory>> m = (*backend)->TEST_OpenLocalWorker(0, {t}, {});
+    absl::StatusOr<std::unique_ptr<WorkerMemory>> m = OpenLocalWorker(**backend, 0, {t}, {});
     ASSERT_TRUE(m.ok()) << m.status();
     memory[w] = *std::move(m);
   }
@@ -1069,7 +1069,7 @@ TEST_F(CudaBackendIpcTest, RegionsArePinnedInTheContextOfAWorkersDevice) {
   ASSERT_EQ(cudaMemset(gpu, 0x6b, n * page), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu), n, page, page};
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->TEST_OpenLocalWorker(0, {t}, {});
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = OpenLocalWorker(**backend, 0, {t}, {});
   ASSERT_TRUE(memory.ok()) << memory.status();
   EXPECT_EQ((*backend)->GpuMemoryBytes().size(), 1u);
   ASSERT_OK((*backend)->RegisterRegion(late.base(), late.bytes(), page));
@@ -1124,8 +1124,8 @@ TEST_F(CudaBackendIpcTest, WithoutSmPathsGpuMemoryStaysAtTheContext) {
   ASSERT_EQ(cudaMemcpy(a_gpu, a_data.data(), a_data.size(), cudaMemcpyHostToDevice), cudaSuccess);
   std::vector<CudaCopyBackend::LocalTensor> a_tensors;
   for (uint64_t l = 0; l < layers; ++l) {
-    a_tensors.push_back({reinterpret_cast<uint64_t>(a_gpu) + l * blocks * page, blocks, page,
-                         page});
+    a_tensors.push_back(
+        {reinterpret_cast<uint64_t>(a_gpu) + l * blocks * page, blocks, page, page});
   }
   // Worker B: one tensor of 2^20 blocks of 256 bytes.
   const uint64_t b_blocks = uint64_t{1} << 20, b_page = 256;
@@ -1133,12 +1133,10 @@ TEST_F(CudaBackendIpcTest, WithoutSmPathsGpuMemoryStaysAtTheContext) {
   ASSERT_EQ(cudaMalloc(&b_gpu, b_blocks * b_page), cudaSuccess);
   const std::vector<uint8_t> b_data = random_bytes(b_blocks * b_page);
   ASSERT_EQ(cudaMemcpy(b_gpu, b_data.data(), b_data.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> a = (*backend)->TEST_OpenLocalWorker(0, a_tensors, {});
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> a = OpenLocalWorker(**backend, 0, a_tensors, {});
   ASSERT_TRUE(a.ok()) << a.status();
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> b =
-      (*backend)->TEST_OpenLocalWorker(0, {{reinterpret_cast<uint64_t>(b_gpu), b_blocks, b_page,
-                                        b_page}},
-                                  {});
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> b = OpenLocalWorker(
+      **backend, 0, {{reinterpret_cast<uint64_t>(b_gpu), b_blocks, b_page, b_page}}, {});
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_FALSE((*backend)->SmPathsEnabled(0));
   HostRegion a_region(blocks * bpb), b_region(b_blocks * b_page);
@@ -1261,7 +1259,7 @@ TEST_F(CudaBackendIpcTest, SmPathsOnlyWithMpsOrTheOperatorsWord) {
     absl::StatusOr<std::unique_ptr<CudaCopyBackend>> backend = CudaCopyBackend::Create(o);
     ASSERT_TRUE(backend.ok()) << backend.status();
     CudaCopyBackend::LocalTensor t{reinterpret_cast<uint64_t>(gpu), n, page, page};
-    absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->TEST_OpenLocalWorker(0, {t}, {});
+    absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = OpenLocalWorker(**backend, 0, {t}, {});
     ASSERT_TRUE(memory.ok()) << memory.status();
     EXPECT_EQ((*backend)->SmPathsEnabled(0), c.sm_paths)
         << "rule " << static_cast<int>(c.rule) << ", forced " << static_cast<int>(c.forced);
@@ -1270,8 +1268,8 @@ TEST_F(CudaBackendIpcTest, SmPathsOnlyWithMpsOrTheOperatorsWord) {
     const std::vector<uint64_t> rows = Shuffled(n, n, &rng);
     std::vector<uint64_t> ids(n);
     std::iota(ids.begin(), ids.end(), 0);
-    ASSERT_OK(RunJob(backend->get(), WholeRowJob(CopyDirection::kStore, memory->get(), region,
-                                                 page, ids, rows))
+    ASSERT_OK(RunJob(backend->get(),
+                     WholeRowJob(CopyDirection::kStore, memory->get(), region, page, ids, rows))
                   .status);
     for (uint64_t i = 0; i < n; ++i) {
       ASSERT_EQ(std::memcmp(region.base() + rows[i] * page, data.data() + i * page, page), 0)
@@ -1312,8 +1310,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   const int rc = RUN_ALL_TESTS();
   const ::testing::UnitTest& u = *::testing::UnitTest::GetInstance();
-  std::printf("gpu tests: %d passed, %d failed, %d skipped\n",
-              u.successful_test_count(), u.failed_test_count(),
-              u.skipped_test_count());
+  std::printf("gpu tests: %d passed, %d failed, %d skipped\n", u.successful_test_count(),
+              u.failed_test_count(), u.skipped_test_count());
   return rc;
 }

@@ -25,6 +25,7 @@
 // Output: one JSON line per measurement: {"method", "direction" (store = GPU→host, load =
 // host→GPU), "page_bytes", "gbps" (1e9 bytes/s), ...config}, then a summary table. The kernel's
 // store and load are checked page by page at every page size ({"check": ..., "bad_pages": 0}).
+#include <cuda_runtime_api.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -40,14 +41,13 @@
 #include <thread>
 #include <vector>
 
-#include <cuda_runtime_api.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "daemon/copy/cuda/copy_kernels.h"
 #include "daemon/copy/cuda/cuda_copy_backend.h"
+#include "daemon/copy/cuda/testing/local_worker.h"
 #include "tests/gpu/test_kernels.h"
 #include "tests/gpu/test_pattern.h"
 
@@ -64,24 +64,24 @@ using daemon::cuda::CudaCopyBackend;
 using daemon::cuda::KernelTensor;
 using daemon::cuda::PagePair;
 
-#define CHECK_CUDA(expr)                                                                    \
-  do {                                                                                      \
-    const cudaError_t check_cuda_err_ = (expr);                                             \
-    if (check_cuda_err_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                    \
-                   cudaGetErrorName(check_cuda_err_));                                      \
-      std::exit(1);                                                                         \
-    }                                                                                       \
+#define CHECK_CUDA(expr)                                                 \
+  do {                                                                   \
+    const cudaError_t check_cuda_err_ = (expr);                          \
+    if (check_cuda_err_ != cudaSuccess) {                                \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, \
+                   cudaGetErrorName(check_cuda_err_));                   \
+      std::exit(1);                                                      \
+    }                                                                    \
   } while (0)
 
-#define CHECK_OK(expr)                                                                  \
-  do {                                                                                  \
-    const absl::Status check_ok_status_ = (expr);                                       \
-    if (!check_ok_status_.ok()) {                                                       \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,                           \
-                   check_ok_status_.ToString().c_str());                                \
-      std::exit(1);                                                                     \
-    }                                                                                   \
+#define CHECK_OK(expr)                                        \
+  do {                                                        \
+    const absl::Status check_ok_status_ = (expr);             \
+    if (!check_ok_status_.ok()) {                             \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, \
+                   check_ok_status_.ToString().c_str());      \
+      std::exit(1);                                           \
+    }                                                         \
   } while (0)
 
 struct Flags {
@@ -91,7 +91,7 @@ struct Flags {
   std::vector<uint64_t> pages = {4096, 16384, 65536, 262144, 524288, 1048576, 2097152};
   bool layers = true;
   bool quick = false;  // kernel, backend and duplex only (no memcpy methods, no check)
-  int sm = 0;  // 0: CudaBackendOptions defaults
+  int sm = 0;          // 0: CudaBackendOptions defaults
   int threads = 0;
   int unroll = 0;
   bool interference = true;  // compute-kernel slowdown while stores stream (direct vs staged)
@@ -172,10 +172,11 @@ std::vector<Result> g_results;
 void Emit(const std::string& method, bool store, uint64_t page, uint64_t bytes, double ms,
           const std::string& extra = "") {
   const double gbps = static_cast<double>(bytes) / (ms * 1e6);
-  std::printf("{\"method\":\"%s\",\"direction\":\"%s\",\"page_bytes\":%lu,\"gbps\":%.2f,"
-              "\"median_ms\":%.3f%s%s}\n",
-              method.c_str(), store ? "store" : "load", static_cast<unsigned long>(page), gbps,
-              ms, extra.empty() ? "" : ",", extra.c_str());
+  std::printf(
+      "{\"method\":\"%s\",\"direction\":\"%s\",\"page_bytes\":%lu,\"gbps\":%.2f,"
+      "\"median_ms\":%.3f%s%s}\n",
+      method.c_str(), store ? "store" : "load", static_cast<unsigned long>(page), gbps, ms,
+      extra.empty() ? "" : ",", extra.c_str());
   std::fflush(stdout);
   std::string label = method;
   if (method.rfind("backend_layers", 0) == 0) {
@@ -243,9 +244,9 @@ class Bench {
         uint64_t page;
         bool sequential;
       };
-      for (const Layout& l : {Layout{64, 4096, false}, Layout{64, 16384, false},
-                              Layout{128, 16384, false}, Layout{32, 65536, false},
-                              Layout{64, 4096, true}}) {
+      for (const Layout& l :
+           {Layout{64, 4096, false}, Layout{64, 16384, false}, Layout{128, 16384, false},
+            Layout{32, 65536, false}, Layout{64, 4096, true}}) {
         RunLayers(l.tensors, l.page, l.sequential);
       }
     }
@@ -318,7 +319,7 @@ class Bench {
     CHECK_OK(backend.status());
     CHECK_OK((*backend)->RegisterRegion(host_, bytes, bpb));
     absl::StatusOr<std::unique_ptr<daemon::WorkerMemory>> memory =
-        (*backend)->TEST_OpenLocalWorker(0, local, {});
+        OpenLocalWorker(**backend, 0, local, {});
     CHECK_OK(memory.status());
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> stored{0};
@@ -351,11 +352,11 @@ class Bench {
     feeder.join();
     const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
     const double slowdown = 100.0 * (with / alone - 1.0);
-    std::printf("{\"method\":\"interference\",\"store_path\":\"%s\",\"compute_grid\":%d,"
-                "\"alone_ms\":%.3f,\"with_stores_ms\":%.3f,\"slowdown_pct\":%.1f,"
-                "\"store_gbps_meanwhile\":%.2f}\n",
-                staged ? "staged" : "direct", grid, alone, with, slowdown,
-                stored.load() / seconds / 1e9);
+    std::printf(
+        "{\"method\":\"interference\",\"store_path\":\"%s\",\"compute_grid\":%d,"
+        "\"alone_ms\":%.3f,\"with_stores_ms\":%.3f,\"slowdown_pct\":%.1f,"
+        "\"store_gbps_meanwhile\":%.2f}\n",
+        staged ? "staged" : "direct", grid, alone, with, slowdown, stored.load() / seconds / 1e9);
     std::fflush(stdout);
     memory->reset();
     (*backend)->UnregisterRegion(host_);
@@ -487,9 +488,10 @@ class Bench {
 
     if (flags_.sweep) {
       const bool full = page == 4096 || page == 2097152;
-      std::vector<int> grids = full ? std::vector<int>{8, 16, 24, 32, 48, 66, 132}
-                                    : std::vector<int>{16, 24, 32};
-      std::vector<int> threads = full ? std::vector<int>{256, 512, 1024} : std::vector<int>{512, 1024};
+      std::vector<int> grids =
+          full ? std::vector<int>{8, 16, 24, 32, 48, 66, 132} : std::vector<int>{16, 24, 32};
+      std::vector<int> threads =
+          full ? std::vector<int>{256, 512, 1024} : std::vector<int>{512, 1024};
       std::vector<int> unrolls = full ? std::vector<int>{4, 8, 16} : std::vector<int>{8, 16};
       for (bool store : {true, false}) {
         for (int g : grids) {
@@ -551,7 +553,7 @@ class Bench {
       CHECK_OK(backend.status());
       CHECK_OK((*backend)->RegisterRegion(host_, bytes, bpb));
       absl::StatusOr<std::unique_ptr<daemon::WorkerMemory>> memory =
-          (*backend)->TEST_OpenLocalWorker(0, local, {});
+          OpenLocalWorker(**backend, 0, local, {});
       CHECK_OK(memory.status());
       for (bool store : {true, false}) {
         std::vector<double> ms;
@@ -577,11 +579,11 @@ class Bench {
           if (r > 0) ms.push_back(absl::ToDoubleMilliseconds(end - start));
         }
         std::snprintf(extra, sizeof(extra),
-                      "\"tensors\":%u,\"block_bytes\":%lu,\"rows\":\"%s\",\"path\":\"%s\"",
-                      tensors, static_cast<unsigned long>(bpb),
-                      sequential ? "sequential" : "random", path == 0 ? "direct" : "staged");
-        Emit(path == 0 ? "backend_layers" : "backend_layers_staged", store, page, bytes,
-             Median(ms), extra);
+                      "\"tensors\":%u,\"block_bytes\":%lu,\"rows\":\"%s\",\"path\":\"%s\"", tensors,
+                      static_cast<unsigned long>(bpb), sequential ? "sequential" : "random",
+                      path == 0 ? "direct" : "staged");
+        Emit(path == 0 ? "backend_layers" : "backend_layers_staged", store, page, bytes, Median(ms),
+             extra);
       }
       memory->reset();
       (*backend)->UnregisterRegion(host_);
@@ -605,8 +607,8 @@ class Bench {
       srcs.push_back(store ? static_cast<const void*>(d) : h);
       sizes.push_back(page);
       if (sizes.size() == kBatch || i + 1 == n) {
-        CHECK_CUDA(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), sizes.size(),
-                                        &attr, &attr_index, 1, stream_));
+        CHECK_CUDA(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), sizes.size(), &attr,
+                                        &attr_index, 1, stream_));
         dsts.clear();
         srcs.clear();
         sizes.clear();
@@ -622,7 +624,7 @@ class Bench {
     t.block_stride_bytes = page;
     t.page_bytes = page;
     absl::StatusOr<std::unique_ptr<daemon::WorkerMemory>> memory =
-        backend->TEST_OpenLocalWorker(0, {t}, {});
+        OpenLocalWorker(*backend, 0, {t}, {});
     CHECK_OK(memory.status());
     std::vector<uint64_t> blocks(n);
     std::iota(blocks.begin(), blocks.end(), 0);

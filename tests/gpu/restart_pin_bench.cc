@@ -41,6 +41,7 @@
 #include "common/geometry.h"
 #include "daemon/copy/copy_run.h"
 #include "daemon/copy/cuda/cuda_copy_backend.h"
+#include "daemon/copy/cuda/testing/local_worker.h"
 #include "daemon/engine/engine_resources.h"
 #include "daemon/index/slot_index.h"
 #include "daemon/region/region.h"
@@ -115,7 +116,7 @@ struct Gpu {
     t.num_blocks = 1;
     t.block_stride_bytes = kRowBytes;
     t.page_bytes = kRowBytes;
-    auto m = backend->TEST_OpenLocalWorker(0, {t}, {});
+    auto m = OpenLocalWorker(*backend, 0, {t}, {});
     CHECK_OK(m.status());
     memory = std::move(*m);
     context_ms = Ms(start);

@@ -1,11 +1,11 @@
 #include "daemon/copy/cuda/cuda_copy_backend.h"
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <utility>
-
-#include <cuda_runtime_api.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -14,17 +14,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/check.h"
-#include "daemon/copy/cuda/log.h"
+#include "common/cuda/cuda_status.h"
 #include "common/status_macros.h"
 #include "daemon/copy/copy_plan.h"
 #include "daemon/copy/cuda/completion.h"
 #include "daemon/copy/cuda/copy_batcher.h"
 #include "daemon/copy/cuda/copy_kernels.h"
-#include "common/cuda/cuda_status.h"
 #include "daemon/copy/cuda/device.h"
 #include "daemon/copy/cuda/driver_api.h"
 #include "daemon/copy/cuda/enqueue.h"
 #include "daemon/copy/cuda/job_times.h"
+#include "daemon/copy/cuda/log.h"
 #include "daemon/copy/cuda/region_pins.h"
 #include "daemon/copy/cuda/worker_memory.h"
 #include "daemon/copy/descriptor_table.h"
@@ -44,15 +44,13 @@ absl::Status ValidateOptions(const CudaBackendOptions& o) {
   }
   if (o.max_batch_copies < 1 || o.max_batch_copies > kMaxCopiesPerBatch) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch_copies must be 1..",
-                                                   kMaxCopiesPerBatch, ", not ",
-                                                   o.max_batch_copies,
+                                                   kMaxCopiesPerBatch, ", not ", o.max_batch_copies,
                                                    " (--cuda_max_batch_copies)"));
   }
   if (o.first_batch_copies > o.max_batch_copies) {
-    return absl::InvalidArgumentError(absl::StrCat("first_batch_copies (", o.first_batch_copies,
-                                                   ") must be at most max_batch_copies (",
-                                                   o.max_batch_copies,
-                                                   "); 0 turns it off (--cuda_first_batch_copies)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "first_batch_copies (", o.first_batch_copies, ") must be at most max_batch_copies (",
+        o.max_batch_copies, "); 0 turns it off (--cuda_first_batch_copies)"));
   }
   if (o.staging_idle_release < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("staging_idle_release must not be negative");
@@ -76,9 +74,7 @@ struct DeviceState {
 class CudaCopyBackend::Impl {
  public:
   Impl(const CudaBackendOptions& options, std::vector<std::string> uuids)
-      : options_(options),
-        uuids_(std::move(uuids)),
-        orphans_(nullptr, kPollInterval) {
+      : options_(options), uuids_(std::move(uuids)), orphans_(nullptr, kPollInterval) {
     policy_.staging_chunk_bytes = options.staging_chunk_bytes;
     enqueue_.copy_sms = options.copy_sms;
     enqueue_.staging_chunk_bytes = options.staging_chunk_bytes;
@@ -115,8 +111,8 @@ class CudaCopyBackend::Impl {
     auto it = devices_.find(ordinal);
     if (it != devices_.end()) return &it->second;
     ASSIGN_OR_RETURN(std::unique_ptr<Device> device, Device::Create(ordinal));
-    const bool forced_sm = options_.forced_path == ForcedPath::kStaged ||
-                           options_.forced_path == ForcedPath::kKernel;
+    const bool forced_sm =
+        options_.forced_path == ForcedPath::kStaged || options_.forced_path == ForcedPath::kKernel;
     const bool sm_paths = forced_sm || options_.sm_copies == SmCopies::kAlways ||
                           (options_.sm_copies == SmCopies::kIfMps && device->mps());
     if (sm_paths) {
@@ -124,9 +120,9 @@ class CudaCopyBackend::Impl {
       device->set_staging_limit(options_.staging_bytes_per_device);
     }
     Log()->info("device {}: {}", ordinal,
-                sm_paths ? (forced_sm ? "SM copy paths on (a forced path)"
-                                      : device->mps() ? "SM copy paths on (MPS)"
-                                                      : "SM copy paths on (--sm_copies=always)")
+                sm_paths ? (forced_sm       ? "SM copy paths on (a forced path)"
+                            : device->mps() ? "SM copy paths on (MPS)"
+                                            : "SM copy paths on (--sm_copies=always)")
                          : "copy engines only (no MPS: kernels would time-slice the model)");
     DeviceState state;
     state.queue = std::make_unique<CompletionQueue>(device.get(), kPollInterval);
@@ -155,8 +151,7 @@ class CudaCopyBackend::Impl {
         // rather than hang (the release thread alone waits).
         out[ordinal] = absl::StrCat("releasing a worker's mappings has not returned for ",
                                     absl::FormatDuration(state.device->releaser().StalledFor()),
-                                    " (", state.device->releaser().pending(),
-                                    " releases pending)");
+                                    " (", state.device->releaser().pending(), " releases pending)");
       }
     }
     return out;
@@ -185,8 +180,8 @@ class CudaCopyBackend::Impl {
       for (size_t d = 0; d < uuids_.size(); ++d) {
         if (uuids_[d] == r.device_uuid) return static_cast<int>(d);
       }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "no GPU visible to the daemon has uuid ", UuidText(r.device_uuid)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("no GPU visible to the daemon has uuid ", UuidText(r.device_uuid)));
     }
     if (r.device < 0 || r.device >= static_cast<int>(uuids_.size())) {
       return absl::InvalidArgumentError(absl::StrCat("device ", r.device, " does not exist (",
@@ -201,18 +196,18 @@ class CudaCopyBackend::Impl {
     for (size_t i = 0; i < r.tensors.size(); ++i) {
       const TensorRegistration& t = r.tensors[i];
       if (t.allocation_handle.size() != sizeof(cudaIpcMemHandle_t)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor ", i, ": allocation_handle has ", t.allocation_handle.size(),
-            " bytes, a cudaIpcMemHandle_t has ", sizeof(cudaIpcMemHandle_t)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", i, ": allocation_handle has ", t.allocation_handle.size(),
+                         " bytes, a cudaIpcMemHandle_t has ", sizeof(cudaIpcMemHandle_t)));
       }
       RETURN_IF_ERROR(ValidateTensorGeometry(i, t.offset, t.num_blocks, t.block_stride_bytes,
                                              t.page_bytes, t.allocation_bytes));
     }
     for (size_t i = 0; i < r.event_handles.size(); ++i) {
       if (r.event_handles[i].size() != sizeof(cudaIpcEventHandle_t)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "event ", i, ": handle has ", r.event_handles[i].size(),
-            " bytes, a cudaIpcEventHandle_t has ", sizeof(cudaIpcEventHandle_t)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("event ", i, ": handle has ", r.event_handles[i].size(),
+                         " bytes, a cudaIpcEventHandle_t has ", sizeof(cudaIpcEventHandle_t)));
       }
     }
     ASSIGN_OR_RETURN(DeviceState * state, GetDevice(ordinal));
@@ -235,20 +230,21 @@ class CudaCopyBackend::Impl {
         const cudaError_t err =
             cudaIpcOpenMemHandle(&mapped, handle, cudaIpcMemLazyEnablePeerAccess);
         if (err != cudaSuccess) {
-          return CudaStatus(err, absl::StatusCode::kInvalidArgument,
-                            absl::StrCat("cudaIpcOpenMemHandle (tensor ", i, ", device ",
-                                         ordinal, ")"));
+          return CudaStatus(
+              err, absl::StatusCode::kInvalidArgument,
+              absl::StrCat("cudaIpcOpenMemHandle (tensor ", i, ", device ", ordinal, ")"));
         }
         memory->ipc_mappings_.push_back(mapped);
         // The real extent of the allocation, never the client's word for it.
         absl::StatusOr<AddressRange> range = GetAddressRange(reinterpret_cast<uint64_t>(mapped));
         if (!range.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tensor ", i, ": the extent of the opened allocation cannot be read (",
-              range.status().message(), "); refusing to trust the declared size"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("tensor ", i, ": the extent of the opened allocation cannot be read (",
+                           range.status().message(), "); refusing to trust the declared size"));
         }
-        it = opened.emplace(t.allocation_handle,
-                            std::make_pair(reinterpret_cast<uint64_t>(mapped), range->bytes))
+        it = opened
+                 .emplace(t.allocation_handle,
+                          std::make_pair(reinterpret_cast<uint64_t>(mapped), range->bytes))
                  .first;
       }
       RETURN_IF_ERROR(ValidateTensorGeometry(i, t.offset, t.num_blocks, t.block_stride_bytes,
@@ -270,14 +266,14 @@ class CudaCopyBackend::Impl {
     }
     RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks));
     memory->ReleaseStagingWhenIdle(options_.staging_idle_release);
-    Log()->info("opened worker on device {}: {} tensors in {} allocations, {} bytes per block, "
-                "{} events",
-                ordinal, r.tensors.size(), opened.size(), memory->bytes_per_block_,
-                memory->events_.size());
+    Log()->info(
+        "opened worker on device {}: {} tensors in {} allocations, {} bytes per block, "
+        "{} events",
+        ordinal, r.tensors.size(), opened.size(), memory->bytes_per_block_, memory->events_.size());
     return std::unique_ptr<WorkerMemory>(std::move(memory));
   }
 
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> TEST_OpenLocalWorker(
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> OpenLocalWorker(
       int ordinal, const std::vector<LocalTensor>& local, const std::vector<cudaEvent_t>& events) {
     if (ordinal < 0 || ordinal >= static_cast<int>(uuids_.size())) {
       return absl::InvalidArgumentError(absl::StrCat("device ", ordinal, " does not exist"));
@@ -287,8 +283,7 @@ class CudaCopyBackend::Impl {
     uint64_t num_blocks = std::numeric_limits<uint64_t>::max();
     for (size_t i = 0; i < local.size(); ++i) {
       const LocalTensor& t = local[i];
-      RETURN_IF_ERROR(ValidateTensorGeometry(i, 0, t.num_blocks, t.block_stride_bytes,
-                                             t.page_bytes,
+      RETURN_IF_ERROR(ValidateTensorGeometry(i, 0, t.num_blocks, t.block_stride_bytes, t.page_bytes,
                                              std::numeric_limits<uint64_t>::max() - t.device_ptr));
       tensors.push_back({t.device_ptr, t.block_stride_bytes, t.page_bytes, 0});
       num_blocks = std::min(num_blocks, t.num_blocks);
@@ -322,8 +317,8 @@ class CudaCopyBackend::Impl {
     p->device = device;
     // The memory was opened on this device, and devices are only dropped by the destructor.
     absl::StatusOr<DeviceState*> state = GetDevice(device->ordinal());
-    KVO_CHECK(state.ok(), "device ", device->ordinal(), " of an open worker memory has no state: ",
-              state.status().ToString());
+    KVO_CHECK(state.ok(), "device ", device->ordinal(),
+              " of an open worker memory has no state: ", state.status().ToString());
     CompletionQueue* queue = (*state)->queue.get();
     auto prepared = std::make_shared<PreparedJob>();
     absl::Status s = Prepare(job, memory, prepared.get());
@@ -365,22 +360,20 @@ class CudaCopyBackend::Impl {
                                                      out->region->row_bytes()));
     }
     if (job.event_index < -1 || job.event_index >= static_cast<int64_t>(m->events_.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("event_index ", job.event_index,
-                                                     " outside the worker's ", m->events_.size(),
-                                                     " events"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "event_index ", job.event_index, " outside the worker's ", m->events_.size(), " events"));
     }
     ASSIGN_OR_RETURN(out->table, BuildDescriptorTable(job, m->num_blocks_, m->bytes_per_block_));
     if (out->table.host_extent > out->region->bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat("job reaches region byte ",
-                                                     out->table.host_extent, " of ",
-                                                     out->region->bytes()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "job reaches region byte ", out->table.host_extent, " of ", out->region->bytes()));
     }
     // The index never hands out a row before its chunk is pinned; this keeps the backend's own
     // memory safe should that ever break.
     if (out->table.host_extent > out->region->ready_bytes()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job reaches region byte ", out->table.host_extent, " but only ",
-          out->region->ready_bytes(), " bytes of the region are pinned yet"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job reaches region byte ", out->table.host_extent, " but only ",
+                       out->region->ready_bytes(), " bytes of the region are pinned yet"));
     }
     switch (options_.forced_path) {
       case ForcedPath::kAuto: {
@@ -474,8 +467,8 @@ absl::StatusOr<std::unique_ptr<CudaCopyBackend>> CudaCopyBackend::Create(
   std::vector<std::string> uuids;
   for (int d = 0; d < count; ++d) {
     cudaDeviceProp props;
-    RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&props, d),
-                               absl::StatusCode::kUnavailable, "cudaGetDeviceProperties"));
+    RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&props, d), absl::StatusCode::kUnavailable,
+                               "cudaGetDeviceProperties"));
     uuids.emplace_back(props.uuid.bytes, sizeof(props.uuid.bytes));
     Log()->info("GPU {}: {} (uuid {}), {} SMs", d, props.name, UuidText(uuids.back()),
                 props.multiProcessorCount);
@@ -504,9 +497,9 @@ absl::StatusOr<std::unique_ptr<WorkerMemory>> CudaCopyBackend::OpenWorker(
   return impl_->OpenWorker(registration);
 }
 
-absl::StatusOr<std::unique_ptr<WorkerMemory>> CudaCopyBackend::TEST_OpenLocalWorker(
+absl::StatusOr<std::unique_ptr<WorkerMemory>> CudaCopyBackend::OpenLocalWorker(
     int device, const std::vector<LocalTensor>& tensors, const std::vector<cudaEvent_t>& events) {
-  return impl_->TEST_OpenLocalWorker(device, tensors, events);
+  return impl_->OpenLocalWorker(device, tensors, events);
 }
 
 void CudaCopyBackend::Submit(CopyJob job, CopyDone done) {

@@ -32,14 +32,14 @@
 #ifndef KVOFFLOAD_DAEMON_COPY_CUDA_CUDA_COPY_BACKEND_H_
 #define KVOFFLOAD_DAEMON_COPY_CUDA_CUDA_COPY_BACKEND_H_
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <cuda_runtime_api.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -98,7 +98,8 @@ struct CudaBackendOptions {
 // first worker of that device opens, so a GPU no worker uses holds none of the daemon's memory.
 // A region is pinned (Portable) in the context of a device already in use, or, while there is
 // none, when the first worker opens, in that worker's context.
-absl::StatusOr<std::unique_ptr<CopyBackend>> CreateCudaCopyBackend(const CudaBackendOptions& options);
+absl::StatusOr<std::unique_ptr<CopyBackend>> CreateCudaCopyBackend(
+    const CudaBackendOptions& options);
 
 // The backend, for callers that need more than the CopyBackend seam (tests, benchmarks).
 // Thread-safe. Owns its descriptor buffers and completion thread (each WorkerMemory owns its
@@ -130,11 +131,6 @@ class CudaCopyBackend final : public CopyBackend {
     uint64_t block_stride_bytes = 0;
     uint64_t page_bytes = 0;
   };
-  // In-process worker memory for tests and benchmarks: same tables, streams and kernels as
-  // OpenWorker, without IPC. `events` stay owned by the caller and must outlive the result.
-  absl::StatusOr<std::unique_ptr<WorkerMemory>> TEST_OpenLocalWorker(
-      int device, const std::vector<LocalTensor>& tensors, const std::vector<cudaEvent_t>& events);
-
   const CudaBackendOptions& options() const;
   // Whether jobs on `device` may use the SM paths (false for a device without a context yet).
   bool SmPathsEnabled(int device) const;
@@ -142,6 +138,12 @@ class CudaCopyBackend final : public CopyBackend {
   class Impl;
 
  private:
+  // In-process worker memory (no IPC) for GPU tests and benchmarks, reached only through the
+  // testonly //daemon/copy/cuda/testing:local_worker (OpenLocalWorker there).
+  friend class CudaCopyBackendTestPeer;
+  absl::StatusOr<std::unique_ptr<WorkerMemory>> OpenLocalWorker(
+      int device, const std::vector<LocalTensor>& tensors, const std::vector<cudaEvent_t>& events);
+
   explicit CudaCopyBackend(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
