@@ -160,7 +160,8 @@ fi
 
 stage_start "deploy and docs checks"
 for c in deploy/verify_unit.sh deploy/install_test.sh "python3 proto/gen_api_doc.py --check" \
-    "python3 tests/gpu_e2e/fixed_cost.py --self_test"; do
+    "python3 tests/gpu_e2e/fixed_cost.py --self_test" \
+    "python3 tests/bench/restart_report.py --self_test"; do
   $c
   check "$c" $?
 done
