@@ -31,9 +31,9 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(const common::EngineSpec&
                                                        const EngineDeps& deps,
                                                        uint64_t region_epoch) {
   ASSIGN_OR_RETURN(common::Geometry geometry, common::ComputeGeometry(spec));
-  ASSIGN_OR_RETURN(EngineResources resources,
-                   AcquireEngineResources(spec, geometry, deps.budget, deps.backend,
-                                          deps.region_options));
+  ASSIGN_OR_RETURN(
+      EngineResources resources,
+      AcquireEngineResources(spec, geometry, deps.budget, deps.backend, deps.region_options));
   Log()->info(
       "engine {} ready: {} rows of {} bytes ({} copies, replicated={}), index {} bytes, region "
       "epoch {:x}, populated in {:.2f}s",
@@ -77,6 +77,12 @@ Engine::~Engine() {
   preparer_.reset();
   deps_.backend->UnregisterRegion(region_->data());
   Log()->info("engine {} released its region of {} bytes", spec_.Key(), region_->size());
+}
+
+absl::Status Engine::WaitFirstRowsUsable(absl::Duration timeout) {
+  if (preparer_ == nullptr) return absl::OkStatus();
+  preparer_->RetryNow();
+  return preparer_->WaitFirstChunkUsable(timeout);
 }
 
 void Engine::set_pool(std::shared_ptr<Pool> pool, uint32_t member) {
@@ -268,8 +274,8 @@ void Engine::StartCopy(CopyJob copy, std::shared_ptr<WorkerMemory> memory, uint6
   }
   // A pool: one copy per segment, each keeping its segment's region mapped (the rows passed
   // BeginCopy, so their segments are online or still draining: SegmentBase has them).
-  std::vector<SegmentRuns> split = SplitBySegment(
-      copy.runs, uint64_t{active_index_->segment_rows()} * geometry_.blocks_per_row);
+  std::vector<SegmentRuns> split =
+      SplitBySegment(copy.runs, uint64_t{active_index_->segment_rows()} * geometry_.blocks_per_row);
   copy.runs.clear();
   KVO_CHECK(!split.empty(), "engine ", key(), ": job ", job_id, " has no runs to copy");
   struct FanIn {
@@ -322,8 +328,8 @@ void Engine::OnCopyDone(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::
   {
     absl::MutexLock lock(&mu_);
     Job* job = jobs_.Find(job_id);
-    KVO_CHECK(job != nullptr, "engine ", key(), ": a copy of job ", job_id, " of mp_rank ",
-              mp_rank, " ended, but the job was retired while it ran");
+    KVO_CHECK(job != nullptr, "engine ", key(), ": a copy of job ", job_id, " of mp_rank ", mp_rank,
+              " ended, but the job was retired while it ran");
     --job->copies_in_flight;
     if (status.ok()) {
       jobs_.CountCopied(*job, bytes);
@@ -429,8 +435,8 @@ void Engine::Close(const absl::Status& why) {
     // them (SettleIfDue), or now when nothing is running.
     MaybeAnnounceClosed(&verdicts);
     if (!closed_announced_) {
-      Log()->info("engine {} closed; waiting for {} jobs' copies before ending its sessions",
-                  key(), jobs_.size());
+      Log()->info("engine {} closed; waiting for {} jobs' copies before ending its sessions", key(),
+                  jobs_.size());
     }
   }
   Deliver(verdicts);

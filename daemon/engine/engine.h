@@ -156,6 +156,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Rows of its own region usable now (serve while pinning; its own index tracks them even when
   // the engine serves a pool's): a pool brings the member's segment online as far as this.
   uint64_t region_ready_rows() const { return index_->ready_rows(); }
+  // Serve while pinning: once a worker attached (its device context lets the CUDA backend pin),
+  // the pin of chunk 0 is retried at once and awaited, at most `timeout`, so that the rows of
+  // chunk 0 are usable when the registration is answered. OK at once without a preparer.
+  absl::Status WaitFirstRowsUsable(absl::Duration timeout);
   uint64_t region_epoch() const { return region_epoch_; }
   // The uid whose call created the engine (daemon/engine/access.h). Set once by the registry
   // before the engine is published to other threads; read-only afterwards.
@@ -239,8 +243,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // See set_pool: written before the engine is shared, read-only afterwards.
   std::shared_ptr<Pool> pool_;
   uint32_t member_ = 0;
-  SlotIndex* active_index_;               // index_ or the pool's
-  common::Geometry part_geometry_;        // geometry_, num_rows = the index's rows
+  SlotIndex* active_index_;         // index_ or the pool's
+  common::Geometry part_geometry_;  // geometry_, num_rows = the index's rows
   // EngineResources::record_layout: the first worker's layout goes to the durable state.
   const std::function<void(const std::vector<uint64_t>&)> record_layout_;
   // Prepares the region in the background (null once it was ready at creation); stopped first

@@ -48,6 +48,9 @@ std::string EpochMismatch(const std::string& key, uint64_t expected, uint64_t ac
       key, expected, actual);
 }
 
+// How long a worker's registration waits for its region's first chunk to become usable.
+constexpr absl::Duration kFirstRowsWait = absl::Seconds(10);
+
 }  // namespace
 
 EngineRegistry::EngineRegistry(const EngineDeps& deps, const RegistryOptions& options)
@@ -297,6 +300,17 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(
     }
     return info.status();
   }
+  // The worker's context lets a CUDA region's first chunk be pinned now: its rows are usable
+  // (and a pool member's segment online) before the worker hears it is registered, so a store
+  // planned right after registration finds rows. A slow pin only delays; it refuses nothing.
+  absl::Status usable = opened->engine->WaitFirstRowsUsable(kFirstRowsWait);
+  if (!usable.ok()) {
+    Log()->warn(
+        "engine {}: a worker registered but its region's first rows are not usable yet "
+        "({}); they come online as the region is pinned",
+        spec.Key(), usable.ToString());
+  }
+  if (!spec.pool.empty()) pools_.Maintain();
   return AttachedWorker{std::move(opened->engine), *info};
 }
 

@@ -12,8 +12,10 @@
 //   RETURN_IF_ERROR(preparer->WaitFirstChunk());   // OpenEngine returns here
 //
 // Chunk 0 is populated by all threads together (it gates the first row); the others by one
-// thread each, taken in order. A pin that answers UNAVAILABLE (no device context yet) is retried
-// every `retry_after` until it succeeds or the preparer stops. Any other failure stops the
+// thread each, taken in order. When nothing is to be populated (a region adopted after a
+// restart: pinning only), chunk 0 is pinned before the others start, so that its pin does not
+// queue behind theirs in the driver. A pin that answers UNAVAILABLE (no device context yet) is
+// retried every `retry_after` until it succeeds or the preparer stops. Any other failure stops the
 // preparation: the prefix ready so far stays served, the rest never is, and status() says why.
 //
 // Thread-safety: thread-safe. `ready` is called from the preparer's threads, one call at a time.
@@ -78,6 +80,13 @@ class RegionPreparer {
   absl::Status WaitFirstChunk();
   // Blocks until every chunk is ready, or the preparation failed or was stopped (its status).
   absl::Status WaitAll();
+  // Blocks until chunk 0 is pinned and reported through `ready` (its rows are usable), at most
+  // `timeout`: OK; the failure that stopped the preparation; CANCELLED when stopped;
+  // DEADLINE_EXCEEDED when still waiting (e.g. for a device).
+  absl::Status WaitFirstChunkUsable(absl::Duration timeout);
+  // A pin that answered UNAVAILABLE is retried now instead of after `retry_after` (a worker
+  // just brought the device context the pins need).
+  void RetryNow();
   void Stop();
   Progress progress() const;
 
@@ -99,11 +108,13 @@ class RegionPreparer {
   const absl::Time start_;
   std::atomic<bool> stop_{false};
   std::atomic<size_t> next_chunk_{1};
+  std::atomic<uint64_t> retry_generation_{0};  // RetryNow() bumps it; retry waits end on change
 
   mutable absl::Mutex mu_;
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
   uint64_t done_count_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t prefix_ ABSL_GUARDED_BY(mu_) = 0;         // chunks [0, prefix_) done
+  uint64_t usable_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // the prefix `ready` has been told of
   bool first_settled_ ABSL_GUARDED_BY(mu_) = false;  // WaitFirstChunk may return
   int waiting_for_device_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // every thread has ended

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -197,6 +198,66 @@ TEST(RegionPreparerTest, StopWhileWaitingForADevice) {
   ASSERT_TRUE(p->WaitFirstChunk().ok());
   p->Stop();
   EXPECT_EQ(p->WaitAll().code(), absl::StatusCode::kCancelled);
+}
+
+TEST(RegionPreparerTest, RetryNowEndsTheWaitForADeviceAtOnce) {
+  auto region = Unpopulated(2 * kChunk);
+  absl::Mutex mu;
+  bool device = false;
+  Reports reports;
+  RegionPreparer::Options o;
+  o.chunk_bytes = kChunk;
+  o.threads = 1;
+  o.retry_after = absl::Hours(1);  // only RetryNow (or Stop) can end a wait
+  auto p = RegionPreparer::Start(
+      region.get(), o,
+      [&](size_t) {
+        absl::MutexLock lock(&mu);
+        return device ? absl::OkStatus() : absl::UnavailableError("no device context yet");
+      },
+      [&](uint64_t b) { reports.Add(b); });
+  ASSERT_TRUE(p->WaitFirstChunk().ok());
+  EXPECT_EQ(p->WaitFirstChunkUsable(absl::Milliseconds(20)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  {
+    absl::MutexLock lock(&mu);
+    device = true;  // a worker brought a context
+  }
+  p->RetryNow();
+  ASSERT_TRUE(p->WaitFirstChunkUsable(absl::Seconds(30)).ok());
+  // Usable means `ready` has been told: the index can hand the rows out.
+  ASSERT_FALSE(reports.Get().empty());
+  EXPECT_GE(reports.Get().front(), kChunk);
+  ASSERT_TRUE(p->WaitAll().ok());
+}
+
+TEST(RegionPreparerTest, PinningOnlyPinsChunkZeroBeforeAnyOther) {
+  // An adopted region (nothing to populate): chunk 0's pin must not queue behind the others'.
+  auto region = Unpopulated(6 * kChunk);
+  absl::Mutex mu;
+  std::vector<std::pair<size_t, bool>> events;  // (chunk, begin/end)
+  RegionPreparer::Options o;
+  o.chunk_bytes = kChunk;
+  o.threads = 4;
+  o.populate = false;
+  auto p = RegionPreparer::Start(
+      region.get(), o,
+      [&](size_t c) {
+        {
+          absl::MutexLock lock(&mu);
+          events.push_back({c, true});
+        }
+        absl::SleepFor(absl::Milliseconds(2));
+        absl::MutexLock lock(&mu);
+        events.push_back({c, false});
+        return absl::OkStatus();
+      },
+      [](uint64_t) {});
+  ASSERT_TRUE(p->WaitAll().ok());
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(events.size(), 12u);
+  EXPECT_EQ(events[0], std::make_pair(size_t{0}, true));
+  EXPECT_EQ(events[1], std::make_pair(size_t{0}, false));
 }
 
 TEST(RegionPreparerTest, DefaultPopulateFaultsTheWholeRegionIn) {

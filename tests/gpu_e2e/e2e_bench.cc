@@ -76,9 +76,10 @@ int main(int argc, char** argv) {
   char dir[] = "/tmp/kvo-e2e-XXXXXX";
   if (mkdtemp(dir) == nullptr) return Die("mkdtemp");
   std::vector<std::string> daemon_argv = {
-      absl::GetFlag(FLAGS_daemon), "--backend=cuda",          absl::StrCat("--runtime_dir=", dir),
-      "--metrics_address=",        "--max_region_bytes=8GiB", "--populate_threads=16",
-      "--log_level=warn"};
+      absl::GetFlag(FLAGS_daemon), "--backend=cuda", absl::StrCat("--runtime_dir=", dir),
+      "--metrics_address=", "--max_region_bytes=8GiB", "--populate_threads=16",
+      // Jobs name rows across the whole region (no index): pinned before OpenEngine returns.
+      "--region_chunk_bytes=0", "--log_level=warn"};
   for (absl::string_view a :
        absl::StrSplit(absl::GetFlag(FLAGS_daemon_args), ',', absl::SkipEmpty())) {
     daemon_argv.emplace_back(a);

@@ -149,6 +149,13 @@ TEST_F(GpuEndToEndTest, StoreWaitsForTheWorkersEvent) {
 }
 
 TEST_F(GpuEndToEndTest, AMillionPageJobCompletesAndVerifies) {
+  // The job names rows across the whole region itself (no index hands them out), so the region
+  // must be pinned whole before the first job: a daemon that pins before OpenEngine returns.
+  daemon_.reset();
+  auto daemon = DaemonProcess::Start({"--backend=cuda", "--max_region_bytes=4GiB",
+                                      "--populate_threads=8", "--region_chunk_bytes=0"});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  daemon_ = std::move(*daemon);
   TestEngine engine;
   engine.engine_id = "million";
   engine.rows_assigned_by_engine = true;

@@ -145,6 +145,10 @@ class Daemon:
         self.p = subprocess.Popen([os.environ["KVOFFLOAD_DAEMON"], "--backend=cuda",
                                    "--runtime_dir=" + self.dir, "--metrics_address=",
                                    "--max_region_bytes=4GiB", "--populate_threads=16",
+                                   # Jobs name rows across the whole region (no index), so it is
+                                   # pinned before OpenEngine returns; restart_pin measures the
+                                   # default (serve while pinning).
+                                   "--region_chunk_bytes=0",
                                    "--log_level=debug", "--idle_engine_ttl_s=1"] + list(flags),
                                   stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
                                   preexec_fn=die_with_parent)

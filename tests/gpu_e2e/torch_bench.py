@@ -46,6 +46,10 @@ def start_daemon(extra=()):
     proc = subprocess.Popen([os.environ["KVOFFLOAD_DAEMON"], "--backend=cuda",
                              "--runtime_dir=" + d, "--metrics_address=",
                              "--max_region_bytes=12GiB", "--populate_threads=16",
+                                   # Jobs name rows across the whole region (no index), so it is
+                                   # pinned before OpenEngine returns; restart_pin measures the
+                                   # default (serve while pinning).
+                                   "--region_chunk_bytes=0",
                              "--log_level=warn", "--idle_engine_ttl_s=1"] + list(extra), stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not os.path.exists(os.path.join(d, "kvoffload.sock")):
