@@ -308,7 +308,18 @@ int AfterRestart(const Run& run, int region_fd) {
     CHECK_CUDA(cudaMemset(gpu.block, 0, kRowBytes));
     CHECK_OK(gpu.Copy(CopyDirection::kLoad, base, row));
     CHECK_CUDA(cudaMemcpy(got.data(), gpu.block, kRowBytes, cudaMemcpyDeviceToHost));
-    if (std::memcmp(got.data(), words.data(), kRowBytes) != 0) ++mismatches;
+    if (std::memcmp(got.data(), words.data(), kRowBytes) != 0) {
+      ++mismatches;
+      size_t w = 0;
+      while (w < words.size() && got[w] == words[w]) ++w;
+      std::fprintf(stderr,
+                   "restart_pin_bench: row %llu differs from word %zu (got %016llx, want %016llx); "
+                   "the probe stored over row %llu\n",
+                   static_cast<unsigned long long>(row), w,
+                   static_cast<unsigned long long>(w < got.size() ? got[w] : 0),
+                   static_cast<unsigned long long>(w < words.size() ? words[w] : 0),
+                   static_cast<unsigned long long>(o.probe_row));
+    }
     verified += kRowBytes;
   }
   PrintLine("after_restart", run, *o.resources.region, gpu.context_ms, o.open_ms, o.first_row_ms,
