@@ -214,6 +214,12 @@ void RegionPreparer::PrepareChunk(size_t c) {
   }
   if (stopping()) return;
   ChunkDone(c);
+  if (options_.pause_between_pins > absl::ZeroDuration() && c + 1 < chunks_) {
+    absl::MutexLock lock(&mu_);  // woken early by Stop
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](std::atomic<bool>* stop) { return stop->load(); }, &stop_),
+                         options_.pause_between_pins);
+  }
 }
 
 void RegionPreparer::ChunkDone(size_t c) {

@@ -50,6 +50,9 @@ class RegionPreparer {
     int threads = 8;                      // <= 0: 1
     bool populate = true;                 // false: the pages are there; pin only
     absl::Duration retry_after = absl::Milliseconds(20);
+    // A pause after each chunk's pin, so that copies of the chunks already usable get the
+    // driver between registrations (pinning an adopted region is nothing but registrations).
+    absl::Duration pause_between_pins = absl::ZeroDuration();
     // Test seam: replaces Region::PopulateRange for one chunk (e.g. to hold a chunk back).
     std::function<absl::Status(size_t chunk, uint64_t offset, uint64_t bytes)> populate_chunk;
   };

@@ -260,6 +260,27 @@ TEST(RegionPreparerTest, PinningOnlyPinsChunkZeroBeforeAnyOther) {
   EXPECT_EQ(events[1], std::make_pair(size_t{0}, false));
 }
 
+TEST(RegionPreparerTest, PausesBetweenPinsAndStopEndsAPause) {
+  auto region = Unpopulated(3 * kChunk);
+  RegionPreparer::Options o;
+  o.chunk_bytes = kChunk;
+  o.threads = 1;
+  o.populate = false;
+  o.pause_between_pins = absl::Milliseconds(30);
+  const absl::Time start = absl::Now();
+  auto p = RegionPreparer::Start(
+      region.get(), o, [](size_t) { return absl::OkStatus(); }, [](uint64_t) {});
+  ASSERT_TRUE(p->WaitAll().ok());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(60));  // after chunks 0 and 1, not 2
+
+  o.pause_between_pins = absl::Hours(1);  // only Stop can end it
+  auto held = RegionPreparer::Start(
+      region.get(), o, [](size_t) { return absl::OkStatus(); }, [](uint64_t) {});
+  ASSERT_TRUE(held->WaitFirstChunkUsable(absl::Seconds(30)).ok());
+  held->Stop();
+  EXPECT_EQ(held->WaitAll().code(), absl::StatusCode::kCancelled);
+}
+
 TEST(RegionPreparerTest, DefaultPopulateFaultsTheWholeRegionIn) {
   auto region = Unpopulated(5 * kChunk + 4096);
   RegionPreparer::Options o;

@@ -250,6 +250,7 @@ int FirstStart(const Run& run, int sock) {
   for (uint64_t row : PatternRows(g)) {
     Pattern(row, &words);
     CHECK_CUDA(cudaMemcpy(gpu.block, words.data(), kRowBytes, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaDeviceSynchronize());  // landed before the backend's own stream reads it
     CHECK_OK(gpu.Copy(CopyDirection::kStore, base, row));
     stored += kRowBytes;
   }
@@ -306,6 +307,9 @@ int AfterRestart(const Run& run, int region_fd) {
     if (row == o.probe_row) continue;
     Pattern(row, &words);
     CHECK_CUDA(cudaMemset(gpu.block, 0, kRowBytes));
+    // The backend copies on a stream of its own (non-blocking): the memset must be done first,
+    // or it may land after the load (the H200 run of aae151a read row 64 back as zeros).
+    CHECK_CUDA(cudaDeviceSynchronize());
     CHECK_OK(gpu.Copy(CopyDirection::kLoad, base, row));
     CHECK_CUDA(cudaMemcpy(got.data(), gpu.block, kRowBytes, cudaMemcpyDeviceToHost));
     if (std::memcmp(got.data(), words.data(), kRowBytes) != 0) {
