@@ -260,7 +260,8 @@ def render(r, run):
         f"({len(res)} tests: {sum(s == 'OK' for s in res.values())} OK"
         + (f", FAILED: {', '.join(failed)}" if failed else "") + "), host backend, on the "
         "machine that ran `bazel test`. "
-        + (f"`restart_pin`: `restart_pin_bench` on {run['device']}." if r["pin_runs"] else
+        + (f"`restart_pin`: `restart_pin_bench` of commit `{run.get('pin_commit') or run['commit']}`"
+           f" on {run['device']}." if r["pin_runs"] else
            "`restart_pin`: not run at this commit (the H200 figures are null)."),
         "",
         "| figure | value | source | target | verdict |",
@@ -400,6 +401,7 @@ def main(argv):
     ap.add_argument("--restart_test_log")
     ap.add_argument("--restart_pin")
     ap.add_argument("--commit")
+    ap.add_argument("--pin_commit", help="the commit restart_pin ran at, when not --commit")
     ap.add_argument("--date", default=datetime.date.today().isoformat())
     ap.add_argument("--device", help="the H200 (default: device.txt beside --restart_pin)")
     ap.add_argument("--docs", default=str(ROOT / "docs"), help=argparse.SUPPRESS)
@@ -424,6 +426,7 @@ def main(argv):
             device = (pin_path.parent / "device.txt").read_text().strip()
     restart = build(figures, results, pins)
     run = {"commit": args.commit, "date": args.date, "device": device if pins else None,
+           "pin_commit": (args.pin_commit or args.commit) if pins else None,
            "restart_test_log": where(args.restart_test_log),
            "restart_pin": where(args.restart_pin) if args.restart_pin else None,
            "generator": "tests/bench/restart_report.py"}
