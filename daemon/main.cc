@@ -83,11 +83,12 @@ ABSL_FLAG(std::string, copy_path, "auto",
           "CUDA: auto (copy engines; with SM paths, the daemon picks per job), or force "
           "copy_engine, staged or kernel (diagnostics and benchmarks; staged and kernel turn "
           "the SM paths on).");
-ABSL_FLAG(uint64_t, cuda_first_batch_copies, 0,
-          "CUDA, benchmarks only: copies of a job's first cudaMemcpyBatchAsync call on the "
-          "copy-engine path; each later call takes twice as many (the engines start while the "
-          "rest is issued; not measured on a GPU yet, so off by default). 0: every call takes up to "
-          "--cuda_max_batch_copies (the measured behaviour).");
+ABSL_FLAG(
+    uint64_t, cuda_first_batch_copies, 0,
+    "CUDA, benchmarks only: copies of a job's first cudaMemcpyBatchAsync call on the "
+    "copy-engine path; each later call takes twice as many (the engines start while the "
+    "rest is issued; not measured on a GPU yet, so off by default). 0: every call takes up to "
+    "--cuda_max_batch_copies (the measured behaviour).");
 ABSL_FLAG(uint64_t, cuda_max_batch_copies, 4096,
           "CUDA, benchmarks only: the most copies of one cudaMemcpyBatchAsync call (1..4096).");
 ABSL_FLAG(bool, cuda_batch_overlap_hint, true,
@@ -116,6 +117,13 @@ ABSL_FLAG(uint32_t, state_key_bytes, kvoffload::daemon::StateFile::kDefaultKeyCa
 ABSL_FLAG(std::string, admin_group, "",
           "Members of this group (and root) administer every engine through the admin socket "
           "(stats of all engines, drop, cleanup); others only their own. Empty: root only.");
+
+// What this binary was built as, in its start-up line: "release" unless BUILD says otherwise
+// (//daemon:kvoffloadd_next, the second binary of the upgrade test, is built from the same tree
+// with another label).
+#ifndef KVOFFLOADD_BUILD_LABEL
+#define KVOFFLOADD_BUILD_LABEL "release"
+#endif
 
 namespace {
 
@@ -175,7 +183,8 @@ int main(int argc, char** argv) {
     options.max_region_bytes = *cap;
   }
   if (absl::GetFlag(FLAGS_idle_engine_ttl_s) < 0 || absl::GetFlag(FLAGS_job_timeout_s) <= 0 ||
-      absl::GetFlag(FLAGS_shutdown_grace_s) < 0 || absl::GetFlag(FLAGS_first_message_timeout_s) <= 0) {
+      absl::GetFlag(FLAGS_shutdown_grace_s) < 0 ||
+      absl::GetFlag(FLAGS_first_message_timeout_s) <= 0) {
     return Fail(absl::InvalidArgumentError(
         "--idle_engine_ttl_s and --shutdown_grace_s must be >= 0, --job_timeout_s and "
         "--first_message_timeout_s > 0"));
@@ -183,7 +192,8 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_max_engines) == 0 || absl::GetFlag(FLAGS_max_jobs_per_engine) == 0 ||
       absl::GetFlag(FLAGS_max_jobs_per_session) == 0 ||
       absl::GetFlag(FLAGS_max_worker_sessions) == 0 ||
-      absl::GetFlag(FLAGS_max_queued_verdicts) == 0 || absl::GetFlag(FLAGS_max_blocks_per_job) == 0) {
+      absl::GetFlag(FLAGS_max_queued_verdicts) == 0 ||
+      absl::GetFlag(FLAGS_max_blocks_per_job) == 0) {
     return Fail(absl::InvalidArgumentError(
         "--max_engines, --max_jobs_per_engine, --max_jobs_per_session, --max_worker_sessions, "
         "--max_queued_verdicts and --max_blocks_per_job must be > 0"));
@@ -194,11 +204,12 @@ int main(int argc, char** argv) {
   options.max_engines = absl::GetFlag(FLAGS_max_engines);
   options.pools.max_members = absl::GetFlag(FLAGS_pool_max_members);
   options.pools.member_floor = absl::GetFlag(FLAGS_pool_member_floor);
-  if (options.pools.max_members == 0 || options.pools.max_members > kvoffload::daemon::SlotIndex::kMaxMembers ||
+  if (options.pools.max_members == 0 ||
+      options.pools.max_members > kvoffload::daemon::SlotIndex::kMaxMembers ||
       !(options.pools.member_floor >= 0 && options.pools.member_floor <= 1)) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--pool_max_members must be 1..", kvoffload::daemon::SlotIndex::kMaxMembers,
-        " and --pool_member_floor in [0, 1]")));
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--pool_max_members must be 1..",
+                                                        kvoffload::daemon::SlotIndex::kMaxMembers,
+                                                        " and --pool_member_floor in [0, 1]")));
   }
   options.min_free_fds = absl::GetFlag(FLAGS_min_free_fds);
   options.max_jobs_per_engine = absl::GetFlag(FLAGS_max_jobs_per_engine);
@@ -257,8 +268,9 @@ int main(int argc, char** argv) {
   auto daemon = d::Daemon::Start(options, std::move(*backend), std::move(restart));
   if (!daemon.ok()) return Fail(daemon.status());
   Notify("READY=1\nSTATUS=serving");
-  kvoffload::common::Logger("daemon")->info(
-      "ready {:.1f} ms after start", absl::ToDoubleMilliseconds(absl::Now() - process_start));
+  kvoffload::common::Logger("daemon")->info("ready {:.1f} ms after start (build {})",
+                                            absl::ToDoubleMilliseconds(absl::Now() - process_start),
+                                            KVOFFLOADD_BUILD_LABEL);
 
   for (;;) {
     int signal = 0;

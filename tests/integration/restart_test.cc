@@ -17,6 +17,8 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
@@ -188,16 +190,17 @@ absl::StatusOr<v1::EngineStats> StatsOf(SupervisedDaemon& daemon, const TestEngi
 // ---- Clean restart under load ---------------------------------------------------------------
 
 TEST(RestartTest, CleanRestartUnderLoadKeepsEveryReadyRowByteExact) {
-  // 256 KiB rows; 512 MiB READY by default, 64 MiB under sanitizers (the CI's 2 cores).
-  const int mib = UnderSanitizer() ? 64 : 512;
+  // 256 KiB rows; 2 GiB READY by default (the issue asks for GiBs), 64 MiB under sanitizers
+  // (the CI machine's 2 cores).
+  const int mib = UnderSanitizer() ? 64 : 2048;
   TestEngine e;
   e.engine_id = "restart-load";
   e.num_layers = 4;
   e.page_bytes = 64 << 10;
   e.num_blocks = 256;
   const int rows_per_batch = 256;
-  const int batches = mib * 4 / rows_per_batch;  // 4 rows per MiB
-  e.budget_bytes = static_cast<uint64_t>(mib + 128) << 20;    // room for the in-flight batches
+  const int batches = mib * 4 / rows_per_batch;             // 4 rows per MiB
+  e.budget_bytes = static_cast<uint64_t>(mib + 128) << 20;  // room for the in-flight batches
   auto daemon = SupervisedDaemon::Start({absl::StrCat("--max_region_bytes=", mib + 256, "MiB")});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   auto worker = StartWorker(**daemon, e);
@@ -278,6 +281,11 @@ ino_t InodeOf(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
 }
 
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 TEST(RestartTest, UpgradeToASecondBinaryKeepsTheRows) {
   char dir[] = "/tmp/kvo-upgrade-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
@@ -305,16 +313,21 @@ TEST(RestartTest, UpgradeToASecondBinaryKeepsTheRows) {
     }
     const ino_t old_inode = InodeOf(binary);
     // The package manager's way: the new binary is written beside and renamed over the old.
-    std::filesystem::copy_file(built, binary + ".new");
+    // It is another build of this tree (another label compiled in), so its bytes differ.
+    const std::string next =
+        std::filesystem::absolute(RunfilePath("daemon/kvoffloadd_next")).string();
+    ASSERT_NE(FileBytes(next), FileBytes(built));
+    std::filesystem::copy_file(next, binary + ".new");
     std::filesystem::rename(binary + ".new", binary);
     ASSERT_NE(InodeOf(binary), old_inode);
     ASSERT_TRUE((*daemon)->Restart().ok());
     char exe[4096];
-    const ssize_t n = readlink(absl::StrCat("/proc/", (*daemon)->pid(), "/exe").c_str(), exe,
-                               sizeof(exe) - 1);
+    const ssize_t n =
+        readlink(absl::StrCat("/proc/", (*daemon)->pid(), "/exe").c_str(), exe, sizeof(exe) - 1);
     ASSERT_GT(n, 0);
     exe[n] = '\0';
     EXPECT_EQ(std::string(exe), binary);  // the new file (the old one would read "(deleted)")
+    EXPECT_EQ(FileBytes(exe), FileBytes(next));
     worker.reset();
     worker = StartWorker(**daemon, e);
     ASSERT_NE(worker, nullptr);
@@ -346,9 +359,9 @@ TEST(RestartTest, SigkillAtRandomPointsServesNoWrongRow) {
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   std::mt19937_64 rng(19);
   uint64_t epoch = 0;
-  std::vector<Batch> batches;           // every batch ever prepared
-  std::set<size_t> known_committed;     // stored OK and CompleteStore OK: READY for sure
-  std::set<size_t> unchecked;           // touched since the last verification
+  std::vector<Batch> batches;        // every batch ever prepared
+  std::set<size_t> known_committed;  // stored OK and CompleteStore OK: READY for sure
+  std::set<size_t> unchecked;        // touched since the last verification
   uint64_t wrong = 0, hits = 0, restored = 0, expected_restored = 0;
   double kill_to_ready_ms = 0;
   for (int crash = 0; crash <= crash_points; ++crash) {
