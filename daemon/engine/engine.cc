@@ -1,5 +1,6 @@
 #include "daemon/engine/engine.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -82,7 +83,20 @@ Engine::~Engine() {
 absl::Status Engine::WaitFirstRowsUsable(absl::Duration timeout) {
   if (preparer_ == nullptr) return absl::OkStatus();
   preparer_->RetryNow();
-  return preparer_->WaitFirstChunkUsable(timeout);
+  // In short steps, so that an engine closed or drained meanwhile (a shutdown, a drop) does
+  // not keep its registering worker, and with it the server's shutdown, waiting.
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    absl::Status s = preparer_->WaitFirstChunkUsable(std::min(left, absl::Milliseconds(50)));
+    if (s.code() != absl::StatusCode::kDeadlineExceeded || left <= absl::Milliseconds(50)) {
+      return s;
+    }
+    absl::MutexLock lock(&mu_);
+    if (closed_ || draining_) {
+      return absl::CancelledError("the engine closed while its first rows were prepared");
+    }
+  }
 }
 
 void Engine::set_pool(std::shared_ptr<Pool> pool, uint32_t member) {

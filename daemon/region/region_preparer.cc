@@ -59,10 +59,12 @@ absl::Status RegionPreparer::WaitFirstChunk() {
         return p->first_settled_ || !p->status_.ok() || p->finished_;
       },
       this));
-  // Chunk 0 settled wins over a later chunk's failure: that chunk stays served (the prefix is
-  // kept), so OpenEngine must not fail because chunk 1 failed before this waiter woke up.
-  if (first_settled_) return absl::OkStatus();
+  // Chunk 0 usable wins over a later chunk's failure: the prefix stays served, so OpenEngine
+  // must not fail because chunk 1 failed before this waiter woke up. Chunk 0 still waiting for
+  // a device when another chunk failed never will be pinned: that failure is the answer.
+  if (usable_bytes_ > 0) return absl::OkStatus();
   if (!status_.ok()) return status_;
+  if (first_settled_) return absl::OkStatus();
   return absl::CancelledError("the region's preparation was stopped");
 }
 
@@ -179,9 +181,15 @@ void RegionPreparer::PrepareChunk(size_t c) {
     if (!s.ok()) return Fail(s);
   }
   bool waiting = false;
+  bool pinned = false;
   while (!stopping()) {
+    // Read before the pin: a RetryNow while the pin answers UNAVAILABLE then ends the wait.
+    const uint64_t generation = retry_generation_.load(std::memory_order_relaxed);
     absl::Status s = pin_(c);
-    if (s.ok()) break;
+    if (s.ok()) {
+      pinned = true;
+      break;
+    }
     if (!absl::IsUnavailable(s)) {
       if (waiting) {
         absl::MutexLock lock(&mu_);
@@ -199,7 +207,7 @@ void RegionPreparer::PrepareChunk(size_t c) {
     struct Wake {
       const RegionPreparer* p;
       uint64_t seen;
-    } wake{this, retry_generation_.load(std::memory_order_relaxed)};
+    } wake{this, generation};
     mu_.AwaitWithTimeout(absl::Condition(
                              +[](Wake* w) {
                                return w->p->stop_.load() ||
@@ -212,7 +220,10 @@ void RegionPreparer::PrepareChunk(size_t c) {
     absl::MutexLock lock(&mu_);
     --waiting_for_device_;
   }
-  if (stopping()) return;
+  // A chunk pinned is reported even when another chunk's failure stops the rest meanwhile:
+  // chunk 0 must not be lost to chunk N's error (Stop joins every thread before it returns, so
+  // `ready` is still allowed here).
+  if (!pinned) return;
   ChunkDone(c);
   if (options_.pause_between_pins > absl::ZeroDuration() && c + 1 < chunks_) {
     absl::MutexLock lock(&mu_);  // woken early by Stop

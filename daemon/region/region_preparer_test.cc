@@ -174,6 +174,56 @@ TEST(RegionPreparerTest, FailureKeepsThePrefixAndStops) {
   EXPECT_EQ(progress.status.code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST(RegionPreparerTest, ChunkZeroStillWaitingForADeviceWhenAnotherFailsIsTheFailure) {
+  // Chunk 0 is populated but its pin waits for a device; chunk 1 cannot be populated: the
+  // preparation stops, chunk 0 will never be pinned, and OpenEngine must say why (not OK).
+  auto region = Unpopulated(2 * kChunk);
+  RegionPreparer::Options o;
+  o.chunk_bytes = kChunk;
+  o.threads = 2;
+  o.populate_chunk = [&](size_t c, uint64_t offset, uint64_t bytes) {
+    return c == 1 ? absl::ResourceExhaustedError("no memory for chunk 1")
+                  : region->PopulateRange(offset, bytes);
+  };
+  auto p = RegionPreparer::Start(
+      region.get(), o, [](size_t) { return absl::UnavailableError("no device context yet"); },
+      [](uint64_t) { ADD_FAILURE() << "nothing is ready"; });
+  EXPECT_EQ(p->WaitAll().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(p->WaitFirstChunk().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(p->WaitFirstChunkUsable(absl::Seconds(1)).code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(RegionPreparerTest, AChunkPinnedWhileAnotherFailsIsStillReported) {
+  // Chunk 0's pin is in flight when chunk 1 fails: chunk 0 is pinned, so it is served.
+  auto region = Unpopulated(2 * kChunk);
+  absl::Notification pin0_started, chunk1_failed;
+  Reports reports;
+  RegionPreparer::Options o;
+  o.chunk_bytes = kChunk;
+  o.threads = 2;
+  o.populate_chunk = [&](size_t c, uint64_t offset, uint64_t bytes) {
+    if (c == 1) pin0_started.WaitForNotification();  // chunk 1 fails only once 0 is pinning
+    return region->PopulateRange(offset, bytes);
+  };
+  auto p = RegionPreparer::Start(
+      region.get(), o,
+      [&](size_t c) {
+        if (c == 1) {
+          chunk1_failed.Notify();
+          return absl::ResourceExhaustedError("locked-memory limit");
+        }
+        pin0_started.Notify();
+        chunk1_failed.WaitForNotification();
+        absl::SleepFor(absl::Milliseconds(20));  // Fail has stopped the preparation by now
+        return absl::OkStatus();
+      },
+      [&](uint64_t b) { reports.Add(b); });
+  EXPECT_EQ(p->WaitAll().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(reports.Get(), ElementsAre(kChunk));
+  EXPECT_TRUE(p->WaitFirstChunk().ok());
+  EXPECT_EQ(p->progress().ready_bytes, kChunk);
+}
+
 TEST(RegionPreparerTest, FirstChunkFailureIsWhatWaitFirstChunkSays) {
   auto region = Unpopulated(2 * kChunk);
   RegionPreparer::Options o;
