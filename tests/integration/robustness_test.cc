@@ -26,6 +26,7 @@
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
 #include "tests/integration/engine_fixture.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/restart_fixture.h"
 
 namespace kvoffload::testing {
 namespace {
@@ -528,7 +529,10 @@ TEST_F(RobustnessTest, OversizedRequestsAreRefusedWithoutGrowingTheDaemon) {
   // gRPC 1.51 assembles a message before its size filter refuses it, so an oversized request
   // costs the daemon about its own size once (here ~70 MB), and nothing is kept afterwards.
   EXPECT_EQ(lookup(2000000, 32), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_LT(daemon_->StatusBytes("VmHWM") - hwm_before, static_cast<int64_t>(160 * kMiB));
+  // Under a sanitizer every byte the assembly touches also touches shadow memory, which VmHWM
+  // counts (TSan in CI: 163 MiB against the 160 of a plain build's bound), so the bound doubles.
+  const int64_t bound = static_cast<int64_t>((UnderSanitizer() ? 320 : 160) * kMiB);
+  EXPECT_LT(daemon_->StatusBytes("VmHWM") - hwm_before, bound);
   EXPECT_TRUE(daemon_->Serving());
 }
 
