@@ -56,7 +56,8 @@ absl::Status RegionPreparer::WaitFirstChunk() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](RegionPreparer* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-        return p->first_settled_ || !p->status_.ok() || p->finished_;
+        return p->usable_bytes_ > 0 || p->first_waits_for_device_ || !p->status_.ok() ||
+               p->finished_;
       },
       this));
   // Chunk 0 usable wins over a later chunk's failure: the prefix stays served, so OpenEngine
@@ -64,7 +65,7 @@ absl::Status RegionPreparer::WaitFirstChunk() {
   // a device when another chunk failed never will be pinned: that failure is the answer.
   if (usable_bytes_ > 0) return absl::OkStatus();
   if (!status_.ok()) return status_;
-  if (first_settled_) return absl::OkStatus();
+  if (first_waits_for_device_) return absl::OkStatus();
   return absl::CancelledError("the region's preparation was stopped");
 }
 
@@ -201,7 +202,7 @@ void RegionPreparer::PrepareChunk(size_t c) {
     if (!waiting) {
       waiting = true;
       ++waiting_for_device_;
-      if (c == 0) first_settled_ = true;  // populated; pinned once a worker brings a device
+      if (c == 0) first_waits_for_device_ = true;  // populated; pinned once a worker brings one
     }
     // Woken early by Stop and by RetryNow.
     struct Wake {
@@ -249,13 +250,9 @@ void RegionPreparer::ChunkDone(size_t c) {
   if (ready_bytes > reported_) {
     reported_ = ready_bytes;
     ready_(ready_bytes);
+    // Only after `ready` heard of it: the waiters return with these rows usable.
     absl::MutexLock lock(&mu_);
     usable_bytes_ = std::max(usable_bytes_, ready_bytes);
-  }
-  // Only after `ready` heard of it: WaitFirstChunk returns with chunk 0 usable.
-  if (c == 0) {
-    absl::MutexLock lock(&mu_);
-    first_settled_ = true;
   }
 }
 

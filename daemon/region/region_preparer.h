@@ -116,9 +116,9 @@ class RegionPreparer {
   mutable absl::Mutex mu_;
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
   uint64_t done_count_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t prefix_ ABSL_GUARDED_BY(mu_) = 0;         // chunks [0, prefix_) done
-  uint64_t usable_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // the prefix `ready` has been told of
-  bool first_settled_ ABSL_GUARDED_BY(mu_) = false;  // WaitFirstChunk may return
+  uint64_t prefix_ ABSL_GUARDED_BY(mu_) = 0;                  // chunks [0, prefix_) done
+  uint64_t usable_bytes_ ABSL_GUARDED_BY(mu_) = 0;            // the prefix `ready` has been told of
+  bool first_waits_for_device_ ABSL_GUARDED_BY(mu_) = false;  // chunk 0 populated, pin retried
   int waiting_for_device_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // every thread has ended
   absl::Status status_ ABSL_GUARDED_BY(mu_);
