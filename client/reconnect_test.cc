@@ -218,9 +218,12 @@ TEST(ReconnectTest, WithoutReconnectTheSessionEndsAndItsJobFails) {
 
 TEST(ReconnectTest, RestartBetweenCallsIsNoticed) {
   // No call during the outage: the next call finds the dead connection (UNAVAILABLE), the
-  // channel's lost connection (it re-opens first), or the new region (the daemon refuses the old
-  // epoch, FAILED_PRECONDITION); never an answer from the new region unknowingly. The call after
-  // works in the new region.
+  // channel's lost connection (it re-opens first), the new daemon without the engine (NOT_FOUND
+  // "no engine": gRPC retries a call that never reached the wire on a new connection by itself,
+  // so a call started as the old connection broke can reach the new daemon; the likely cause of
+  // CI's one failure of this test, not reproduced in 750 runs here) or the new region (the daemon
+  // refuses the old epoch, FAILED_PRECONDITION); never an answer from the new region unknowingly.
+  // The call after works in the new region.
   auto daemon = RestartableDaemon::Start();
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   EngineSpec spec = TwoWorkerSpec();
@@ -235,8 +238,11 @@ TEST(ReconnectTest, RestartBetweenCallsIsNoticed) {
     EXPECT_EQ((*first)[0], KeyState::kMiss);
     EXPECT_NE((*scheduler)->region_epoch(), old_epoch);  // re-opened before it was sent
   } else {
-    EXPECT_TRUE(first.status().code() == absl::StatusCode::kUnavailable ||
-                first.status().code() == absl::StatusCode::kFailedPrecondition)
+    const absl::StatusCode code = first.status().code();
+    EXPECT_TRUE(code == absl::StatusCode::kUnavailable ||
+                code == absl::StatusCode::kFailedPrecondition ||
+                (code == absl::StatusCode::kNotFound &&
+                 absl::StrContains(first.status().message(), "no engine ")))
         << first.status();
     EXPECT_EQ((*scheduler)->region_epoch(), old_epoch);
   }
