@@ -45,7 +45,7 @@ void CompletionQueue::Report(PendingJob& j, absl::Status status) {
   }
   CopyDone done = std::move(j.done);
   if (j.memory != nullptr) {
-    j.memory->in_flight_.fetch_sub(1);
+    j.memory->JobEnded();
     j.memory = nullptr;  // may be destroyed as soon as `done` runs
   }
   if (done) done(std::move(status), bytes);

@@ -44,7 +44,7 @@ struct PendingJob {
   CopyDirection direction = CopyDirection::kStore;
   uint64_t bytes = 0;
   Device* device = nullptr;
-  CudaWorkerMemory* memory = nullptr;  // its in_flight_ counts this job until it is reported
+  CudaWorkerMemory* memory = nullptr;  // counts this job (JobStarted/JobEnded) until it is reported
   absl::Time submitted;
   absl::Time deadline = absl::InfiniteFuture();
   // A failure known before anything was enqueued: reported at once.

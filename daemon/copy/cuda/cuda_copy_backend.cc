@@ -234,7 +234,7 @@ class CudaCopyBackend::Impl {
               err, absl::StatusCode::kInvalidArgument,
               absl::StrCat("cudaIpcOpenMemHandle (tensor ", i, ", device ", ordinal, ")"));
         }
-        memory->ipc_mappings_.push_back(mapped);
+        memory->AddIpcMapping(mapped);
         // The real extent of the allocation, never the client's word for it.
         absl::StatusOr<AddressRange> range = GetAddressRange(reinterpret_cast<uint64_t>(mapped));
         if (!range.ok()) {
@@ -261,15 +261,14 @@ class CudaCopyBackend::Impl {
         return CudaStatus(err, absl::StatusCode::kInvalidArgument,
                           absl::StrCat("cudaIpcOpenEventHandle (event ", i, ")"));
       }
-      memory->events_.push_back(event);
-      memory->owns_events_ = true;
+      memory->AddOpenedEvent(event);
     }
     RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks));
     memory->ReleaseStagingWhenIdle(options_.staging_idle_release);
     Log()->info(
         "opened worker on device {}: {} tensors in {} allocations, {} bytes per block, "
         "{} events",
-        ordinal, r.tensors.size(), opened.size(), memory->bytes_per_block_, memory->events_.size());
+        ordinal, r.tensors.size(), opened.size(), memory->bytes_per_block(), memory->num_events());
     return std::unique_ptr<WorkerMemory>(std::move(memory));
   }
 
@@ -292,7 +291,7 @@ class CudaCopyBackend::Impl {
     RETURN_IF_ERROR(regions_.PinPending(ordinal));
     RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
     auto memory = std::make_unique<CudaWorkerMemory>(this, state->device.get());
-    memory->events_ = events;
+    memory->UseLocalEvents(events);
     RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks));
     memory->ReleaseStagingWhenIdle(options_.staging_idle_release);
     return std::unique_ptr<WorkerMemory>(std::move(memory));
@@ -306,14 +305,14 @@ class CudaCopyBackend::Impl {
     p->direction = job.direction;
     p->submitted = absl::Now();
     auto* memory = dynamic_cast<CudaWorkerMemory*>(job.memory);
-    if (memory == nullptr || memory->owner_ != this) {
+    if (memory == nullptr || memory->owner() != this) {
       p->status = absl::InvalidArgumentError("CopyJob.memory was not opened by this backend");
       orphans_.Add(std::move(p));
       return;
     }
     p->memory = memory;
-    memory->in_flight_.fetch_add(1);
-    Device* device = memory->device_;
+    memory->JobStarted();
+    Device* device = memory->device();
     p->device = device;
     // The memory was opened on this device, and devices are only dropped by the destructor.
     absl::StatusOr<DeviceState*> state = GetDevice(device->ordinal());
@@ -331,7 +330,7 @@ class CudaCopyBackend::Impl {
     }
     p->bytes = prepared->table.total_bytes();
     p->deadline = p->submitted + job.timeout;
-    p->worker_event = job.event_index >= 0 ? memory->events_[job.event_index] : nullptr;
+    p->worker_event = job.event_index >= 0 ? memory->event(job.event_index) : nullptr;
     if (job.direction == CopyDirection::kLoad) prepared->load_event = p->worker_event;
     p->start = [this, prepared](PendingJob* j) { Start(*prepared, j); };
     // The common case (no event, or one that already fired) starts here, without a poll's delay.
@@ -359,11 +358,11 @@ class CudaCopyBackend::Impl {
                                                      " differs from the registered ",
                                                      out->region->row_bytes()));
     }
-    if (job.event_index < -1 || job.event_index >= static_cast<int64_t>(m->events_.size())) {
+    if (job.event_index < -1 || job.event_index >= static_cast<int64_t>(m->num_events())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "event_index ", job.event_index, " outside the worker's ", m->events_.size(), " events"));
+          "event_index ", job.event_index, " outside the worker's ", m->num_events(), " events"));
     }
-    ASSIGN_OR_RETURN(out->table, BuildDescriptorTable(job, m->num_blocks_, m->bytes_per_block_));
+    ASSIGN_OR_RETURN(out->table, BuildDescriptorTable(job, m->num_blocks(), m->bytes_per_block()));
     if (out->table.host_extent > out->region->bytes()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "job reaches region byte ", out->table.host_extent, " of ", out->region->bytes()));
@@ -378,15 +377,15 @@ class CudaCopyBackend::Impl {
     switch (options_.forced_path) {
       case ForcedPath::kAuto: {
         CopyPathPolicy policy = policy_;
-        policy.sm_paths = m->device_->sm_paths();
-        out->path = ChooseCopyPath(out->table, m->tensors_, policy);
+        policy.sm_paths = m->device()->sm_paths();
+        out->path = ChooseCopyPath(out->table, m->tensors(), policy);
         break;
       }
       case ForcedPath::kCopyEngine:
         out->path = CopyPath::kCopyEngine;
         break;
       case ForcedPath::kStaged:
-        out->path = m->bytes_per_block_ <= options_.staging_chunk_bytes ? CopyPath::kStaged
+        out->path = m->bytes_per_block() <= options_.staging_chunk_bytes ? CopyPath::kStaged
                                                                         : CopyPath::kKernel;
         break;
       case ForcedPath::kKernel:
@@ -408,7 +407,7 @@ class CudaCopyBackend::Impl {
   void Start(const PreparedJob& job, PendingJob* j) {
     if (job.table.num_blocks == 0) return;
     j->times.enqueue = JobClockNanos();
-    Device* device = job.memory->device_;
+    Device* device = job.memory->device();
     absl::Status s = CudaStatus(cudaSetDevice(device->ordinal()), "cudaSetDevice");
     if (s.ok()) {
       bool no_room = false;

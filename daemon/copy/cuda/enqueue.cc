@@ -75,9 +75,9 @@ CopyPagesArgs KernelArgs(bool store, const CudaWorkerMemory& m, const Device::Bu
                          uint64_t pair_begin, uint64_t num_pairs, uint64_t align_bits) {
   CopyPagesArgs args;
   args.store = store;
-  args.tensors = m.kernel_table_;
-  args.num_tensors = static_cast<uint32_t>(m.tensors_.size());
-  args.units_per_pair = m.units_per_pair_;
+  args.tensors = m.kernel_table();
+  args.num_tensors = static_cast<uint32_t>(m.tensors().size());
+  args.units_per_pair = m.units_per_pair();
   args.pairs = reinterpret_cast<const PagePair*>(buffer.device) + pair_begin;
   args.num_pairs = num_pairs;
   args.unit_bytes = kUnitBytes;
@@ -116,15 +116,15 @@ CopyKernelConfig KernelConfig(int sms) {
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
                                const EnqueueOptions& options) {
   CudaWorkerMemory* m = job.memory;
-  Device* device = m->device_;
+  Device* device = m->device();
   const bool store = job.direction == CopyDirection::kStore;
-  Lane& lane = store ? m->store_ : m->load_;
+  Lane& lane = m->lane(job.direction);
   absl::MutexLock lock(&lane.mu);
   absl::Status status;
   CopyBatcher batcher(options.max_batch_copies, lane.dma, options.batch_unsupported,
                       options.first_batch_copies, options.batch_overlap_hint);
   uint8_t* base = job.region->base();
-  VisitSegments(job.table, 0, job.table.num_blocks, m->tensors_, [&](const Segment& seg) {
+  VisitSegments(job.table, 0, job.table.num_blocks, m->tensors(), [&](const Segment& seg) {
     if (!status.ok()) return;
     status = AddRegionCopy(batcher, store, base, job.region->chunk_bytes(), seg.host_offset,
                            reinterpret_cast<uint8_t*>(seg.gpu_address), seg.bytes);
@@ -149,9 +149,9 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
 absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueOptions& options,
                            bool* no_room) {
   CudaWorkerMemory* m = job.memory;
-  Device* device = m->device_;
+  Device* device = m->device();
   const bool store = job.direction == CopyDirection::kStore;
-  Lane& lane = store ? m->store_ : m->load_;
+  Lane& lane = m->lane(job.direction);
   const uint64_t num_pairs = job.blocks.size();
   const uint64_t bpb = job.table.bytes_per_block;
   absl::MutexLock lock(&lane.mu);
@@ -172,7 +172,7 @@ absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueO
   lane.next_staging += job.staged.chunks.size();
   // The pair table: each block's page address in its chunk's staging buffer.
   auto* pairs = reinterpret_cast<PagePair*>(j->buffer.host);
-  uint64_t align_bits = m->align_bits_ | bpb;
+  uint64_t align_bits = m->align_bits() | bpb;
   for (const StagedChunk& c : job.staged.chunks) {
     const uint64_t staging =
         reinterpret_cast<uint64_t>(lane.staging[(c.buffer + first) % n]);
@@ -240,9 +240,9 @@ absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueO
 absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueOptions& options,
                            bool* no_room) {
   CudaWorkerMemory* m = job.memory;
-  Device* device = m->device_;
+  Device* device = m->device();
   const bool store = job.direction == CopyDirection::kStore;
-  Lane& lane = store ? m->store_ : m->load_;
+  Lane& lane = m->lane(job.direction);
   const uint64_t num_pairs = job.blocks.size();
   ASSIGN_OR_RETURN(const std::atomic<uint64_t>* chunks,
                    job.region->DevicePointers(device->ordinal()));
@@ -253,7 +253,7 @@ absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueO
   }
   auto* pairs = reinterpret_cast<PagePair*>(j->buffer.host);
   const uint64_t chunk_bytes = job.region->chunk_bytes();
-  uint64_t align_bits = m->align_bits_;
+  uint64_t align_bits = m->align_bits();
   for (uint64_t i = 0; i < num_pairs; ++i) {
     const BlockDescriptor& d = job.blocks[i];
     const uint64_t host =

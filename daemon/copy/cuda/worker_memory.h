@@ -57,6 +57,16 @@ class CudaWorkerMemory final : public WorkerMemory {
   uint64_t bytes_per_block() const override { return bytes_per_block_; }
   size_t num_events() const override { return events_.size(); }
 
+  // Opening (before Finish, by the backend that owns it). An IPC mapping of the worker's memory,
+  // closed by the teardown; an event opened from the worker's handle, destroyed by the teardown;
+  // events of the backend's own process (in-process tests), left to their owner.
+  void AddIpcMapping(void* mapped) { ipc_mappings_.push_back(mapped); }
+  void AddOpenedEvent(cudaEvent_t event) {
+    events_.push_back(event);
+    owns_events_ = true;
+  }
+  void UseLocalEvents(const std::vector<cudaEvent_t>& events) { events_ = events; }
+
   // Tensor tables and streams, once the tensors are known (mappings opened; `num_blocks` is the
   // minimum over tensors). The kernels' device copy of the table only where the device has SM
   // paths. The current device is the worker's.
@@ -68,6 +78,25 @@ class CudaWorkerMemory final : public WorkerMemory {
   // reserved against the device's staging limit first: RESOURCE_EXHAUSTED when they do not fit,
   // with nothing allocated. Caller holds lane.mu.
   absl::Status EnsureStaging(Lane& lane, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
+
+  // What the planner and the enqueue strategies read (immutable after Finish).
+  const void* owner() const { return owner_; }
+  Device* device() const { return device_; }
+  cudaEvent_t event(size_t i) const { return events_[i]; }
+  const std::vector<TensorDescriptor>& tensors() const { return tensors_; }
+  const KernelTensor* kernel_table() const { return kernel_table_; }
+  uint64_t units_per_pair() const { return units_per_pair_; }
+  uint64_t align_bits() const { return align_bits_; }
+  Lane& lane(CopyDirection direction) {
+    return direction == CopyDirection::kStore ? store_ : load_;
+  }
+
+  // Jobs submitted with this memory and not yet reported: the destructor tears nothing down
+  // while any is (it logs and leaks the mappings instead of freeing what a copy may touch).
+  void JobStarted() { in_flight_.fetch_add(1); }
+  void JobEnded() { in_flight_.fetch_sub(1); }
+
+ private:
   absl::Status AllocateStaging(Lane& lane, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
   // Frees `lane`'s staging once its queued work is done. Caller holds lane.mu.
   void FreeStaging(Lane& lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
