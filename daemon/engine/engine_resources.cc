@@ -54,9 +54,9 @@ absl::Status MakeRegionUsable(EngineResources& r, const common::Geometry& geomet
   // Pinning alone (a region adopted after a restart) goes one chunk at a time with a pause after
   // each: the driver serialises registrations anyway, and registrations back to back starved
   // the copies of the chunks already usable (H200: a first load waited 5.9 s at 64 GiB with
-  // eight threads, 2.3 s with one and no pause; the pause is not measured there yet).
+  // eight threads, 2.3 s with one and no pause).
   o.threads = !populate ? 1 : options.populate_threads > 0 ? options.populate_threads : 8;
-  if (!populate) o.pause_between_pins = absl::Milliseconds(1);
+  if (!populate) o.pause_between_pins = absl::Microseconds(options.adopted_pin_pause_us);
   o.populate = populate;
   RETURN_IF_ERROR(
       backend->DeclareRegion(region->data(), region->size(), geometry.row_bytes, o.chunk_bytes));

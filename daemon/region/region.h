@@ -61,6 +61,10 @@ struct RegionOptions {
   // populate_threads threads) in chunks of about this many bytes, rounded down to whole rows,
   // and each chunk is served as soon as it is ready; 0 — all of it before the engine opens.
   uint64_t ready_chunk_bytes = 0;
+  // Pinning alone (a region adopted after a restart, already populated) pauses this long after
+  // each chunk, so the copies of the chunks already usable get the driver between registrations
+  // (the driver serialises them, and back-to-back registrations starved those copies).
+  uint32_t adopted_pin_pause_us = 1000;
 };
 
 class Region {

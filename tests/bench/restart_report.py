@@ -54,6 +54,7 @@ STATE_KEY_BYTES_MIN = 8    # StateFile::kMinKeyCapacity
 # serialized spec and the fingerprint take at most 3840 bytes (state_file_test: 8192).
 STATE_HEADER_BYTES = 2 * STATE_PAGE
 BENCH_ROW_BYTES = 2 << 20  # kRowBytes of tests/gpu/restart_pin_bench.cc
+DEFAULT_PIN_PAUSE_US = 1000  # RegionOptions.adopted_pin_pause_us (daemon/region/region.h)
 ROW_SIZES = [4096, 13 << 10, 64 << 10, 2 << 20]
 HEADLINE_GIB = 64          # the region the first-row target is for
 TARGETS = {"first_row_usable_ms": 100.0, "first_row_usable_region_gib": HEADLINE_GIB,
@@ -117,11 +118,22 @@ def usable_ms(r):
     return None if v is None or v < 0 else v
 
 
+def loads_while_pinning(x):
+    """'n / p50 / max ms' of a restart_pin line's probe loads while pinning; — before they were
+    measured (lines without the fields) or when the region was pinned before the first."""
+    n = x.get("loads_while_pinning")
+    if not n:
+        return "—"
+    return f"{n} / {x['load_p50_ms']:.2f} / {x['load_max_ms']:.2f} ms"
+
+
 def pick(runs, phase, gib):
-    """Index of the run the headline takes: that phase and region, THP on, the region unbound
-    (the daemon's --region_numa_node=-1) where there is one; of several, the slowest first row."""
+    """Index of the run the headline takes: that phase and region, THP on, the daemon's default
+    pause between pins after a restart, the region unbound (the daemon's --region_numa_node=-1)
+    where there is one; of several, the slowest first row."""
     cands = [i for i, r in enumerate(runs)
-             if r["phase"] == phase and r["region_gib"] == gib and r.get("thp") == 1]
+             if r["phase"] == phase and r["region_gib"] == gib and r.get("thp") == 1
+             and r.get("pause_us", -1) in (-1, DEFAULT_PIN_PAUSE_US)]
     unbound = [i for i in cands if runs[i].get("numa_node", -1) == -1]
     cands = unbound or cands
     if not cands:
@@ -154,6 +166,8 @@ def build(figures, results, pins):
         "durable_overhead_pct": overhead_pct(BENCH_ROW_BYTES, region),
         # extras
         "first_load_ms": {p: run_of[p]["first_load_ms"] if run_of[p] else None for p in PHASES},
+        "load_while_pinning_max_ms": {p: run_of[p].get("load_max_ms") if run_of[p] else None
+                                      for p in PHASES},
         "context_ms": {p: run_of[p]["context_ms"] if run_of[p] else None for p in PHASES},
         "pin_selected": {p: chosen[p] for p in PHASES},
         "pin_bytes_verified": sum(r.get("bytes_verified", 0) for r in pins) if pins else None,
@@ -343,19 +357,23 @@ def render(r, run):
                   f"{p0.get('threads')} populate threads, {human(BENCH_ROW_BYTES)} rows, "
                   f"{p0.get('numa_nodes')} NUMA node(s); times from `Region::Create`/`Adopt`, "
                   "the CUDA context and one worker already open, its creation in `context ms`; "
-                  "after_restart runs once per size, THP as the first listed, unbound):", "",
-                  "| phase | region | THP | hugetlb | NUMA node | context ms | "
-                  "first row usable ms | first load ms | fully pinned s | bytes verified | "
-                  "mismatches |",
-                  "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "after_restart runs once per size and pause between pins, THP as the first "
+                  "listed, unbound; loads while pinning: the probe row loaded every 5 ms until "
+                  "the region is fully pinned, count / p50 / max):", "",
+                  "| phase | region | THP | hugetlb | NUMA node | pin pause µs | context ms | "
+                  "first row usable ms | first load ms | loads while pinning | fully pinned s | "
+                  "bytes verified | mismatches |",
+                  "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for x in r["pin_runs"]:
             node = x.get("numa_node", -1)
             lines.append(
                 f"| {x['phase']} | {x['region_gib']} GiB | {'on' if x.get('thp') else 'off'} | "
                 f"{'yes' if x.get('hugetlb') else 'no'} | {'any' if node < 0 else node} | "
+                f"{'—' if x.get('pause_us', -1) < 0 else x['pause_us']} | "
                 f"{fmt(x.get('context_ms'))} | "
                 f"{fmt(usable_ms(x)) if x.get('first_row_usable_ms', -1) >= 0 else 'never (-1)'} | "
-                f"{fmt(x.get('first_load_ms'))} | {fmt(x.get('fully_pinned_s'), 2)} | "
+                f"{fmt(x.get('first_load_ms'))} | {loads_while_pinning(x)} | "
+                f"{fmt(x.get('fully_pinned_s'), 2)} | "
                 f"{human(x.get('bytes_verified', 0))} | {x.get('mismatches')} |")
         for x in r["pin_runs"]:
             if x.get("error"):
@@ -470,8 +488,12 @@ tests/integration/restart_test.cc:680: Failure
 """
 
 
-def pin_line(phase, gib, thp, node, usable, fully, verified=0, mismatches=0, error=""):
-    return json.dumps({
+def pin_line(phase, gib, thp, node, usable, fully, verified=0, mismatches=0, error="",
+             pause_us=None, loads=None):
+    extra = {} if pause_us is None else {"pause_us": pause_us}
+    if loads:
+        extra.update(loads_while_pinning=loads[0], load_p50_ms=loads[1], load_max_ms=loads[2])
+    return json.dumps({**extra,
         "bench": "restart_pin", "phase": phase, "region_gib": gib, "chunk_mib": 128,
         "threads": 8, "thp": thp, "hugetlb": 0, "numa_nodes": 2, "numa_node": node,
         "context_ms": 310.0, "open_ms": usable, "first_row_usable_ms": usable,
@@ -488,7 +510,8 @@ SAMPLE_PIN = "\n".join([
     pin_line("first_start", 32, 0, 0, 61.0, 12.1, 256 << 21),
     "restart_pin_bench: a stray non-JSON line",
     pin_line("first_start", 64, 1, -1, 130.5, 14.2, 512 << 21),
-    pin_line("after_restart", 64, 1, -1, 22.5, 0.8, 511 << 21),
+    pin_line("after_restart", 64, 1, -1, 22.5, 0.8, 511 << 21, pause_us=1000, loads=(40, 1.5, 9.0)),
+    pin_line("after_restart", 64, 1, -1, 31.0, 0.7, 511 << 21, pause_us=0, loads=(30, 2.0, 2300.0)),
     pin_line("first_start", 64, 1, 0, 90.0, 14.0, 512 << 21),
     pin_line("first_start", 64, 0, -1, 180.0, 25.0, 512 << 21),
     pin_line("first_start", 64, 0, 0, 175.0, 24.0, 512 << 21),
@@ -507,6 +530,8 @@ def check_sources():
     assert "RoundUp(kSpecOffset + spec_bytes + fingerprint_bytes, kPage) + kPage" in cc
     assert "EXPECT_EQ(*bytes, 8192u + g.num_rows * 64);" in src("daemon/restart/state_file_test.cc")
     assert "constexpr uint64_t kRowBytes = 2ull << 20;" in src("tests/gpu/restart_pin_bench.cc")
+    assert f"uint32_t adopted_pin_pause_us = {DEFAULT_PIN_PAUSE_US};" in src(
+        "daemon/region/region.h")
     printed = re.findall(r'Figure\("([a-z_]+)"', src("tests/integration/restart_test.cc"))
     assert sorted(printed) == sorted(TEST_FIGURES), printed
     test = src("tests/integration/restart_test.cc")
@@ -528,7 +553,7 @@ def self_test():
                        CRASH_TEST: "OK", "RestartTest.DroppedEngineLeavesTheStore": "FAILED"}, \
         results
     pins = parse_pin(SAMPLE_PIN)
-    assert len(pins) == 10, pins
+    assert len(pins) == 11, pins
 
     r = build(figures, results, pins)
     for k in ("ready_rows", "clean_restart_hit_rate", "crash_points", "crash_rows_served_wrong",
@@ -543,8 +568,10 @@ def self_test():
     assert r["fully_pinned_s"] == {"first_start": 14.2, "after_restart": 0.8}, r
     assert r["pin_selected"] == {"first_start": 5, "after_restart": 6}, r
     assert r["pin_mismatches"] == 0 and r["pin_runs"] == pins, r
-    assert r["pin_after_restart_bytes_verified"] == (255 + 511) << 21, r
-    assert r["pin_bytes_verified"] == (255 + 511 + 8 * 256 + 4 * 256) << 21, r
+    assert r["pin_after_restart_bytes_verified"] == (255 + 511 + 511) << 21, r
+    # the default pause's run, not the slower pause-0 one
+    assert r["load_while_pinning_max_ms"] == {"first_start": None, "after_restart": 9.0}, r
+    assert r["pin_bytes_verified"] == (255 + 511 + 511 + 8 * 256 + 4 * 256) << 21, r
     # 64 GiB of 2 MiB rows: (8192 + 32768 × 64) / 2^36
     assert r["durable_overhead_pct"] == round(100 * (8192 + 32768 * 64) / (1 << 36), 4) == 0.0031
     by = r["durable_overhead_pct_by_row_bytes"]
@@ -600,10 +627,10 @@ def self_test():
                                                              "\n\nprose\n\n" + BEGIN + "\n")
         assert first.endswith(END + "\n\n## Shared pool\n\nmore\n"), first
         assert "| 130.5 |" in block and "NVIDIA H200" in block, block
-        assert block.count("\n| first_start |") == 8 and block.count("\n| after_restart |") == 2
+        assert block.count("\n| first_start |") == 8 and block.count("\n| after_restart |") == 3
         assert "FAILED: RestartTest.DroppedEngineLeavesTheStore" in block, block
         assert "missed by 30.5 ms" in block and "met from 12,800 B rows" in block, block
-        assert "after a restart 1532 MiB loaded back through the backend, 0 mismatches; at first " \
+        assert "after a restart 2554 MiB loaded back through the backend, 0 mismatches; at first " \
                "start 6 GiB stored" in block, block
         assert "missed at 4 KiB rows by 1.06 points (0.28 with 8-byte keys)" in block, block
         write(docs, r, run)

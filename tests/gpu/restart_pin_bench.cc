@@ -14,7 +14,11 @@
 //                  the parent over a socket (what the fd store does), thp=1 runs only.
 //   after_restart  a new process adopts that memfd (Region::Adopt, not populated again), pins
 //                  it again chunk by chunk through the same code, and loads every patterned row
-//                  back through the backend: bytes_verified / mismatches.
+//                  back through the backend: bytes_verified / mismatches. Once per --pause_us
+//                  value, on the same memfd.
+// Both phases also time a load of the probe row every 5 ms until the region is fully pinned
+// (loads_while_pinning, load_p50_ms, load_max_ms): what an engine's copies see while the rest of
+// its region is being registered.
 // One JSON line per run on stdout. NUMA: the host's node count is reported; with more than one
 // node each run is repeated with the region bound to node 0 (numa_node=0).
 #include <cuda_runtime_api.h>
@@ -24,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -51,6 +56,9 @@ ABSL_FLAG(uint64_t, chunk_mib, 128, "Pinning chunk (--region_chunk_bytes) in MiB
 ABSL_FLAG(int32_t, threads, 8, "Populate threads (--populate_threads).");
 ABSL_FLAG(std::string, thp, "1,0", "Transparent huge pages on (1) / off (0), comma-separated.");
 ABSL_FLAG(bool, huge_pages, false, "Also try hugetlbfs pages (falls back when none reserved).");
+ABSL_FLAG(std::string, pause_us, "1000,0,10000",
+          "RegionOptions.adopted_pin_pause_us of the after_restart runs, comma-separated: one "
+          "run each on the same region (the daemon's default first).");
 ABSL_FLAG(std::string, phase, "", "internal: first_start or after_restart");
 ABSL_FLAG(int32_t, fd, -1, "internal: the socket (first_start) or the region memfd (restart)");
 ABSL_FLAG(int32_t, numa_node, -1, "internal: region NUMA node");
@@ -145,6 +153,7 @@ struct Run {
   uint64_t gib = 0;
   bool thp = true;
   int numa_node = -1;
+  int pause_us = -1;  // after_restart: RegionOptions.adopted_pin_pause_us; -1 the default
 };
 
 daemon::RegionOptions Options(const Run& run, bool populate_later) {
@@ -155,6 +164,7 @@ daemon::RegionOptions Options(const Run& run, bool populate_later) {
   o.numa_node = run.numa_node;
   o.ready_chunk_bytes = absl::GetFlag(FLAGS_chunk_mib) << 20;
   o.populate = !populate_later;
+  if (run.pause_us >= 0) o.adopted_pin_pause_us = static_cast<uint32_t>(run.pause_us);
   return o;
 }
 
@@ -176,19 +186,28 @@ std::vector<uint64_t> PatternRows(const common::Geometry& g) {
   return rows;
 }
 
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * (v.size() - 1))];
+}
+
 void PrintLine(const std::string& phase, const Run& run, const daemon::Region& region,
                double context_ms, double open_ms, double first_row_ms, double first_load_ms,
-               double fully_s, uint64_t verified, uint64_t mismatches,
-               const daemon::RegionReadiness& readiness) {
+               double fully_s, const std::vector<double>& load_ms, uint64_t verified,
+               uint64_t mismatches, const daemon::RegionReadiness& readiness) {
   std::printf(
       "{\"bench\":\"restart_pin\",\"phase\":\"%s\",\"region_gib\":%llu,\"chunk_mib\":%llu,"
       "\"threads\":%d,\"thp\":%d,\"hugetlb\":%d,\"numa_nodes\":%d,\"numa_node\":%d,"
+      "\"pause_us\":%d,\"loads_while_pinning\":%zu,\"load_p50_ms\":%.2f,\"load_max_ms\":%.2f,"
       "\"context_ms\":%.1f,\"open_ms\":%.1f,\"first_row_usable_ms\":%.1f,"
       "\"first_load_ms\":%.1f,\"fully_pinned_s\":%.3f,\"ready_bytes\":%llu,\"total_bytes\":%llu,"
       "\"bytes_verified\":%llu,\"mismatches\":%llu,\"error\":\"%s\"}\n",
       phase.c_str(), static_cast<unsigned long long>(run.gib),
       static_cast<unsigned long long>(absl::GetFlag(FLAGS_chunk_mib)), absl::GetFlag(FLAGS_threads),
-      run.thp ? 1 : 0, region.hugetlb() ? 1 : 0, NumaNodes(), run.numa_node, context_ms, open_ms,
+      run.thp ? 1 : 0, region.hugetlb() ? 1 : 0, NumaNodes(), run.numa_node,
+      phase == "after_restart" ? static_cast<int>(Options(run, true).adopted_pin_pause_us) : -1,
+      load_ms.size(), Percentile(load_ms, 0.5), Percentile(load_ms, 1.0), context_ms, open_ms,
       first_row_ms, first_load_ms, fully_s, static_cast<unsigned long long>(readiness.ready_bytes),
       static_cast<unsigned long long>(readiness.total_bytes),
       static_cast<unsigned long long>(verified), static_cast<unsigned long long>(mismatches),
@@ -204,6 +223,7 @@ struct Opened {
   double first_load_ms = 0;
   double fully_s = 0;
   uint64_t probe_row = 0;  // the row the first-row probe stored over
+  std::vector<double> load_ms;  // probe-row loads while the rest was being pinned
 };
 
 void Open(Gpu& gpu, const common::Geometry& g, const daemon::RegionOptions& options,
@@ -225,6 +245,14 @@ void Open(Gpu& gpu, const common::Geometry& g, const daemon::RegionOptions& opti
   out->first_load_ms = Ms(start);
   out->probe_row = store->rows[0];
   CHECK_OK(out->resources.index->CompleteStore(store->keys, false));
+  const uint64_t total = out->resources.region->size();
+  while (out->resources.preparer->progress().ready_bytes < total &&
+         out->resources.preparer->progress().status.ok()) {
+    const absl::Time t = absl::Now();
+    CHECK_OK(gpu.Copy(CopyDirection::kLoad, base, out->probe_row));
+    out->load_ms.push_back(Ms(t));
+    absl::SleepFor(absl::Milliseconds(5));
+  }
   CHECK_OK(out->resources.preparer->WaitAll());
   out->fully_s = absl::ToDoubleSeconds(absl::Now() - start);
 }
@@ -260,7 +288,7 @@ int FirstStart(const Run& run, int sock) {
     if (std::memcmp(base + row * kRowBytes, words.data(), kRowBytes) != 0) ++mismatches;
   }
   PrintLine("first_start", run, *o.resources.region, gpu.context_ms, o.open_ms, o.first_row_ms,
-            o.first_load_ms, o.fully_s, stored, mismatches,
+            o.first_load_ms, o.fully_s, o.load_ms, stored, mismatches,
             daemon::ReadinessOf(*o.resources.region, o.resources.preparer.get()));
   if (sock >= 0) {  // hand the memfd over, as to the fd store
     const int fd = o.resources.region->fd();
@@ -326,8 +354,15 @@ int AfterRestart(const Run& run, int region_fd) {
     }
     verified += kRowBytes;
   }
+  // The probe's row gets its pattern back, so the next after_restart run on this memfd finds
+  // every patterned row intact.
+  for (uint64_t row : PatternRows(g)) {
+    if (row != o.probe_row) continue;
+    Pattern(row, &words);
+    std::memcpy(base + row * kRowBytes, words.data(), kRowBytes);
+  }
   PrintLine("after_restart", run, *o.resources.region, gpu.context_ms, o.open_ms, o.first_row_ms,
-            o.first_load_ms, o.fully_s, verified, mismatches,
+            o.first_load_ms, o.fully_s, o.load_ms, verified, mismatches,
             daemon::ReadinessOf(*o.resources.region, o.resources.preparer.get()));
   o.resources.preparer.reset();
   gpu.backend->UnregisterRegion(base);
@@ -405,10 +440,13 @@ int Parent(const std::string& self) {
           continue;
         }
         fcntl(region_fd, F_SETFD, 0);  // inherited by the restarted process
-        std::vector<std::string> again = args;
-        again.push_back("--phase=after_restart");
-        again.push_back(absl::StrCat("--fd=", region_fd));
-        failures += Spawn(self, again) != 0;
+        for (absl::string_view pause : absl::StrSplit(absl::GetFlag(FLAGS_pause_us), ',')) {
+          std::vector<std::string> again = args;
+          again.push_back("--phase=after_restart");
+          again.push_back(absl::StrCat("--fd=", region_fd));
+          again.push_back(absl::StrCat("--pause_us=", pause));
+          failures += Spawn(self, again) != 0;
+        }
         close(region_fd);
       }
     }
@@ -435,6 +473,10 @@ int main(int argc, char** argv) {
     run.gib = gib;
     run.thp = thp != 0;
     run.numa_node = absl::GetFlag(FLAGS_numa_node);
+    if (phase == "after_restart" && !absl::SimpleAtoi(absl::GetFlag(FLAGS_pause_us), &run.pause_us)) {
+      std::fprintf(stderr, "after_restart takes one --pause_us\n");
+      return 2;
+    }
   }
   if (phase == "first_start") return kvoffload::FirstStart(run, absl::GetFlag(FLAGS_fd));
   if (phase == "after_restart") return kvoffload::AfterRestart(run, absl::GetFlag(FLAGS_fd));
