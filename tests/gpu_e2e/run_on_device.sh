@@ -214,7 +214,7 @@ if only restart_pin; then
   echo "=== restart benchmark: time to first load and to fully pinned after a restart (issue 19)"
   if [[ ! -x $bundle/bin/restart_pin_bench ]]; then
     failed=$((failed + 1)); echo "FAILED: restart_pin_bench is not in the bundle"
-  elif timeout 240 "$bundle/bin/restart_pin_bench" --gib=32,64 --chunk_mib=128 --threads=8 \
+  elif timeout 360 "$bundle/bin/restart_pin_bench" --gib=32,64 --chunk_mib=128 --threads=8 \
       --thp=1,0 >"$out/restart.jsonl" 2>"$out/restart.err"; then
     passed=$((passed + 1))
   else
