@@ -345,6 +345,32 @@ TEST(RestartTest, UpgradeToASecondBinaryKeepsTheRows) {
 
 // ---- SIGKILL soak ---------------------------------------------------------------------------
 
+// SIGKILLs the daemon after `delay`, from a thread of its own, while the test sends traffic.
+class DelayedKill {
+ public:
+  DelayedKill(SupervisedDaemon& daemon, std::chrono::milliseconds delay)
+      : thread_([this, &daemon, delay] {
+          std::this_thread::sleep_for(delay);
+          killed_ = daemon.Kill9().ok();
+        }) {}
+  ~DelayedKill() { Join(); }
+  bool killed() const { return killed_.load(); }
+  // Whether a failure the test just saw is the kill's: it may still be setting its flag.
+  bool Died() const {
+    for (int i = 0; i < 100 && !killed_.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return killed_.load();
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::atomic<bool> killed_{false};
+  std::thread thread_;
+};
+
 TEST(RestartTest, SigkillAtRandomPointsServesNoWrongRow) {
   const int crash_points = UnderSanitizer() ? 12 : 40;
   TestEngine e;
@@ -397,20 +423,8 @@ TEST(RestartTest, SigkillAtRandomPointsServesNoWrongRow) {
     if (crash == crash_points) break;
 
     // Traffic until the killer strikes: stores of new batches, loads of committed ones.
-    std::atomic<bool> killed{false};
-    const int delay_ms = 30 + static_cast<int>(rng() % 400);
-    std::thread killer([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-      killed = (*daemon)->Kill9().ok();
-    });
-    // A failure is the killer's only if it struck: it may still be setting its flag.
-    auto died = [&] {
-      for (int i = 0; i < 100 && !killed.load(); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      return killed.load();
-    };
-    while (!killed.load()) {
+    DelayedKill kill(**daemon, std::chrono::milliseconds(30 + rng() % 400));
+    while (!kill.killed()) {
       if ((rng() % 3 != 0 || known_committed.empty()) && batches.size() < max_batches) {
         const size_t b = batches.size();
         batches.push_back(MakeBatch("soak", 1000 + b, per_batch));
@@ -418,14 +432,14 @@ TEST(RestartTest, SigkillAtRandomPointsServesNoWrongRow) {
         absl::Status stored = StoreBatch(scheduler, *worker, batches[b]);
         if (stored.ok()) {
           known_committed.insert(b);
-        } else if (!died()) {
+        } else if (!kill.Died()) {
           ADD_FAILURE() << "a store failed with the daemon alive: " << stored;
         }
       } else {
         auto it = known_committed.begin();
         std::advance(it, rng() % known_committed.size());
         unchecked.insert(*it);
-        if (killed.load()) break;
+        if (kill.killed()) break;
         absl::StatusOr<Verified> v = TryVerifyBatch(scheduler, *worker, batches[*it]);
         if (v.ok()) {
           // A load that completed is checked like any other, killer or not.
@@ -433,13 +447,13 @@ TEST(RestartTest, SigkillAtRandomPointsServesNoWrongRow) {
           wrong += v->wrong;
           EXPECT_EQ(v->wrong, 0u);
           EXPECT_EQ(v->hits, uint64_t{per_batch});
-        } else if (!died()) {
+        } else if (!kill.Died()) {
           ADD_FAILURE() << "a load failed with the daemon alive: " << v.status();
         }
       }
     }
-    killer.join();
-    ASSERT_TRUE(killed.load());
+    kill.Join();
+    ASSERT_TRUE(kill.killed());
     auto ready = (*daemon)->WaitReady();
     ASSERT_TRUE(ready.ok()) << ready.status();
     kill_to_ready_ms += absl::ToDoubleMilliseconds(*ready);
@@ -505,26 +519,15 @@ TEST(RestartTest, SigkillWhileEvictingServesNoWrongRow) {
     }
     if (crash == crash_points) break;
 
-    std::atomic<bool> killed{false};
-    const int delay_ms = 30 + static_cast<int>(rng() % 300);
-    std::thread killer([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-      killed = (*daemon)->Kill9().ok();
-    });
-    auto died = [&] {
-      for (int i = 0; i < 100 && !killed.load(); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      return killed.load();
-    };
-    while (!killed.load()) {
+    DelayedKill kill(**daemon, std::chrono::milliseconds(30 + rng() % 300));
+    while (!kill.killed()) {
       if (rng() % 4 != 0 || batches.empty()) {
         const size_t b = batches.size();
         batches.push_back(MakeBatch("evict", 5000 + b, per_batch));
         absl::Status s = StoreBatch(scheduler, *worker, batches[b]);
         if (s.ok()) {
           stored_rows += per_batch;
-        } else if (!died()) {
+        } else if (!kill.Died()) {
           ADD_FAILURE() << "a store failed with the daemon alive: " << s;
         }
       } else {
@@ -534,13 +537,13 @@ TEST(RestartTest, SigkillWhileEvictingServesNoWrongRow) {
           hits += v->hits;
           wrong += v->wrong;
           EXPECT_EQ(v->wrong, 0u);
-        } else if (!died()) {
+        } else if (!kill.Died()) {
           ADD_FAILURE() << "a load failed with the daemon alive: " << v.status();
         }
       }
     }
-    killer.join();
-    ASSERT_TRUE(killed.load());
+    kill.Join();
+    ASSERT_TRUE(kill.killed());
     ASSERT_TRUE((*daemon)->WaitReady().ok());
   }
   std::printf("evict-soak crash_points=%d stored_rows=%llu region_rows=%llu hits=%llu "
