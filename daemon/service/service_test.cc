@@ -4,6 +4,7 @@
 // while copies are held.
 #include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <thread>
 #include <string>
@@ -65,11 +66,10 @@ struct Session {
 
 class ServiceTest : public ::testing::Test {
  protected:
-  ServiceTest() {
+  explicit ServiceTest(const WorkerServiceOptions& worker_options = {}) {
     registry_ = std::make_unique<EngineRegistry>(env_.deps(), RegistryOptions{});
     engine_service_ = std::make_unique<EngineService>(registry_.get(), &peers_);
-    worker_service_ =
-        std::make_unique<WorkerService>(registry_.get(), &peers_, WorkerServiceOptions{});
+    worker_service_ = std::make_unique<WorkerService>(registry_.get(), &peers_, worker_options);
     admin_service_ = std::make_unique<AdminService>(registry_.get(), &env_.backend(),
                                                     &env_.budget(), &peers_, AccessPolicy{});
     grpc::ServerBuilder builder;
@@ -246,6 +246,53 @@ TEST_F(ServiceTest, RejectedSubmitIsAnsweredAndTheSessionStaysUsable) {
   w->Submit(7, v1::DIRECTION_STORE, {1}, rows);  // the same id again
   m = w->Next();
   EXPECT_EQ(m.finished().code(), static_cast<int>(grpc::StatusCode::ALREADY_EXISTS));
+}
+
+// A session with 4 verdicts waiting to be written is not read from until its worker reads: the
+// worker's writes stall (the in-process transport completes a write when the daemon reads it),
+// and resume, with every verdict delivered in order, once it reads.
+class FlowControlTest : public ServiceTest {
+ protected:
+  static WorkerServiceOptions SmallQueue() {
+    WorkerServiceOptions o;
+    o.max_queued_verdicts = 4;
+    return o;
+  }
+  FlowControlTest() : ServiceTest(SmallQueue()) {}
+};
+
+TEST_F(FlowControlTest, AWorkerThatDoesNotReadStopsBeingReadAndLosesNoVerdict) {
+  auto w = Register(PerRankSpec(1), 0, 1);
+  ASSERT_TRUE(w->first.has_registered());
+  constexpr uint64_t kParts = 40;
+  std::atomic<uint64_t> written{0};
+  std::thread writer([&] {
+    for (uint64_t job = 1; job <= kParts; ++job) {
+      v1::WorkerMessage m;
+      v1::Submit* p = m.mutable_submit();
+      p->set_job_id(job);
+      p->set_direction(v1::DIRECTION_STORE);
+      p->add_gpu_blocks(0);
+      p->add_rows(kNumRows);  // out of range: answered at once with OUT_OF_RANGE
+      p->set_event_index(-1);
+      if (!w->stream->Write(m)) return;
+      ++written;
+    }
+  });
+  // Nothing is read: one verdict in flight, four queued, then the daemon stops reading.
+  absl::SleepFor(absl::Milliseconds(500));
+  const uint64_t stalled = written.load();
+  EXPECT_LE(stalled, 4u + 4u) << "the daemon went on reading a worker that reads nothing";
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(written.load(), stalled);
+  for (uint64_t job = 1; job <= kParts; ++job) {
+    v1::DaemonMessage m = w->Next();
+    ASSERT_TRUE(m.has_finished()) << "verdict of job " << job;
+    EXPECT_EQ(m.finished().job_id(), job);
+    EXPECT_EQ(m.finished().code(), static_cast<int>(grpc::StatusCode::OUT_OF_RANGE));
+  }
+  writer.join();
+  EXPECT_EQ(written.load(), kParts);
 }
 
 // A WorkerService alone with a short first-message deadline, on an in-process channel.

@@ -11,6 +11,37 @@
 #include "daemon/service/session_writer.h"
 
 namespace kvoffload::daemon {
+namespace {
+
+// A registered session's parts, from the stream to the engine on the gRPC thread that read them
+// (no hop to the session's thread: that would cost each job a thread wake-up).
+class PartReader final : public SessionStream::Listener {
+ public:
+  PartReader(Engine* engine, uint64_t session_id, SessionWriter* writer)
+      : engine_(engine), session_id_(session_id), writer_(writer) {}
+
+  bool OnMessage(const v1::WorkerMessage& message) override {
+    if (!message.has_submit()) {
+      writer_->OnJobFinished(
+          JobResult{0, absl::InvalidArgumentError("only `submit` may follow `register`"), 0});
+    } else {
+      auto part = FromProto(message.submit());
+      absl::Status status =
+          part.ok() ? engine_->Submit(session_id_, *std::move(part)) : part.status();
+      if (!status.ok()) writer_->OnJobFinished(JobResult{message.submit().job_id(), status, 0});
+    }
+    return writer_->ContinueReads();
+  }
+  void OnReadsEnded() override {}
+  void OnWritten(bool ok) override { writer_->OnWritten(ok); }
+
+ private:
+  Engine* const engine_;
+  const uint64_t session_id_;
+  SessionWriter* const writer_;
+};
+
+}  // namespace
 
 WorkerService::WorkerService(EngineRegistry* registry, const CallerSource* peers,
                              const WorkerServiceOptions& options)
@@ -123,34 +154,26 @@ grpc::Status WorkerService::Serve(SessionStream* stream, const Caller& caller,
   }
   std::shared_ptr<Engine> engine = std::move(attached->engine);
   const WorkerInfo& info = attached->info;
+  v1::DaemonMessage registered;
   {
-    v1::DaemonMessage message;
-    v1::Registered* r = message.mutable_registered();
+    v1::Registered* r = registered.mutable_registered();
     GeometryToProto(engine->geometry(), r->mutable_geometry());
     r->set_slot(info.slot);
     r->set_writer(info.writer);
     r->set_session_id(info.session_id);
     r->set_region_epoch(info.region_epoch);
     r->set_owner_uid(engine->owner_uid());
-    writer.SendRegistered(std::move(message));
   }
 
-  // Parts until the worker leaves; a refused part is answered with its error as a verdict.
-  v1::WorkerMessage message;
-  for (;;) {
-    writer.WaitForRoom();
-    if (stream->Read(&message) != SessionStream::ReadResult::kMessage) break;
-    if (!message.has_submit()) {
-      writer.OnJobFinished(
-          JobResult{0, absl::InvalidArgumentError("only `submit` may follow `register`"), 0});
-      continue;
-    }
-    auto part = FromProto(message.submit());
-    absl::Status status =
-        part.ok() ? engine->Submit(info.session_id, *std::move(part)) : part.status();
-    if (!status.ok()) writer.OnJobFinished(JobResult{message.submit().job_id(), status, 0});
-  }
+  // Parts until the worker leaves, taken on gRPC's threads (PartReader); a refused part is
+  // answered with its error as a verdict. This thread waits for the end.
+  PartReader reader(engine.get(), info.session_id, &writer);
+  stream->Serve(&reader);
+  writer.SendRegistered(std::move(registered));
+  stream->WaitReadsEnded();
   engine->Detach(info.session_id);
+  writer.Drain();
+  stream->WaitQuiet();  // nothing calls the reader or the writer any more
   absl::Status why = writer.closed_why();
   return why.ok() ? grpc::Status::OK : ToGrpcStatus(why);
 }

@@ -8,7 +8,7 @@
 // backend opens only that process's memory.
 //
 // Bounds (a client cannot exhaust the daemon through sessions): at most `max_sessions` sessions
-// at once, each one a daemon thread (one more is RESOURCE_EXHAUSTED at once); a session whose
+// at once, each one a daemon thread, mostly asleep (one more is RESOURCE_EXHAUSTED at once); a session whose
 // first message does not arrive within `first_message_timeout` ends with DEADLINE_EXCEEDED (the
 // session is served through gRPC's callback API, SessionStream, so that its first Read can time
 // out: a sync handler could only cancel the call, which the worker sees as CANCELLED);
@@ -38,9 +38,11 @@ struct WorkerServiceOptions {
   uint32_t max_queued_verdicts = 1024;
 };
 
-// Thread-safe. Each session runs on a thread of its own (reads, then the registry and engine
-// calls) and one writer thread (SessionWriter). The destructor waits for every session to end:
-// destroy it after the server that serves it has shut down.
+// Thread-safe. Each session has a thread of its own for its registration (the first read, the
+// registry's AttachWorker, which may wait for the region's first rows) and its end (Detach);
+// in between its parts are taken and its verdicts written on gRPC's threads (SessionStream's
+// serving phase, SessionWriter). The destructor waits for every session to end: destroy it after
+// the server that serves it has shut down.
 class WorkerService final : public v1::Worker::CallbackService {
  public:
   // Borrows `registry` and `peers`.
