@@ -142,6 +142,15 @@ class ServiceTest : public ::testing::Test {
     return engine_stub_->CompleteStore(&context, request, &response);
   }
 
+  grpc::Status DropEngine(bool force) {
+    grpc::ClientContext context;
+    v1::DropEngineRequest drop;
+    drop.set_engine_id("engine");
+    drop.set_force(force);
+    v1::Empty empty;
+    return admin_stub_->DropEngine(&context, drop, &empty);
+  }
+
   v1::EngineStats EngineStats() {
     grpc::ClientContext context;
     v1::StatsResponse response;
@@ -259,6 +268,24 @@ class FlowControlTest : public ServiceTest {
     return o;
   }
   FlowControlTest() : ServiceTest(SmallQueue()) {}
+
+  // Parts 1..n whose row is out of range (each answered at once with OUT_OF_RANGE), written from
+  // a thread of their own; `written` counts those the stream took.
+  static std::thread WriteRefusedParts(Session& w, uint64_t n, std::atomic<uint64_t>* written) {
+    return std::thread([&w, n, written] {
+      for (uint64_t job = 1; job <= n; ++job) {
+        v1::WorkerMessage m;
+        v1::Submit* p = m.mutable_submit();
+        p->set_job_id(job);
+        p->set_direction(v1::DIRECTION_STORE);
+        p->add_gpu_blocks(0);
+        p->add_rows(kNumRows);
+        p->set_event_index(-1);
+        if (!w.stream->Write(m)) return;
+        ++*written;
+      }
+    });
+  }
 };
 
 TEST_F(FlowControlTest, AWorkerThatDoesNotReadStopsBeingReadAndLosesNoVerdict) {
@@ -266,19 +293,7 @@ TEST_F(FlowControlTest, AWorkerThatDoesNotReadStopsBeingReadAndLosesNoVerdict) {
   ASSERT_TRUE(w->first.has_registered());
   constexpr uint64_t kParts = 40;
   std::atomic<uint64_t> written{0};
-  std::thread writer([&] {
-    for (uint64_t job = 1; job <= kParts; ++job) {
-      v1::WorkerMessage m;
-      v1::Submit* p = m.mutable_submit();
-      p->set_job_id(job);
-      p->set_direction(v1::DIRECTION_STORE);
-      p->add_gpu_blocks(0);
-      p->add_rows(kNumRows);  // out of range: answered at once with OUT_OF_RANGE
-      p->set_event_index(-1);
-      if (!w->stream->Write(m)) return;
-      ++written;
-    }
-  });
+  std::thread writer = WriteRefusedParts(*w, kParts, &written);
   // Nothing is read: one verdict in flight, four queued, then the daemon stops reading.
   absl::SleepFor(absl::Milliseconds(500));
   const uint64_t stalled = written.load();
@@ -293,6 +308,40 @@ TEST_F(FlowControlTest, AWorkerThatDoesNotReadStopsBeingReadAndLosesNoVerdict) {
   }
   writer.join();
   EXPECT_EQ(written.load(), kParts);
+}
+
+// A session whose reads are paused (its worker reads nothing) still ends when its engine is
+// dropped: the writer resumes the reads when the session closes, so the session's thread sees
+// the end. The worker then finds its verdicts, SessionClosed and a cancelled call.
+TEST_F(FlowControlTest, ADroppedEngineEndsASessionWhoseReadsArePaused) {
+  auto w = Register(PerRankSpec(1), 0, 1);
+  ASSERT_TRUE(w->first.has_registered());
+  std::atomic<uint64_t> written{0};
+  std::thread writer = WriteRefusedParts(*w, 40, &written);
+  absl::SleepFor(absl::Milliseconds(300));
+  const uint64_t stalled = written.load();
+  ASSERT_LT(stalled, 40u);
+  EXPECT_TRUE(DropEngine(/*force=*/true).ok());
+  // The parts read before the drop are OUT_OF_RANGE; the reads resume as the session closes,
+  // and every part read after it is ABORTED (the engine is gone); all in order.
+  uint64_t verdicts = 0, out_of_range = 0;
+  v1::DaemonMessage m;
+  while (w->stream->Read(&m) && m.has_finished()) {
+    ++verdicts;
+    EXPECT_EQ(m.finished().job_id(), verdicts);
+    if (m.finished().code() == static_cast<int>(grpc::StatusCode::OUT_OF_RANGE)) {
+      EXPECT_EQ(out_of_range++, verdicts - 1) << "OUT_OF_RANGE after ABORTED";
+    } else {
+      EXPECT_EQ(m.finished().code(), static_cast<int>(grpc::StatusCode::ABORTED));
+    }
+  }
+  EXPECT_GE(out_of_range, 1u);
+  EXPECT_LE(out_of_range, stalled + 1);
+  ASSERT_TRUE(m.has_closed()) << m.DebugString();
+  EXPECT_EQ(m.closed().code(), static_cast<int>(grpc::StatusCode::ABORTED));
+  EXPECT_FALSE(w->stream->Read(&m));
+  EXPECT_EQ(w->stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  writer.join();
 }
 
 // A WorkerService alone with a short first-message deadline, on an in-process channel.
@@ -395,12 +444,7 @@ TEST_F(ServiceTest, ForcedDropEndsSessionsWithAbortedAndFreesTheRegionAfterCopie
   // region and the worker is not told its session is over.
   absl::Notification dropped;
   std::thread dropper([&] {
-    grpc::ClientContext context;
-    v1::DropEngineRequest drop;
-    drop.set_engine_id("engine");
-    drop.set_force(true);
-    v1::Empty empty;
-    EXPECT_TRUE(admin_stub_->DropEngine(&context, drop, &empty).ok());
+    EXPECT_TRUE(DropEngine(/*force=*/true).ok());
     dropped.Notify();
   });
   EXPECT_FALSE(dropped.WaitForNotificationWithTimeout(absl::Milliseconds(200)));

@@ -111,8 +111,9 @@ class SessionWriter final : public JobListener {
     Pump();
   }
 
-  // Blocks until everything queued has been written, or can no longer be (the writes failed, or
-  // the registration reply was never sent): the session's end, after the engine's Detach.
+  // Blocks until everything queued has been written, or can no longer be (the writes failed,
+  // the registration reply was never sent, or SessionClosed is out): the session's end, after
+  // the engine's Detach.
   void Drain() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(this, &SessionWriter::Drained));
@@ -124,14 +125,17 @@ class SessionWriter final : public JobListener {
   }
   bool CloseDue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closing_ && !close_sent_; }
   bool Drained() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !in_flight_ && (write_failed_ || !ready_ || (queue_.empty() && !CloseDue()));
+    return !in_flight_ &&
+           (write_failed_ || !ready_ || close_sent_ || (queue_.empty() && !CloseDue()));
   }
 
   // Starts the next write when none is in flight.
   void Pump() ABSL_LOCKS_EXCLUDED(mu_) {
     {
       absl::MutexLock lock(&mu_);
-      if (in_flight_ || !ready_ || write_failed_) return;
+      // SessionClosed is the last message: nothing is written after it (the call is cancelled
+      // once it is out; a verdict queued meanwhile would otherwise slip in before the cancel).
+      if (in_flight_ || !ready_ || write_failed_ || close_sent_) return;
       if (!queue_.empty()) {
         current_ = std::move(queue_.front());
         queue_.pop_front();

@@ -8,12 +8,13 @@
 // backend opens only that process's memory.
 //
 // Bounds (a client cannot exhaust the daemon through sessions): at most `max_sessions` sessions
-// at once, each one a daemon thread, mostly asleep (one more is RESOURCE_EXHAUSTED at once); a session whose
-// first message does not arrive within `first_message_timeout` ends with DEADLINE_EXCEEDED (the
-// session is served through gRPC's callback API, SessionStream, so that its first Read can time
-// out: a sync handler could only cancel the call, which the worker sees as CANCELLED);
-// a session with `max_queued_verdicts` messages waiting to be written is not read from until the
-// worker reads (flow control then pushes back on the worker), so its queue stays bounded.
+// at once, each one a daemon thread, mostly asleep (one more is RESOURCE_EXHAUSTED at once); a
+// session whose first message does not arrive within `first_message_timeout` ends with
+// DEADLINE_EXCEEDED (the session is served through gRPC's callback API, SessionStream, so that
+// its first Read can time out: a sync handler could only cancel the call, which the worker sees
+// as CANCELLED); a session with `max_queued_verdicts` messages waiting to be written is not read
+// from until the worker reads (flow control then pushes back on the worker), so its queue stays
+// bounded.
 #ifndef KVOFFLOAD_DAEMON_SERVICE_WORKER_SERVICE_H_
 #define KVOFFLOAD_DAEMON_SERVICE_WORKER_SERVICE_H_
 
