@@ -246,8 +246,8 @@ void Open(Gpu& gpu, const common::Geometry& g, const daemon::RegionOptions& opti
   out->probe_row = store->rows[0];
   CHECK_OK(out->resources.index->CompleteStore(store->keys, false));
   const uint64_t total = out->resources.region->size();
-  while (out->resources.preparer->progress().ready_bytes < total &&
-         out->resources.preparer->progress().status.ok()) {
+  for (auto p = out->resources.preparer->progress(); p.ready_bytes < total && p.status.ok();
+       p = out->resources.preparer->progress()) {
     const absl::Time t = absl::Now();
     CHECK_OK(gpu.Copy(CopyDirection::kLoad, base, out->probe_row));
     out->load_ms.push_back(Ms(t));

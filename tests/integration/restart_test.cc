@@ -345,6 +345,17 @@ TEST(RestartTest, UpgradeToASecondBinaryKeepsTheRows) {
 
 // ---- SIGKILL soak ---------------------------------------------------------------------------
 
+// The engine of the SIGKILL soaks: 16 KiB rows (4 layers of 4 KiB pages), 64 worker blocks.
+TestEngine SoakEngine(const std::string& id, uint64_t budget_bytes) {
+  TestEngine e;
+  e.engine_id = id;
+  e.num_layers = 4;
+  e.page_bytes = 4096;
+  e.num_blocks = 64;
+  e.budget_bytes = budget_bytes;
+  return e;
+}
+
 // SIGKILLs the daemon after `delay`, from a thread of its own, while the test sends traffic.
 class DelayedKill {
  public:
@@ -373,12 +384,7 @@ class DelayedKill {
 
 TEST(RestartTest, SigkillAtRandomPointsServesNoWrongRow) {
   const int crash_points = UnderSanitizer() ? 12 : 40;
-  TestEngine e;
-  e.engine_id = "soak";
-  e.num_layers = 4;
-  e.page_bytes = 4096;  // 16 KiB rows
-  e.num_blocks = 64;
-  e.budget_bytes = 96 << 20;  // 6144 rows
+  const TestEngine e = SoakEngine("soak", 96 << 20);  // 6144 rows
   const int per_batch = 16;
   // Stores stop at 80 % of the rows so that nothing is evicted: every committed row must return.
   const size_t max_batches = (e.budget_bytes / e.worker_bytes_per_block()) * 8 / 10 / per_batch;
@@ -483,13 +489,8 @@ TEST(RestartTest, SigkillWhileEvictingServesNoWrongRow) {
   // After each restart every key ever stored that hits is loaded and compared byte for byte; a
   // key that misses may have been evicted. Stores go on after the restart, evicting restored rows.
   const int crash_points = UnderSanitizer() ? 6 : 16;
-  TestEngine e;
-  e.engine_id = "evict-soak";
-  e.num_layers = 4;
-  e.page_bytes = 4096;  // 16 KiB rows
-  e.num_blocks = 64;
   // 512 rows; 128 under sanitizers, whose six crash points store ~1000 rows.
-  e.budget_bytes = UnderSanitizer() ? 2 << 20 : 8 << 20;
+  const TestEngine e = SoakEngine("evict-soak", UnderSanitizer() ? 2 << 20 : 8 << 20);
   const int per_batch = 16;
   const uint64_t rows = e.budget_bytes / e.worker_bytes_per_block();
   auto daemon = SupervisedDaemon::Start({"--max_region_bytes=64MiB"});
