@@ -5,6 +5,8 @@
 //                              the copy engines, or memcpy in the host backend, move directly),
 //                              walking the table's runs: a run of blocks contiguous on the GPU
 //                              too is one step, not one per block;
+//   * VisitStridedSegments   — the same, but stretches of consecutive blocks into consecutive
+//                              rows as 2D runs (a page per block at a fixed pitch each side);
 //   * PlanStagedChunks       — the staged path's layout: blocks packed into staging chunks laid
 //                              out like the host side, one copy per contiguous host run;
 //   * ChooseCopyPath         — which path moves a job: copy engines unless SM paths are allowed,
@@ -122,6 +124,93 @@ void VisitSegments(const DescriptorTable& table, uint64_t first_block, uint64_t 
     }
   }
   merger.Flush();
+}
+
+// Pages that repeat at a fixed pitch on both sides: row k is `bytes` at gpu_address + k ×
+// gpu_pitch and at host_offset + k × host_pitch. The copy engines move such a run as one 2D copy
+// (cudaMemcpy2DAsync) at the link's rate from 16-32 KiB pages, where one DMA per page reaches a
+// fraction of it (issue 17, docs/runs/2026-12-02-93f6b6c-gpu/dma2d.jsonl: 4 KiB pages of
+// consecutive blocks 33.6 GB/s as 2D copies against 5-10 as pages; 32 KiB 54-55 against 30-42).
+struct StridedSegment {
+  uint64_t gpu_address = 0;
+  uint64_t gpu_pitch = 0;
+  uint64_t host_offset = 0;  // from the job's region_base
+  uint64_t host_pitch = 0;
+  uint64_t bytes = 0;  // of one row
+  uint64_t rows = 1;
+};
+
+// As VisitSegments, but a stretch of at least `min_rows` blocks in job order that are
+// consecutive on the GPU and equally spaced in the region (consecutive blocks of a row, or the
+// same slot of consecutive rows: the pitch is bytes_per_block or row_bytes), across the table's
+// runs, is visited as strided segments of one row per block: one per tensor, or one for the whole
+// block when a block's pages are contiguous on the GPU. Everything else is visited as
+// VisitSegments would, as segments of rows == 1 (pitches 0). Not strided: workers whose blocks are
+// contiguous on the GPU (their stretches are already one segment), or min_rows == 0. Work:
+// O(runs + strided stretches × tensors), plus VisitSegments' for the rest.
+template <typename Visit>
+void VisitStridedSegments(const DescriptorTable& table, uint64_t first_block, uint64_t last_block,
+                          const std::vector<TensorDescriptor>& tensors, uint64_t min_rows,
+                          Visit&& visit) {
+  if (first_block >= last_block || tensors.empty()) return;
+  const uint64_t bpb = table.bytes_per_block;
+  const BlockShape shape = ShapeOf(tensors, bpb);
+  auto plain = [&](const Segment& s) {
+    visit(StridedSegment{s.gpu_address, 0, s.host_offset, 0, s.bytes, 1});
+  };
+  if (shape.blocks_contiguous || min_rows == 0) {
+    VisitSegments(table, first_block, last_block, tensors, plain);
+    return;
+  }
+  // The open stretch: job blocks [begin, end), the first at GPU block gpu_block and region
+  // offset host, block k of it at host + k × pitch (pitch 0 while it has one block).
+  uint64_t begin = 0, end = 0, gpu_block = 0, host = 0, pitch = 0;
+  auto close = [&] {
+    const uint64_t rows = end - begin;
+    if (rows >= std::max<uint64_t>(min_rows, 2)) {
+      if (shape.block_contiguous) {
+        const TensorDescriptor& t0 = tensors.front();
+        visit(StridedSegment{t0.gpu_address + gpu_block * t0.block_stride_bytes,
+                             t0.block_stride_bytes, host, pitch, bpb, rows});
+      } else {
+        for (const TensorDescriptor& t : tensors) {
+          visit(StridedSegment{t.gpu_address + gpu_block * t.block_stride_bytes,
+                               t.block_stride_bytes, host + t.host_offset, pitch, t.page_bytes,
+                               rows});
+        }
+      }
+    } else if (rows > 0) {
+      VisitSegments(table, begin, end, tensors, plain);
+    }
+  };
+  auto it = std::upper_bound(
+      table.runs.begin(), table.runs.end(), first_block,
+      [](uint64_t b, const RunDescriptor& r) { return b < r.first_block; });
+  if (it != table.runs.begin()) --it;
+  for (; it != table.runs.end() && it->first_block < last_block; ++it) {
+    const uint64_t from = std::max(first_block, it->first_block);
+    const uint64_t to = std::min(last_block, it->first_block + it->num_blocks);
+    if (from >= to) continue;
+    const uint64_t g = it->gpu_block + (from - it->first_block);
+    const uint64_t h = it->host_offset + (from - it->first_block) * bpb;
+    const uint64_t rows = end - begin;
+    // Within a run blocks are bytes_per_block apart; across runs at any pitch that keeps rows
+    // apart (one block per stretch row, so no two rows overlap).
+    const uint64_t p = pitch != 0 ? pitch : (h > host ? h - host : 0);
+    if (rows > 0 && from == end && g == gpu_block + rows && p >= bpb &&
+        h == host + rows * p && (to - from == 1 || p == bpb)) {
+      end = to;
+      pitch = p;
+      continue;
+    }
+    close();
+    begin = from;
+    end = to;
+    gpu_block = g;
+    host = h;
+    pitch = to - from > 1 ? bpb : 0;
+  }
+  close();
 }
 
 // Number of maximal contiguous host runs of a table (adjacent blocks merge).

@@ -1,5 +1,6 @@
 #include "daemon/copy/copy_plan.h"
 
+#include <algorithm>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -51,6 +52,36 @@ std::vector<Segment> PageByPage(const DescriptorTable& t, const std::vector<Tens
     }
   }
   if (open.bytes != 0) got.push_back(open);
+  return got;
+}
+
+std::vector<StridedSegment> Strided(const DescriptorTable& t,
+                                    const std::vector<TensorDescriptor>& ts, uint64_t first,
+                                    uint64_t last, uint64_t min_rows) {
+  std::vector<StridedSegment> got;
+  VisitStridedSegments(t, first, last, ts, min_rows,
+                       [&](const StridedSegment& s) { got.push_back(s); });
+  return got;
+}
+
+// Every `unit`-byte piece a list of segments moves, as (host offset, GPU address), sorted: two
+// lists move the same bytes to the same places exactly when these agree.
+std::vector<std::pair<uint64_t, uint64_t>> Units(const std::vector<StridedSegment>& segs,
+                                                 uint64_t unit) {
+  std::vector<std::pair<uint64_t, uint64_t>> got;
+  for (const StridedSegment& s : segs) {
+    for (uint64_t r = 0; r < s.rows; ++r) {
+      for (uint64_t b = 0; b < s.bytes; b += unit) {
+        got.emplace_back(s.host_offset + r * s.host_pitch + b, s.gpu_address + r * s.gpu_pitch + b);
+      }
+    }
+  }
+  std::sort(got.begin(), got.end());
+  return got;
+}
+std::vector<StridedSegment> AsStrided(const std::vector<Segment>& segs) {
+  std::vector<StridedSegment> got;
+  for (const Segment& s : segs) got.push_back({s.gpu_address, 0, s.host_offset, 0, s.bytes, 1});
   return got;
 }
 
@@ -205,6 +236,21 @@ TEST(VisitSegmentsTest, RunsGiveThePageByPageSegments) {
     ASSERT_TRUE(SameSegments(Segments(*table, tensors, first, last),
                              PageByPage(*table, tensors, first, last)))
         << "iteration " << iteration << " slice " << first << ".." << last;
+    // The strided form moves the same 512-byte units to the same places; its 2D runs have at
+    // least min_rows rows whose pages never overlap on either side.
+    const uint64_t min_rows = pick(4);
+    const std::vector<StridedSegment> strided =
+        Strided(*table, tensors, first, last, min_rows);
+    ASSERT_EQ(Units(strided, 512), Units(AsStrided(PageByPage(*table, tensors, first, last)), 512))
+        << "iteration " << iteration << " slice " << first << ".." << last << " min_rows "
+        << min_rows;
+    for (const StridedSegment& s : strided) {
+      if (s.rows == 1) continue;
+      EXPECT_GE(s.rows, std::max<uint64_t>(min_rows, 2));
+      EXPECT_NE(min_rows, 0u);
+      EXPECT_GE(s.gpu_pitch, s.bytes);
+      EXPECT_GE(s.host_pitch, s.bytes);
+    }
   }
 }
 
@@ -224,6 +270,90 @@ TEST(VisitSegmentsTest, RandomVersusConsecutiveBlocks) {
   table = BuildDescriptorTable(job, 1000, 4096);
   ASSERT_TRUE(table.ok());
   EXPECT_EQ(Segments(*table, one).size(), 4u);
+}
+
+// vLLM's per-layer caches (a tensor per layer and K/V, stride = page): consecutive GPU blocks
+// into consecutive rows are one 2D copy per tensor, however the job's runs cut them; a slot of a
+// two-slot engine strides by the row; random blocks stay pages; a short stretch stays pages.
+TEST(VisitStridedSegmentsTest, PerLayerStretchesAreOneStridedSegmentPerTensor) {
+  const uint64_t page = 4096;
+  std::vector<TensorDescriptor> per_layer;
+  for (uint64_t i = 0; i < 4; ++i) per_layer.push_back({(i + 1) << 32, page, page, i * page});
+  const uint64_t bpb = 4 * page;
+  CopyJob job;
+  job.blocks_per_row = 2;
+  job.slot_bytes = 2 * bpb;
+  job.row_bytes = 2 * bpb;
+  // GPU blocks 10..17 into region blocks 4..11 (rows 2..5), cut into three runs.
+  job.runs = {CopyRun{10, 4, 3}, CopyRun{13, 7, 1}, CopyRun{14, 8, 4}};
+  auto table = BuildDescriptorTable(job, 64, bpb);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<StridedSegment> got = Strided(*table, per_layer, 0, table->num_blocks, 2);
+  ASSERT_EQ(got.size(), 4u);
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(got[i].gpu_address, ((i + 1) << 32) + 10 * page);
+    EXPECT_EQ(got[i].gpu_pitch, page);
+    EXPECT_EQ(got[i].host_offset, 4 * bpb + i * page);
+    EXPECT_EQ(got[i].host_pitch, bpb);
+    EXPECT_EQ(got[i].bytes, page);
+    EXPECT_EQ(got[i].rows, 8u);
+  }
+  // min_rows above the stretch: the pages, as VisitSegments gives them (8 blocks × 4 tensors).
+  got = Strided(*table, per_layer, 0, table->num_blocks, 9);
+  EXPECT_EQ(got.size(), 32u);
+  for (const StridedSegment& s : got) EXPECT_EQ(s.rows, 1u);
+  EXPECT_EQ(Strided(*table, per_layer, 0, table->num_blocks, 0).size(), 32u);
+
+  // Slot 1 of a two-slot engine, one block a row: its blocks are row_bytes apart.
+  job.blocks_per_row = 1;
+  job.slot_bytes = bpb;
+  job.row_bytes = 2 * bpb;
+  job.slot = 1;
+  job.runs = {CopyRun{20, 3, 5}};
+  table = BuildDescriptorTable(job, 64, bpb);
+  ASSERT_TRUE(table.ok()) << table.status();
+  got = Strided(*table, per_layer, 0, table->num_blocks, 2);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].host_offset, 3 * 2 * bpb + bpb);
+  EXPECT_EQ(got[0].host_pitch, 2 * bpb);
+  EXPECT_EQ(got[0].gpu_pitch, page);
+  EXPECT_EQ(got[0].rows, 5u);
+
+  // Random blocks: no two consecutive on the GPU, so pages only.
+  job.slot = 0;
+  job.runs = RunsOfLists({5, 2, 9, 3}, {0, 1, 2, 3}, 1);
+  table = BuildDescriptorTable(job, 64, bpb);
+  ASSERT_TRUE(table.ok()) << table.status();
+  got = Strided(*table, per_layer, 0, table->num_blocks, 2);
+  EXPECT_EQ(got.size(), 16u);
+  for (const StridedSegment& s : got) EXPECT_EQ(s.rows, 1u);
+}
+
+// A block that is one span on the GPU but apart from the next (vLLM's cross-layer tensor with
+// padding): one 2D copy of whole blocks; blocks back to back on the GPU: one plain segment.
+TEST(VisitStridedSegmentsTest, BlockSpansStrideAsWholeBlocks) {
+  const uint64_t bpb = 8192;
+  std::vector<TensorDescriptor> padded = {{0x100000, 2 * bpb, 4096, 0},
+                                          {0x100000 + 4096, 2 * bpb, 4096, 4096}};
+  CopyJob job;
+  job.blocks_per_row = 1;
+  job.slot_bytes = bpb;
+  job.row_bytes = bpb;
+  job.runs = {CopyRun{2, 0, 6}};
+  auto table = BuildDescriptorTable(job, 16, bpb);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<StridedSegment> got = Strided(*table, padded, 0, table->num_blocks, 2);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].gpu_address, 0x100000 + 2 * 2 * bpb);
+  EXPECT_EQ(got[0].gpu_pitch, 2 * bpb);
+  EXPECT_EQ(got[0].host_pitch, bpb);
+  EXPECT_EQ(got[0].bytes, bpb);
+  EXPECT_EQ(got[0].rows, 6u);
+  std::vector<TensorDescriptor> packed = {{0x100000, bpb, bpb, 0}};
+  got = Strided(*table, packed, 0, table->num_blocks, 2);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].rows, 1u);
+  EXPECT_EQ(got[0].bytes, 6 * bpb);
 }
 
 TEST(CountHostRunsTest, AdjacentRowsMerge) {
