@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions&
   cuda_options.first_batch_copies = options.first_batch_copies;
   cuda_options.max_batch_copies = options.max_batch_copies;
   cuda_options.batch_overlap_hint = options.batch_overlap_hint;
+  cuda_options.strided_min_rows = options.strided_min_rows;
   if (options.copy_path == "copy_engine") {
     cuda_options.forced_path = cuda::ForcedPath::kCopyEngine;
   } else if (options.copy_path == "staged") {

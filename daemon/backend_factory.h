@@ -23,6 +23,7 @@ struct BackendOptions {
   uint64_t first_batch_copies = 0;  // off until stage fixed_cost has measured it
   uint64_t max_batch_copies = 4096;
   bool batch_overlap_hint = true;  // CUDA: cudaMemcpyFlagPreferOverlapWithCompute on batches
+  uint64_t strided_min_rows = 2;   // CUDA: consecutive blocks as 2D copies from this many; 0 off
 };
 
 absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions& options);

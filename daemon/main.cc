@@ -94,6 +94,10 @@ ABSL_FLAG(uint64_t, cuda_max_batch_copies, 4096,
 ABSL_FLAG(bool, cuda_batch_overlap_hint, true,
           "CUDA, benchmarks only: the copy-engine path's cudaMemcpyBatchAsync calls carry "
           "cudaMemcpyFlagPreferOverlapWithCompute.");
+ABSL_FLAG(uint64_t, cuda_2d_min_blocks, 2,
+          "CUDA, benchmarks only: on the copy-engine path, a stretch of at least this many "
+          "consecutive GPU blocks into equally spaced rows is one 2D copy per tensor "
+          "(cudaMemcpy2DAsync). 0: one copy per page (the path before 2D copies).");
 ABSL_FLAG(int64_t, shutdown_grace_s, 10, "On SIGTERM, seconds running copies get to finish.");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off. SIGHUP re-reads it.");
@@ -262,6 +266,7 @@ int main(int argc, char** argv) {
   backend_options.first_batch_copies = absl::GetFlag(FLAGS_cuda_first_batch_copies);
   backend_options.max_batch_copies = absl::GetFlag(FLAGS_cuda_max_batch_copies);
   backend_options.batch_overlap_hint = absl::GetFlag(FLAGS_cuda_batch_overlap_hint);
+  backend_options.strided_min_rows = absl::GetFlag(FLAGS_cuda_2d_min_blocks);
   auto backend = d::CreateBackend(backend_options);
   if (!backend.ok()) return Fail(backend.status());
 

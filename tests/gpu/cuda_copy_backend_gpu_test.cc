@@ -244,7 +244,24 @@ class CudaBackendIpcTest : public ::testing::Test {
     CudaBackendOptions options;
     uint64_t seed = 1;
     bool sequential_rows = false;  // rows in order: adjacent slots form long host runs
+    // > 0: blocks come in runs of this many consecutive GPU blocks (random runs, in random order)
+    // into consecutive rows, as vLLM's prefixes do (the copy engines' 2D copies); 0: random.
+    uint64_t run_blocks = 0;
+    // > 0: the region is declared in chunks of this many rows and pinned chunk by chunk, so
+    // copies (2D ones too) are split where a registration ends.
+    uint64_t chunk_rows = 0;
   };
+
+  // `take` blocks of [0, n) in runs of `run` consecutive ones, the runs in random order.
+  static std::vector<uint64_t> InRuns(uint64_t n, uint64_t take, uint64_t run,
+                                      std::mt19937_64* rng) {
+    std::vector<uint64_t> starts = Shuffled(n / run, (take + run - 1) / run, rng);
+    std::vector<uint64_t> v;
+    for (uint64_t s : starts) {
+      for (uint64_t k = 0; k < run && v.size() < take; ++k) v.push_back(s * run + k);
+    }
+    return v;
+  }
 
   // The same round trip with every job staged through small staging buffers (many chunks, every
   // buffer, runs split across chunks): gather/scatter on the device, copy engines over the link.
@@ -272,18 +289,30 @@ class CudaBackendIpcTest : public ::testing::Test {
     const uint64_t num_rows = rows_used + 3;
     HostRegion region(num_rows * g.row_bytes);
     ASSERT_NE(region.base(), nullptr);
-    ASSERT_OK((*backend)->RegisterRegion(region.base(), region.bytes(), g.row_bytes));
+    if (p.chunk_rows == 0) {
+      ASSERT_OK((*backend)->RegisterRegion(region.base(), region.bytes(), g.row_bytes));
+    } else {
+      ASSERT_OK((*backend)->DeclareRegion(region.base(), region.bytes(), g.row_bytes,
+                                          p.chunk_rows * g.row_bytes));
+    }
     absl::StatusOr<std::unique_ptr<WorkerMemory>> memory = (*backend)->OpenWorker(*reg);
     ASSERT_TRUE(memory.ok()) << memory.status();
+    if (p.chunk_rows != 0) {  // a context exists once the worker is open
+      for (uint64_t c = 0; c * p.chunk_rows < num_rows; ++c) {
+        ASSERT_OK((*backend)->PinRegionChunk(region.base(), c));
+      }
+    }
     EXPECT_EQ((*memory)->bytes_per_block(), g.bytes_per_block);
     EXPECT_EQ((*memory)->num_blocks(), MinBlocks(p.layout));
     EXPECT_EQ((*memory)->num_events(), 2u);
 
     std::mt19937_64 rng(p.seed);
     const uint64_t num_blocks = MinBlocks(p.layout);
-    std::vector<uint64_t> blocks = Shuffled(num_blocks, p.num_pairs, &rng);
+    std::vector<uint64_t> blocks = p.run_blocks == 0
+                                       ? Shuffled(num_blocks, p.num_pairs, &rng)
+                                       : InRuns(num_blocks, p.num_pairs, p.run_blocks, &rng);
     std::vector<uint64_t> rows = Shuffled(num_rows, rows_used, &rng);
-    if (p.sequential_rows) std::sort(rows.begin(), rows.end());
+    if (p.sequential_rows || p.run_blocks != 0) std::sort(rows.begin(), rows.end());
 
     JobResult stored = RunJob(
         backend->get(), MakeJob(CopyDirection::kStore, memory->get(), region, g, blocks, rows));
@@ -301,7 +330,9 @@ class CudaBackendIpcTest : public ::testing::Test {
     EXPECT_TRUE(RegionEquals(region, expected));
 
     ASSERT_OK((*worker)->Fill(kGenPoison));
-    std::vector<uint64_t> load_blocks = Shuffled(num_blocks, p.num_pairs, &rng);
+    std::vector<uint64_t> load_blocks = p.run_blocks == 0
+                                            ? Shuffled(num_blocks, p.num_pairs, &rng)
+                                            : InRuns(num_blocks, p.num_pairs, p.run_blocks, &rng);
     JobResult loaded = RunJob(
         backend->get(), MakeJob(CopyDirection::kLoad, memory->get(), region, g, load_blocks, rows));
     ASSERT_OK(loaded.status);
@@ -454,6 +485,49 @@ TEST_F(CudaBackendIpcTest, MixedPageSizesAutoPath) {
   p.layout.buffer_bytes = LayoutEnd(p.layout.tensors) + 4096;
   p.num_pairs = 12;
   p.options.forced_path = daemon::cuda::ForcedPath::kAuto;
+  RunRoundTrip(p);
+}
+
+// Prefixes: runs of consecutive GPU blocks into consecutive rows go by the copy engines as 2D
+// copies (one per tensor and registration chunk; rows crossing nothing, the last rows of a run
+// alone as plain copies). vLLM's per-layer K/V tensors, worker in slot 1 of 2 (the rows' pitch is
+// the row, not the block), a region pinned in chunks of 3 rows.
+TEST_F(CudaBackendIpcTest, ConsecutiveBlocksGoAs2dCopies) {
+  RoundTrip p;
+  const uint64_t page = 8192;
+  const uint64_t blocks = 128;
+  uint64_t offset = 4096;
+  for (int t = 0; t < 8; ++t) {
+    p.layout.tensors.push_back({offset, blocks, page, page});
+    offset += blocks * page + 512;
+  }
+  p.layout.buffer_bytes = offset + 4096;
+  p.num_pairs = 70;
+  p.num_copies = 2;
+  p.slot = 1;
+  p.run_blocks = 7;
+  p.chunk_rows = 3;
+  p.options.forced_path = daemon::cuda::ForcedPath::kCopyEngine;
+  RunRoundTrip(p);
+  p.options.strided_min_rows = 0;  // the same job page by page
+  RunRoundTrip(p);
+}
+
+// Two blocks a row (a row's blocks one block apart, across rows too), K and V of a block adjacent
+// on the GPU in one allocation and a third tensor elsewhere, in runs of 16 across chunks of 5 rows
+// (rows picked with gaps, which cut the stretches).
+TEST_F(CudaBackendIpcTest, ConsecutiveBlocksTwoPerRowAs2dCopies) {
+  RoundTrip p;
+  const uint64_t blocks = 96;
+  p.layout.tensors.push_back({8192, blocks, 8192, 4096});  // [blocks, 2, 4096]: K
+  p.layout.tensors.push_back({8192 + 4096, blocks, 8192, 4096});  // and V
+  p.layout.tensors.push_back({8192 + blocks * 8192, blocks, 16384, 16384});
+  p.layout.buffer_bytes = LayoutEnd(p.layout.tensors) + 8192;
+  p.num_pairs = 64;
+  p.blocks_per_row = 2;
+  p.run_blocks = 16;
+  p.chunk_rows = 5;
+  p.options.forced_path = daemon::cuda::ForcedPath::kCopyEngine;
   RunRoundTrip(p);
 }
 

@@ -82,6 +82,7 @@ class CudaCopyBackend::Impl {
     enqueue_.first_batch_copies = options.first_batch_copies;
     enqueue_.max_batch_copies = options.max_batch_copies;
     enqueue_.batch_overlap_hint = options.batch_overlap_hint;
+    enqueue_.strided_min_rows = options.strided_min_rows;
   }
 
   ~Impl() {

@@ -90,6 +90,11 @@ struct CudaBackendOptions {
   // Copy-engine path: the batches carry cudaMemcpyFlagPreferOverlapWithCompute (hidden flag
   // --cuda_batch_overlap_hint; off only to measure what the hint does).
   bool batch_overlap_hint = true;
+  // Copy-engine path: a stretch of at least this many consecutive GPU blocks into equally spaced
+  // rows goes as one cudaMemcpy2DAsync per tensor (vLLM's per-layer pages reach the link from
+  // 16-32 KiB this way, where a DMA per page does not). 0: a DMA per page. Hidden flag
+  // --cuda_2d_min_blocks (benchmarks: 0 measures the page-by-page path).
+  uint64_t strided_min_rows = 2;
 };
 
 // Validates options (INVALID_ARGUMENT) and finds the GPUs. UNAVAILABLE when there is no usable

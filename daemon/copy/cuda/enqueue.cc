@@ -37,6 +37,45 @@ absl::Status AddRegionCopy(CopyBatcher& batcher, bool store, uint8_t* base, uint
   return absl::OkStatus();
 }
 
+// cudaMemcpy2DAsync refuses pitches above the device's maximum (cudaDevAttrMaxPitch, 2^31 − 1
+// on every GPU we run on); a stretch with a larger one goes row by row.
+constexpr uint64_t kMax2dPitch = (uint64_t{1} << 31) - 1;
+
+// Adds a strided segment (rows of s.bytes at a fixed pitch on each side): the rows of each
+// registration chunk as one 2D copy on `stream`, a row that crosses a chunk's end (or a lone row)
+// through the batcher, split there. *calls counts the 2D copies.
+absl::Status AddRegionCopy2D(CopyBatcher& batcher, Device* device, cudaStream_t stream, bool store,
+                             uint8_t* base, uint64_t chunk_bytes, const StridedSegment& s,
+                             uint64_t* calls) {
+  const bool pitches_fit = s.host_pitch <= kMax2dPitch && s.gpu_pitch <= kMax2dPitch;
+  uint64_t r = 0;
+  while (r < s.rows) {
+    const uint64_t host = s.host_offset + r * s.host_pitch;
+    uint8_t* gpu = reinterpret_cast<uint8_t*>(s.gpu_address + r * s.gpu_pitch);
+    const uint64_t chunk_end = (host / chunk_bytes + 1) * chunk_bytes;
+    // Rows r .. r + n − 1 end inside this chunk (host + k × pitch + bytes ≤ chunk_end).
+    const uint64_t n =
+        host + s.bytes > chunk_end || !pitches_fit
+            ? 1
+            : std::min(s.rows - r, (chunk_end - host - s.bytes) / s.host_pitch + 1);
+    if (n == 1) {
+      RETURN_IF_ERROR(AddRegionCopy(batcher, store, base, chunk_bytes, host, gpu, s.bytes));
+    } else if (store) {
+      RETURN_IF_ERROR(device->Check(cudaMemcpy2DAsync(base + host, s.host_pitch, gpu, s.gpu_pitch,
+                                                      s.bytes, n, cudaMemcpyDeviceToHost, stream),
+                                    "cudaMemcpy2DAsync (store)"));
+      ++*calls;
+    } else {
+      RETURN_IF_ERROR(device->Check(cudaMemcpy2DAsync(gpu, s.gpu_pitch, base + host, s.host_pitch,
+                                                      s.bytes, n, cudaMemcpyHostToDevice, stream),
+                                    "cudaMemcpy2DAsync (load)"));
+      ++*calls;
+    }
+    r += n;
+  }
+  return absl::OkStatus();
+}
+
 // Records the job's completion after everything queued on `last` (and on `other`, joined into
 // it, when the job may have left work there unseen). If the event cannot be recorded, both
 // streams are synchronized so the job is never reported while its work runs.
@@ -112,7 +151,8 @@ CopyKernelConfig KernelConfig(int sms) {
 
 }  // namespace
 
-// Copy engines only: every merged segment is one DMA (batched). No SM.
+// Copy engines only: every merged segment is one DMA (batched), every stretch of consecutive
+// blocks one 2D DMA per tensor (per registration chunk). No SM.
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
                                const EnqueueOptions& options) {
   CudaWorkerMemory* m = job.memory;
@@ -124,14 +164,21 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
   CopyBatcher batcher(options.max_batch_copies, lane.dma, options.batch_unsupported,
                       options.first_batch_copies, options.batch_overlap_hint);
   uint8_t* base = job.region->base();
-  VisitSegments(job.table, 0, job.table.num_blocks, m->tensors(), [&](const Segment& seg) {
-    if (!status.ok()) return;
-    status = AddRegionCopy(batcher, store, base, job.region->chunk_bytes(), seg.host_offset,
-                           reinterpret_cast<uint8_t*>(seg.gpu_address), seg.bytes);
-  });
+  const uint64_t chunk_bytes = job.region->chunk_bytes();
+  uint64_t strided_calls = 0;
+  VisitStridedSegments(
+      job.table, 0, job.table.num_blocks, m->tensors(), options.strided_min_rows,
+      [&](const StridedSegment& seg) {
+        if (!status.ok()) return;
+        status = seg.rows == 1
+                     ? AddRegionCopy(batcher, store, base, chunk_bytes, seg.host_offset,
+                                     reinterpret_cast<uint8_t*>(seg.gpu_address), seg.bytes)
+                     : AddRegionCopy2D(batcher, device, lane.dma, store, base, chunk_bytes, seg,
+                                       &strided_calls);
+      });
   if (status.ok()) status = batcher.Flush();
   j->times.first = batcher.first_flush_returned();
-  j->times.copies = batcher.copies();
+  j->times.copies = batcher.copies() + strided_calls;
   j->times.batches = batcher.batches();
   if (status.ok() && job.load_event != nullptr) {
     status = device->Check(cudaEventRecord(job.load_event, lane.dma),

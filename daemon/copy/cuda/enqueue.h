@@ -1,6 +1,7 @@
 // The CUDA backend's three ways to enqueue a prepared job's GPU work, once its worker's event has
 // fired (cuda_copy_backend.cc chooses one; DESIGN.md §5 and docs/TUNING.md say when each wins):
-//   EnqueueCopyEngine  every merged segment is one DMA (batched); no SM. The default.
+//   EnqueueCopyEngine  every merged segment is one DMA (batched), a stretch of consecutive
+//                      blocks one 2D DMA per tensor; no SM. The default.
 //   EnqueueStaged      per chunk, a short gather/scatter launch on copy_sms SMs between the
 //                      worker's pages and a staging buffer, and DMA between staging and region.
 //   EnqueueKernel      one launch reads or writes the mapped region directly.
@@ -52,6 +53,9 @@ struct EnqueueOptions {
   size_t first_batch_copies = 0;
   size_t max_batch_copies = 4096;
   bool batch_overlap_hint = true;
+  // Stretches of at least this many consecutive blocks go as 2D copies (VisitStridedSegments);
+  // 0: never (every page its own copy, as before).
+  uint64_t strided_min_rows = 2;
 };
 
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
