@@ -14,12 +14,14 @@
 # item 4: helper pin's restart_pin_bench, 32 and 64 GiB regions, into OUT/restart.jsonl; needs
 # up to 128 GiB of host memory); fixed_cost (issue 17: the copy-engine path's fixed cost per job,
 # fixed_cost.py: a per-step breakdown of 512 MiB cross-layer and 1-block jobs for several batch
-# variants of the daemon, into OUT/fixed_cost/fixed_cost.json, ~30 s).
+# variants of the daemon, into OUT/fixed_cost/fixed_cost.json, ~30 s); v3_2d (the copy engines'
+# 2D copies against a DMA per page, --cuda_2d_min_blocks=0: interference, throughput and layout
+# of v3_bench.py with --paths=default,page_dma, into OUT/v3/*_2d.jsonl).
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
 stages=" ${3:-all} "  # any of: tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps, all,
-                      # v3 v3_mps v3_layout v3_reorder restart_pin fixed_cost
+                      # v3 v3_mps v3_layout v3_reorder v3_2d restart_pin fixed_cost
 want() { [[ $stages == *" all "* || $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -166,7 +168,7 @@ if want mps; then
   fi
   mps_stop
 fi
-if only v3 || only v3_mps || only v3_layout || only v3_reorder; then
+if only v3 || only v3_mps || only v3_layout || only v3_reorder || only v3_2d; then
   mkdir -p "$out/v3"
   git_commit=$(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)
   echo "{\"commit\":\"$git_commit\",\"device\":\"$(cat "$out/device.txt")\",\"date\":\"$(date -u +%F)\"}" \
@@ -189,6 +191,12 @@ if only v3; then
     failed=$((failed + 1)); echo "FAILED: e2e_bench --latency_only"; tail -5 "$out/v3/latency_cpp.err"
   fi
   cat "$out/v3/latency_cpp.jsonl"
+fi
+if only v3_2d; then
+  echo "=== copy engines: 2D copies (default) against a DMA per page (page_dma)"
+  bench_py v3/interference_2d 200 "$bundle/v3_bench.py" interference --paths=default,page_dma
+  bench_py v3/throughput_2d 200 "$bundle/v3_bench.py" throughput --paths=default,page_dma
+  bench_py v3/layout_2d 200 "$bundle/v3_bench.py" layout --paths=default,page_dma
 fi
 if only v3_layout; then
   echo "=== copy path v3: what layout buys at small pages (issue 17 item 2)"

@@ -12,6 +12,8 @@
   v3_bench.py layout [--quick]       issue 17 item 2: what layout buys at 4-64 KiB pages
   v3_bench.py reorder [--quick]      item 2's worker-side reorder (v3_reorder.py): rate, and
       cost to the model from its own process against torch_staged in-process
+  --paths=a,b (interference, throughput, layout): only these paths of PATHS (by name), e.g.
+      --paths=default,page_dma for the 2D copies against the page-by-page copy engines
 
 The orchestrator never touches CUDA (a child of a CUDA process must not use CUDA): the model,
 the copier and the measuring processes are `v3_bench.py --role ...` children talking JSON lines
@@ -35,9 +37,11 @@ THROUGHPUT_LAYOUTS = INTERFERENCE_LAYOUTS + [("per_layer_4k", "consecutive"),
                                              ("cross_layer_2m", "consecutive")]
 # Daemon flags of each path. Without MPS the default rule (--sm_copies=if_mps) means copy
 # engines only (the same as --copy_path=copy_engine); under MPS it lets the daemon pick per job.
+# page_dma: the copy-engine path before 2D copies (a DMA per page even for consecutive blocks).
 PATHS = {
     False: [("default", []), ("sm_always", ["--sm_copies=always"]),
-            ("staged", ["--copy_path=staged"]), ("kernel", ["--copy_path=kernel"])],
+            ("staged", ["--copy_path=staged"]), ("kernel", ["--copy_path=kernel"]),
+            ("page_dma", ["--cuda_2d_min_blocks=0"])],
     True: [("default", []), ("copy_engine", ["--copy_path=copy_engine"]),
            ("staged", ["--copy_path=staged"]), ("kernel", ["--copy_path=kernel"])],
 }
@@ -149,10 +153,21 @@ def copy_gbps(jobs, t0, t1):
     return moved / span / 1e9 if span > 0 else None
 
 
-def interference(mps, quick):
+def picked(paths, only):
+    """The paths named in `only` (a list, or None for all of `paths`), looked up in PATHS."""
+    if only is None:
+        return paths
+    known = dict(PATHS[False] + PATHS[True])
+    missing = [n for n in only if n not in known]
+    if missing:
+        sys.exit("unknown path(s) %s; known: %s" % (missing, sorted(known)))
+    return [(n, known[n]) for n in only]
+
+
+def interference(mps, quick, only=None):
     reps = dict(reps_gemm=6, reps_decode=8) if quick else dict(reps_gemm=12, reps_decode=20)
     layouts = INTERFERENCE_LAYOUTS[:2] if quick else INTERFERENCE_LAYOUTS
-    paths = PATHS[mps][:2] if quick else PATHS[mps]
+    paths = picked(PATHS[mps][:2] if quick else PATHS[mps], only)
     model = Child("model")
     copier = Child("copier")
     info = model.read()
@@ -214,9 +229,10 @@ def interference(mps, quick):
         emit(context_floor_mib=context_floor_mib())
 
 
-def throughput(quick):
+def throughput(quick, only=None):
     layouts = THROUGHPUT_LAYOUTS[:3] if quick else THROUGHPUT_LAYOUTS
-    paths = PATHS[False][:1] if quick else [PATHS[False][0], PATHS[False][2], PATHS[False][3]]
+    paths = picked(PATHS[False][:1] if quick else
+                   [PATHS[False][0], PATHS[False][2], PATHS[False][3], PATHS[False][4]], only)
     tp = Child("throughput")
     emit(phase="throughput", **{k: v for k, v in tp.read().items() if k != "ready"})
     try:
@@ -248,7 +264,7 @@ def cpu(quick):
         d.stop()
 
 
-def layout(quick):
+def layout(quick, only=None):
     """Issue 17 item 2: per-layer pages of 4-64 KiB, random / runs of 16 / consecutive blocks,
     registered as today (a block's 16 pages back to back in its row: a segment contiguous on
     both sides is one page), the same with blocks_per_row 16, and the same bytes with each
@@ -258,16 +274,19 @@ def layout(quick):
         "per_layer_4k", "per_layer_16k", "per_layer_32k", "per_layer_64k")
     tp = Child("throughput")
     tp.read()
-    d = Daemon()
     try:
-        for name in pages:
-            for blocks in ("random", "runs16", "consecutive"):
-                for r in tp.ask(cmd="layout", socket=d.sock, layout=name, blocks=blocks,
-                                quick=quick)["rows"]:
-                    emit(layout_v3=r)
+        for path, flags in picked([PATHS[False][0]], only):
+            d = Daemon(flags)
+            try:
+                for name in pages:
+                    for blocks in ("random", "runs16", "consecutive"):
+                        for r in tp.ask(cmd="layout", socket=d.sock, layout=name, blocks=blocks,
+                                        quick=quick)["rows"]:
+                            emit(layout_v3=dict(r, path=path))
+            finally:
+                d.stop()
     finally:
         tp.close()
-        d.stop()
 
 
 REORDER_VARIANTS = [dict(chunk_bytes=64 << 20, slots=2), dict(chunk_bytes=32 << 20, slots=4),
@@ -555,17 +574,18 @@ def main():
         sys.exit(__doc__)
     sys.path.insert(0, HERE)
     quick = "--quick" in argv
+    only = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--paths=")), None)
     t0 = time.monotonic()
     if argv[0] == "interference":
-        interference("--mps" in argv, quick)
+        interference("--mps" in argv, quick, only)
     elif argv[0] == "throughput":
-        throughput(quick)
+        throughput(quick, only)
     elif argv[0] == "cpu":
         cpu(quick)
     elif argv[0] == "reorder":
         reorder(quick)
     else:
-        layout(quick)
+        layout(quick, only)
     note("%s took %.1f s" % (argv[0], time.monotonic() - t0))
 
 
