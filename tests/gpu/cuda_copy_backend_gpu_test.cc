@@ -361,18 +361,24 @@ class CudaBackendIpcTest : public ::testing::Test {
   }
 };
 
+// vLLM's per-layer caches: 4 layers × {K, V}, each tensor `blocks` pages of `page` bytes,
+// sub-allocated from one allocation at non-zero offsets with gaps between them.
+WorkerLayout PerLayerKv(uint64_t page, uint64_t blocks) {
+  WorkerLayout layout;
+  uint64_t offset = 4096;
+  for (int t = 0; t < 8; ++t) {
+    layout.tensors.push_back({offset, blocks, page, page});
+    offset += blocks * page + 512;
+  }
+  layout.buffer_bytes = offset + 4096;
+  return layout;
+}
+
 // vLLM's usual layout: one K and one V tensor per layer, all sub-allocated from one allocation at
 // non-zero offsets. Worker in slot 1 of 2.
 TEST_F(CudaBackendIpcTest, PerLayerSeparateKvTensors) {
   RoundTrip p;
-  const uint64_t page = 8192;
-  const uint64_t blocks = 96;
-  uint64_t offset = 4096;
-  for (int t = 0; t < 8; ++t) {  // 4 layers × {K, V}
-    p.layout.tensors.push_back({offset, blocks, page, page});
-    offset += blocks * page + 512;
-  }
-  p.layout.buffer_bytes = offset + 4096;
+  p.layout = PerLayerKv(8192, 96);
   p.num_pairs = 40;
   p.num_copies = 2;
   p.slot = 1;
@@ -494,14 +500,7 @@ TEST_F(CudaBackendIpcTest, MixedPageSizesAutoPath) {
 // the row, not the block), a region pinned in chunks of 3 rows.
 TEST_F(CudaBackendIpcTest, ConsecutiveBlocksGoAs2dCopies) {
   RoundTrip p;
-  const uint64_t page = 8192;
-  const uint64_t blocks = 128;
-  uint64_t offset = 4096;
-  for (int t = 0; t < 8; ++t) {
-    p.layout.tensors.push_back({offset, blocks, page, page});
-    offset += blocks * page + 512;
-  }
-  p.layout.buffer_bytes = offset + 4096;
+  p.layout = PerLayerKv(8192, 128);
   p.num_pairs = 70;
   p.num_copies = 2;
   p.slot = 1;
