@@ -1,5 +1,6 @@
 #include "daemon/copy/cuda/completion.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -57,6 +58,7 @@ void CompletionQueue::Report(PendingJob& j, absl::Status status) {
 
 void CompletionQueue::Run() {
   std::vector<std::unique_ptr<PendingJob>> active;
+  absl::Duration wake = interval_;
   for (;;) {
     bool stopping = false;
     {
@@ -68,7 +70,7 @@ void CompletionQueue::Run() {
         // Idle: wake once a second for the device's idle work.
         mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
       } else {
-        mu_.AwaitWithTimeout(absl::Condition(&ready), interval_);
+        mu_.AwaitWithTimeout(absl::Condition(&ready), wake);
       }
       for (auto& j : incoming_) active.push_back(std::move(j));
       incoming_.clear();
@@ -95,9 +97,20 @@ void CompletionQueue::Run() {
       ++kept;
     }
     active.resize(kept);
+    wake = NextWake(active, absl::Now());
     absl::MutexLock lock(&mu_);
     waiting_ = waiting;
   }
+}
+
+absl::Duration CompletionQueue::NextWake(const std::vector<std::unique_ptr<PendingJob>>& active,
+                                         absl::Time now) const {
+  absl::Duration wake = kMaxPollInterval;
+  for (const auto& j : active) {
+    if (!j->started) return interval_;  // watching a worker's event: every interval
+    wake = std::min(wake, j->next_poll - now);
+  }
+  return std::max(wake, absl::ZeroDuration());
 }
 
 bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
@@ -131,6 +144,7 @@ bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
       }
     }
     j.started = true;
+    j.started_at = now;
     j.start(&j);
     j.start = nullptr;
     if (j.completion == nullptr) {
@@ -140,6 +154,7 @@ bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
     j.next_warning = std::max(j.deadline, now + absl::Seconds(1));
     return false;
   }
+  if (now < j.next_poll) return false;
   const cudaError_t err = cudaEventQuery(j.completion);
   if (err == cudaSuccess) {
     j.times.observed = JobClockNanos();
@@ -157,6 +172,7 @@ bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
                 CopyDirectionName(j.direction), j.bytes, absl::FormatDuration(now - j.submitted));
     j.next_warning = now + absl::Seconds(30);
   }
+  j.next_poll = NextPoll(j.started_at, now, interval_);
   return false;
 }
 

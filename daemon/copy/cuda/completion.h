@@ -9,7 +9,8 @@
 //      and then blocks cudaIpcCloseMemHandle and every engine on the GPU: MACHINES.md). When the
 //      event fires, `start` enqueues the job's GPU work; at the deadline the job fails with
 //      DEADLINE_EXCEEDED having copied nothing.
-//   2. running — its own completion event (recorded after its last GPU operation) is polled; the
+//   2. running — its own completion event (recorded after its last GPU operation) is polled at
+//      a step that grows with the copy's age (NextPoll: at most 1/256 of its duration late); the
 //      job is reported when that event has completed, never earlier. A running job holds only
 //      the daemon's own work (kernels and DMA of bounded size), so it always ends; past its
 //      deadline it is logged, and reported with its real status when it finishes.
@@ -34,6 +35,7 @@
 #include "daemon/copy/copy_backend.h"
 #include "daemon/copy/cuda/device.h"
 #include "daemon/copy/cuda/job_times.h"
+#include "daemon/copy/cuda/poll_pacing.h"
 
 namespace kvoffload::daemon::cuda {
 
@@ -55,7 +57,9 @@ struct PendingJob {
   cudaEvent_t worker_event = nullptr;
   std::function<void(PendingJob*)> start;
   bool started = false;
-  // Running state.
+  // Running state: since when (set by whoever starts it), and when the queue next queries it.
+  absl::Time started_at;
+  absl::Time next_poll = absl::InfinitePast();
   cudaEvent_t completion = nullptr;
   Device::Buffer buffer;  // the descriptor table, returned to the device when the job ends
   absl::Time next_warning = absl::InfiniteFuture();
@@ -84,6 +88,10 @@ class CompletionQueue {
   void Run();
   // True when the job is over (reported).
   bool Step(PendingJob& job, absl::Time now);
+  // How long the queue may sleep before a job needs it (interval_ while any waits for its
+  // worker's event).
+  absl::Duration NextWake(const std::vector<std::unique_ptr<PendingJob>>& active,
+                          absl::Time now) const;
 
   Device* const device_;
   const absl::Duration interval_;
