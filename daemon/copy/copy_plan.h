@@ -168,7 +168,9 @@ void VisitStridedSegments(const DescriptorTable& table, uint64_t first_block, ui
   auto close = [&] {
     const uint64_t rows = end - begin;
     if (rows >= std::max<uint64_t>(min_rows, 2)) {
-      if (shape.block_contiguous) {
+      // A whole block a row only where blocks do not overlap on the GPU (tensors may alias each
+      // other's pages: nothing forbids it, and a row wider than its pitch is no 2D copy).
+      if (shape.block_contiguous && tensors.front().block_stride_bytes >= bpb) {
         const TensorDescriptor& t0 = tensors.front();
         visit(StridedSegment{t0.gpu_address + gpu_block * t0.block_stride_bytes,
                              t0.block_stride_bytes, host, pitch, bpb, rows});

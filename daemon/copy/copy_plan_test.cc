@@ -349,6 +349,23 @@ TEST(VisitStridedSegmentsTest, BlockSpansStrideAsWholeBlocks) {
   EXPECT_EQ(got[0].host_pitch, bpb);
   EXPECT_EQ(got[0].bytes, bpb);
   EXPECT_EQ(got[0].rows, 6u);
+  // Two tensors that alias each other's pages (tensor 1's block b is tensor 0's block b + 1):
+  // a block is one span, but blocks overlap on the GPU, so no row of a whole block; one 2D copy
+  // per tensor, each no wider than its pitches.
+  std::vector<TensorDescriptor> aliased = {{0x100000, 4096, 4096, 0},
+                                           {0x100000 + 4096, 4096, 4096, 4096}};
+  got = Strided(*table, aliased, 0, table->num_blocks, 2);
+  ASSERT_EQ(got.size(), 2u);
+  for (const StridedSegment& s : got) {
+    EXPECT_EQ(s.rows, 6u);
+    EXPECT_EQ(s.bytes, 4096u);
+    EXPECT_EQ(s.gpu_pitch, 4096u);
+    EXPECT_EQ(s.host_pitch, bpb);
+  }
+  EXPECT_EQ(got[1].gpu_address, 0x100000 + 4096 + 2 * 4096);
+  EXPECT_EQ(got[1].host_offset, 4096u);
+  EXPECT_EQ(Units(got, 512), Units(AsStrided(PageByPage(*table, aliased, 0, table->num_blocks)),
+                                   512));
   std::vector<TensorDescriptor> packed = {{0x100000, bpb, bpb, 0}};
   got = Strided(*table, packed, 0, table->num_blocks, 2);
   ASSERT_EQ(got.size(), 1u);

@@ -144,9 +144,9 @@ bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
       }
     }
     j.started = true;
-    j.started_at = now;
     j.start(&j);
     j.start = nullptr;
+    j.started_at = absl::Now();  // the copy's age counts from its enqueue, not its planning
     if (j.completion == nullptr) {
       Report(j, j.status);
       return true;

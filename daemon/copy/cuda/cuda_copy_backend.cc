@@ -337,9 +337,9 @@ class CudaCopyBackend::Impl {
     // The common case (no event, or one that already fired) starts here, without a poll's delay.
     if (p->worker_event == nullptr || cudaEventQuery(p->worker_event) == cudaSuccess) {
       p->started = true;
-      p->started_at = absl::Now();
       p->start(p.get());
       p->start = nullptr;
+      p->started_at = absl::Now();
     }
     queue->Add(std::move(p));
   }

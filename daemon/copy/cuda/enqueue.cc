@@ -47,7 +47,9 @@ constexpr uint64_t kMax2dPitch = (uint64_t{1} << 31) - 1;
 absl::Status AddRegionCopy2D(CopyBatcher& batcher, Device* device, cudaStream_t stream, bool store,
                              uint8_t* base, uint64_t chunk_bytes, const StridedSegment& s,
                              uint64_t* calls) {
-  const bool pitches_fit = s.host_pitch <= kMax2dPitch && s.gpu_pitch <= kMax2dPitch;
+  // VisitStridedSegments never makes a row wider than its pitch; row by row if one ever is.
+  const bool pitches_fit = s.host_pitch <= kMax2dPitch && s.gpu_pitch <= kMax2dPitch &&
+                           s.bytes <= s.host_pitch && s.bytes <= s.gpu_pitch;
   uint64_t r = 0;
   while (r < s.rows) {
     const uint64_t host = s.host_offset + r * s.host_pitch;
