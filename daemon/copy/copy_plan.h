@@ -84,6 +84,16 @@ class SegmentMerger {
   Segment open_;
 };
 
+// The run holding job block `block`: the last whose first_block is not after it (the first run
+// when none is).
+inline std::vector<RunDescriptor>::const_iterator RunHolding(const DescriptorTable& table,
+                                                             uint64_t block) {
+  auto it = std::upper_bound(
+      table.runs.begin(), table.runs.end(), block,
+      [](uint64_t b, const RunDescriptor& r) { return b < r.first_block; });
+  return it == table.runs.begin() ? it : it - 1;
+}
+
 // Calls visit(const Segment&) for the pages of the job's blocks [first_block, last_block)
 // (counted in job order) × tensors, block-major (the region's order), merging a page into the
 // previous segment when it follows it on both sides. Work: O(runs) when the worker's blocks are
@@ -97,11 +107,7 @@ void VisitSegments(const DescriptorTable& table, uint64_t first_block, uint64_t 
   const BlockShape shape = ShapeOf(tensors, bpb);
   const TensorDescriptor& t0 = tensors.front();
   SegmentMerger<Visit> merger(visit);
-  // The run holding first_block: the last whose first_block is not after it.
-  auto it = std::upper_bound(
-      table.runs.begin(), table.runs.end(), first_block,
-      [](uint64_t b, const RunDescriptor& r) { return b < r.first_block; });
-  if (it != table.runs.begin()) --it;
+  auto it = RunHolding(table, first_block);
   for (; it != table.runs.end() && it->first_block < last_block; ++it) {
     const uint64_t from = std::max(first_block, it->first_block) - it->first_block;
     const uint64_t to = std::min(last_block, it->first_block + it->num_blocks) - it->first_block;
@@ -185,10 +191,7 @@ void VisitStridedSegments(const DescriptorTable& table, uint64_t first_block, ui
       VisitSegments(table, begin, end, tensors, plain);
     }
   };
-  auto it = std::upper_bound(
-      table.runs.begin(), table.runs.end(), first_block,
-      [](uint64_t b, const RunDescriptor& r) { return b < r.first_block; });
-  if (it != table.runs.begin()) --it;
+  auto it = RunHolding(table, first_block);
   for (; it != table.runs.end() && it->first_block < last_block; ++it) {
     const uint64_t from = std::max(first_block, it->first_block);
     const uint64_t to = std::min(last_block, it->first_block + it->num_blocks);

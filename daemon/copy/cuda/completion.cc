@@ -146,7 +146,6 @@ bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
     j.started = true;
     j.start(&j);
     j.start = nullptr;
-    j.started_at = absl::Now();  // the copy's age counts from its enqueue, not its planning
     if (j.completion == nullptr) {
       Report(j, j.status);
       return true;

@@ -57,7 +57,8 @@ struct PendingJob {
   cudaEvent_t worker_event = nullptr;
   std::function<void(PendingJob*)> start;
   bool started = false;
-  // Running state: since when (set by whoever starts it), and when the queue next queries it.
+  // Running state: since when (set by `start` once the work is enqueued), and when the queue
+  // next queries it.
   absl::Time started_at;
   absl::Time next_poll = absl::InfinitePast();
   cudaEvent_t completion = nullptr;

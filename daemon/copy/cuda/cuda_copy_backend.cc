@@ -339,7 +339,6 @@ class CudaCopyBackend::Impl {
       p->started = true;
       p->start(p.get());
       p->start = nullptr;
-      p->started_at = absl::Now();
     }
     queue->Add(std::move(p));
   }
@@ -428,6 +427,7 @@ class CudaCopyBackend::Impl {
       if (no_room) s = EnqueueCopyEngine(job, j, enqueue_);
     }
     j->times.enqueued = JobClockNanos();
+    j->started_at = absl::Now();  // the copy's age (NextPoll) counts from its enqueue
     if (!s.ok() && j->status.ok()) j->status = std::move(s);
   }
 
