@@ -10,9 +10,29 @@
 
 namespace kvoffload::daemon::cuda {
 CompletionQueue::CompletionQueue(Device* device, absl::Duration interval)
-    : device_(device), interval_(interval), thread_([this] { Run(); }) {}
+    : device_(device),
+      interval_(interval),
+      relay_(WakeRelay::Create([this] { Kick(); })),
+      thread_([this] { Run(); }) {}
 
-CompletionQueue::~CompletionQueue() { Shutdown(); }
+CompletionQueue::~CompletionQueue() {
+  Shutdown();
+  // Host functions of failed streams may still be queued: they find the relay, not this queue.
+  relay_->Detach();
+}
+
+bool CompletionQueue::WakeAfter(cudaStream_t stream) {
+  relay_->Arm();
+  if (cudaLaunchHostFunc(stream, &WakeRelay::Fire, relay_) == cudaSuccess) return true;
+  relay_->Disarm();
+  cudaGetLastError();  // not sticky: the job is polled instead
+  return false;
+}
+
+void CompletionQueue::Kick() {
+  absl::MutexLock lock(&mu_);
+  ++kicks_;
+}
 
 void CompletionQueue::Add(std::unique_ptr<PendingJob> job) {
   absl::MutexLock lock(&mu_);
@@ -59,12 +79,14 @@ void CompletionQueue::Report(PendingJob& j, absl::Status status) {
 void CompletionQueue::Run() {
   std::vector<std::unique_ptr<PendingJob>> active;
   absl::Duration wake = interval_;
+  uint64_t seen_kicks = 0;
   for (;;) {
     bool stopping = false;
+    bool kicked = false;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !incoming_.empty() || stopping_;
+      auto ready = [this, &seen_kicks]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !incoming_.empty() || stopping_ || kicks_ != seen_kicks;
       };
       if (active.empty()) {
         // Idle: wake once a second for the device's idle work.
@@ -75,6 +97,8 @@ void CompletionQueue::Run() {
       for (auto& j : incoming_) active.push_back(std::move(j));
       incoming_.clear();
       stopping = stopping_;
+      kicked = kicks_ != seen_kicks;
+      seen_kicks = kicks_;
       if (stopping && active.empty()) return;
     }
     const absl::Time now = absl::Now();
@@ -91,7 +115,7 @@ void CompletionQueue::Run() {
             CopyDirectionName(j.direction), " job cancelled: the daemon is stopping and the worker's "
             "event had not fired; nothing was copied"));
       }
-      if (Step(j, now)) continue;
+      if (Step(j, now, kicked)) continue;
       waiting += j.started ? 0 : 1;
       if (kept != i) active[kept] = std::move(active[i]);
       ++kept;
@@ -105,7 +129,8 @@ void CompletionQueue::Run() {
 
 absl::Duration CompletionQueue::NextWake(const std::vector<std::unique_ptr<PendingJob>>& active,
                                          absl::Time now) const {
-  absl::Duration wake = kMaxPollInterval;
+  // Stream-woken jobs need the queue only for their backstop; polled ones set next_poll sooner.
+  absl::Duration wake = kStreamWakeBackstop;
   for (const auto& j : active) {
     if (!j->started) return interval_;  // watching a worker's event: every interval
     wake = std::min(wake, j->next_poll - now);
@@ -113,7 +138,7 @@ absl::Duration CompletionQueue::NextWake(const std::vector<std::unique_ptr<Pendi
   return std::max(wake, absl::ZeroDuration());
 }
 
-bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
+bool CompletionQueue::Step(PendingJob& j, absl::Time now, bool kicked) {
   // Started with nothing left running, or failed before anything was enqueued.
   if (j.started ? j.completion == nullptr : !j.status.ok()) {
     Report(j, j.status);
@@ -153,7 +178,8 @@ bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
     j.next_warning = std::max(j.deadline, now + absl::Seconds(1));
     return false;
   }
-  if (now < j.next_poll) return false;
+  // A kick names no job: each stream-woken job is queried once (a running job costs ~1 µs).
+  if (now < j.next_poll && !(kicked && j.stream_wakes)) return false;
   const cudaError_t err = cudaEventQuery(j.completion);
   if (err == cudaSuccess) {
     j.times.observed = JobClockNanos();
@@ -171,7 +197,7 @@ bool CompletionQueue::Step(PendingJob& j, absl::Time now) {
                 CopyDirectionName(j.direction), j.bytes, absl::FormatDuration(now - j.submitted));
     j.next_warning = now + absl::Seconds(30);
   }
-  j.next_poll = NextPoll(j.started_at, now, interval_);
+  j.next_poll = j.stream_wakes ? now + kStreamWakeBackstop : NextPoll(j.started_at, now, interval_);
   return false;
 }
 

@@ -10,8 +10,9 @@
 //      event fires, `start` enqueues the job's GPU work; at the deadline the job fails with
 //      DEADLINE_EXCEEDED having copied nothing.
 //   2. running — its own completion event (recorded after its last GPU operation) is polled at
-//      a step that grows with the copy's age (NextPoll: at most 1/256 of its duration late); the
-//      job is reported when that event has completed, never earlier. A running job holds only
+//      a step that grows with the copy's age (NextPoll: at most 1/256 of its duration late), or,
+//      for a long copy, queried when its stream's host function wakes the queue (WakeAfter;
+//      poll_pacing.h); the job is reported when that event has completed, never earlier. A running job holds only
 //      the daemon's own work (kernels and DMA of bounded size), so it always ends; past its
 //      deadline it is logged, and reported with its real status when it finishes.
 // `done` runs exactly once, on the queue's thread, with no lock held.
@@ -36,10 +37,12 @@
 #include "daemon/copy/cuda/device.h"
 #include "daemon/copy/cuda/job_times.h"
 #include "daemon/copy/cuda/poll_pacing.h"
+#include "daemon/copy/cuda/wake_relay.h"
 
 namespace kvoffload::daemon::cuda {
 
 class CudaWorkerMemory;
+class CompletionQueue;
 
 struct PendingJob {
   CopyDone done;
@@ -47,6 +50,7 @@ struct PendingJob {
   uint64_t bytes = 0;
   Device* device = nullptr;
   CudaWorkerMemory* memory = nullptr;  // counts this job (JobStarted/JobEnded) until it is reported
+  CompletionQueue* queue = nullptr;    // the device's queue (WakeAfter), null for refused jobs
   absl::Time submitted;
   absl::Time deadline = absl::InfiniteFuture();
   // A failure known before anything was enqueued: reported at once.
@@ -62,6 +66,7 @@ struct PendingJob {
   absl::Time started_at;
   absl::Time next_poll = absl::InfinitePast();
   cudaEvent_t completion = nullptr;
+  bool stream_wakes = false;  // a host function after `completion` wakes the queue
   Device::Buffer buffer;  // the descriptor table, returned to the device when the job ends
   absl::Time next_warning = absl::InfiniteFuture();
   JobTimes times;  // logged at debug level once reported
@@ -70,7 +75,7 @@ struct PendingJob {
 class CompletionQueue {
  public:
   CompletionQueue(Device* device, absl::Duration interval);
-  ~CompletionQueue();  // Shutdown()
+  ~CompletionQueue();  // Shutdown(), then lets go of the wake relay
   CompletionQueue(const CompletionQueue&) = delete;
   CompletionQueue& operator=(const CompletionQueue&) = delete;
 
@@ -80,6 +85,10 @@ class CompletionQueue {
   // waited for (they hold only the daemon's own work). Then the thread stops. Idempotent.
   void Shutdown();
   size_t waiting() const;
+  // Has `stream` wake the queue once the work queued on it so far has run (cudaLaunchHostFunc);
+  // call after recording a job's completion event on it. false if the function could not be
+  // enqueued: the job is then polled.
+  bool WakeAfter(cudaStream_t stream);
 
   // Reports a job exactly once: returns its buffer and event to the device, releases its worker
   // memory, calls `done`; then, at debug level, logs the job's times (DescribeJobTimes).
@@ -87,8 +96,10 @@ class CompletionQueue {
 
  private:
   void Run();
-  // True when the job is over (reported).
-  bool Step(PendingJob& job, absl::Time now);
+  // A stream's host function ran (on the driver's thread).
+  void Kick();
+  // True when the job is over (reported). kicked: a stream woke the queue since the last step.
+  bool Step(PendingJob& job, absl::Time now, bool kicked);
   // How long the queue may sleep before a job needs it (interval_ while any waits for its
   // worker's event).
   absl::Duration NextWake(const std::vector<std::unique_ptr<PendingJob>>& active,
@@ -102,6 +113,8 @@ class CompletionQueue {
   absl::Time next_idle_ = absl::InfinitePast();  // only the queue's thread
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t kicks_ ABSL_GUARDED_BY(mu_) = 0;
+  WakeRelay* const relay_;  // owned until the destructor detaches it
   std::thread thread_;  // last: starts after the members above exist
 };
 

@@ -320,6 +320,7 @@ class CudaCopyBackend::Impl {
     KVO_CHECK(state.ok(), "device ", device->ordinal(),
               " of an open worker memory has no state: ", state.status().ToString());
     CompletionQueue* queue = (*state)->queue.get();
+    p->queue = queue;
     auto prepared = std::make_shared<PreparedJob>();
     absl::Status s = Prepare(job, memory, prepared.get());
     p->times.planned = JobClockNanos();

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/cuda/cuda_status.h"
 #include "daemon/copy/cuda/log.h"
+#include "daemon/copy/cuda/poll_pacing.h"
 #include "common/status_macros.h"
 #include "daemon/copy/copy_plan.h"
 #include "daemon/copy/cuda/copy_batcher.h"
@@ -97,6 +98,10 @@ void RecordCompletion(Device* device, cudaStream_t last, cudaStream_t other, boo
                       : completion.status();
   if (recorded.ok()) {
     j->completion = *completion;
+    // A long copy wakes the queue from its stream instead of being polled (poll_pacing.h).
+    if (j->queue != nullptr && j->bytes >= kStreamWakeMinBytes) {
+      j->stream_wakes = j->queue->WakeAfter(last);
+    }
     return;
   }
   if (completion.ok()) device->ReleaseEvent(*completion);

@@ -6,6 +6,12 @@
 // late (a 10 ms job ~40 µs, 0.4 %); a 1-block job polls every `floor` as before; a 78 ms job is
 // queried ~1,100 times instead of ~7,800.
 //
+// Long jobs are not polled at all: a job of kStreamWakeMinBytes or more has its stream run a host
+// function after its completion event (cudaLaunchHostFunc, wake_relay.h) that wakes the queue, and
+// is queried then and every kStreamWakeBackstop (should the function never run: a failed
+// context). 32 MiB take ~0.6 ms on the H200's link, where a host function's wake-up (~10-20 µs)
+// is within the polls' own lateness; below it the polls' CPU is small (≤ ~60 polls).
+//
 // Not done, on purpose: a bound from the link rate ("not before bytes / rate"). The rate a job
 // reaches depends on its pages and on what else crosses the link, so a rate learned from one job
 // can be far below what the next reaches, and that job would be reported late by the difference.
@@ -23,6 +29,8 @@ namespace kvoffload::daemon::cuda {
 
 inline constexpr int64_t kElapsedFraction = 256;
 inline constexpr absl::Duration kMaxPollInterval = absl::Milliseconds(1);
+inline constexpr uint64_t kStreamWakeMinBytes = uint64_t{32} << 20;
+inline constexpr absl::Duration kStreamWakeBackstop = absl::Milliseconds(10);
 
 // The next time to query a job started at `started`, asked at `now`.
 inline absl::Time NextPoll(absl::Time started, absl::Time now, absl::Duration floor) {
