@@ -2,14 +2,14 @@
 # Installs the Debian packages kvoffload builds and tests with, when any is missing.
 # Used by deploy/quickstart.sh and tests/run_all.sh; safe to run again. clang-14 and its
 # runtimes (libclang-rt-14-dev: ASan, UBSan, TSan, libFuzzer) serve run_all.sh's sanitizer,
-# thread-safety and fuzzing stages.
+# thread-safety and fuzzing stages; python3-torch (CPU) the Python tests of kvoffload.StagedWorker.
 set -euo pipefail
 packages=(
   bazel-bootstrap bazel-rules-java g++ python3
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   prometheus-cpp-dev libsystemd-dev systemd python3-grpcio
-  python3-venv python3-setuptools python3-wheel python3-numpy
+  python3-venv python3-setuptools python3-wheel python3-numpy python3-torch
   clang-14 libclang-rt-14-dev
 )
 missing=()

@@ -7,4 +7,8 @@ export PYTHONPATH="$root/python"
 export KVOFFLOAD_LIB="$root/client/libkvoffload_c.so"
 export KVOFFLOAD_DAEMON="$root/daemon/kvoffloadd"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-exec "${PYTHON:-python3}" "$root/python/tests/run_tests.py" -v
+# Debian's interpreter, where deploy/install_deps.sh puts numpy and torch (a python3 earlier on
+# PATH, e.g. pyenv's, lacks them and would skip the tests that need them).
+python=${PYTHON:-python3}
+[[ -n ${PYTHON:-} || ! -x /usr/bin/python3 ]] || python=/usr/bin/python3
+exec "$python" "$root/python/tests/run_tests.py" -v
