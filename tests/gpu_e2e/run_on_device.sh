@@ -10,7 +10,7 @@
 # or all (the default); and, not in all, the copy-path v3 benchmark (v3_bench.py, issue 17): v3
 # (interference without MPS, throughput, CPU per job, 1-block latency from C++ and Python into
 # OUT/v3/*.jsonl), v3_mps (interference with every process an MPS client), v3_layout (item 2) and
-# v3_reorder (item 2's worker-side reorder, prototyped in v3_reorder.py); restart_pin (issue 19
+# v3_reorder (item 2's worker-side reorder: kvoffload.StagedWorker, driven by v3_reorder.py); restart_pin (issue 19
 # item 4: helper pin's restart_pin_bench, 32 and 64 GiB regions, into OUT/restart.jsonl; needs
 # up to 128 GiB of host memory); fixed_cost (issue 17: the copy-engine path's fixed cost per job,
 # fixed_cost.py: a per-step breakdown of 512 MiB cross-layer and 1-block jobs for several batch
@@ -90,6 +90,10 @@ run python_torch_gpu 240 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/
 # into other blocks, bitwise.
 run python_pool_gpu 180 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_pool.py"
+# kvoffload.StagedWorker (issue 17's worker-side reorder): its rows are a plain worker's, bitwise.
+run python_staged_gpu 180 env PYTHONPATH="$bundle/python:$bundle/python/tests" \
+  KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" \
+  python3 "$bundle/python/tests/gpu_staged.py"
 # kvoffload.vllm on the CUDA backend, both supported vLLM generations (their doubles).
 run python_vllm_gpu 300 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/test_vllm_gpu.py"
@@ -203,7 +207,7 @@ if only v3_layout; then
   bench_py v3/layout 120 "$bundle/v3_bench.py" layout
 fi
 if only v3_reorder; then
-  echo "=== copy path v3: worker-side reorder (prototype), rate and cost to the model in its process"
+  echo "=== copy path v3: worker-side reorder (kvoffload.StagedWorker), rate and cost to the model in its process"
   bench_py v3/reorder 150 "$bundle/v3_bench.py" reorder
 fi
 if only fixed_cost; then

@@ -10,8 +10,9 @@
   v3_bench.py cpu [--quick]          the daemon's host CPU per job, 1 to 1M blocks, one run
       (and the same blocks as lists)
   v3_bench.py layout [--quick]       issue 17 item 2: what layout buys at 4-64 KiB pages
-  v3_bench.py reorder [--quick]      item 2's worker-side reorder (v3_reorder.py): rate, and
-      cost to the model from its own process against torch_staged in-process
+  v3_bench.py reorder [--quick]      item 2's worker-side reorder (kvoffload.StagedWorker, driven
+      by v3_reorder.py): rate, and cost to the model from its own process against torch_staged
+      in-process
   --paths=a,b (interference, throughput, layout): only these paths of PATHS (by name), e.g.
       --paths=default,page_dma for the 2D copies against the page-by-page copy engines
 
@@ -295,7 +296,7 @@ REORDER_IN_MODEL = REORDER_VARIANTS[1]
 
 
 def reorder(quick):
-    """Issue 17 item 2's worker-side reorder (v3_reorder.py), prototyped: its rate against the
+    """Issue 17 item 2's worker-side reorder (kvoffload.StagedWorker via v3_reorder.py): its rate against the
     ceiling and torch_staged, and its cost to the model from the model's own process against
     torch_staged on a thread of the model's process (the in-process PyTorch method)."""
     layouts = [("per_layer_32k", "random")] if quick else [("per_layer_32k", "random"),
@@ -469,8 +470,8 @@ def layout_rows(w, cmd, reps):
 
 
 def reorder_rows(w, cmd, reps):
-    """The reorder's store and load of one 512 MiB job (chunks pipelined over two staging
-    halves), median of reps, after a round trip that must bring every byte back."""
+    """The reorder's store and load of one 512 MiB job (chunks pipelined over `slots` staging
+    buffers), median of reps, after a round trip that must bring every byte back."""
     import torch
     from v3_reorder import Reorder
     lay = w.Layout(cmd["layout"], cmd["blocks"], JOB_BYTES)

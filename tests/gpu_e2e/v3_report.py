@@ -23,8 +23,8 @@ LAYOUT_NAMES = {"per_layer_4k": "per-layer 4 KiB", "per_layer_16k": "per-layer 1
                 "cross_layer_2m": "cross-layer 2 MiB", "contiguous": "contiguous"}
 PATH_NAMES = {"dma_floor": "plain DMA, another process (floor)",
               "torch_inprocess": "PyTorch index_select + copy, a thread of the model's process",
-              "reorder_inprocess": "kvoffload + worker-side reorder (prototype), model's process",
-              "reorder": "worker-side reorder (prototype)",
+              "reorder_inprocess": "kvoffload.StagedWorker (worker-side reorder), model's process",
+              "reorder": "kvoffload.StagedWorker (worker-side reorder)",
               "torch_gather": "PyTorch index_select + copy, another process",
               "default": "kvoffload default", "sm_always": "kvoffload --sm_copies=always",
               "copy_engine": "kvoffload --copy_path=copy_engine",
@@ -430,16 +430,15 @@ def targets(inter, throughput, cpu, extra):
                 pct(to["decode_pct"]))
             if ro["gemm_pct"] > to["gemm_pct"] + 1 or ro["decode_pct"] > to["decode_pct"] + 1:
                 verdict += "; costs the model more than in-process PyTorch (by > 1 point)"
-        out.append("| opt-in worker-side reorder (prototype, v3_reorder.py), per-layer 32 KiB random:"
+        out.append("| opt-in worker-side reorder (kvoffload.StagedWorker), per-layer 32 KiB random:"
                    " ≥ 95 %% of the ceiling at no more slowdown than in-process PyTorch | %s: %s%s | "
                    "%s |" % (best, ", ".join("%s %.1f %%" % (r["direction"],
                                                        100 * r["gbps"] / r["ceiling_gbps"])
                                        for r in re_tp), slow, verdict))
     else:
         out.append("| opt-in worker-side reorder, per-layer 32 KiB random: ≥ 95 % of the ceiling "
-                   "at no more slowdown than in-process PyTorch | not in the library; its prototype "
-                   "(tests/gpu_e2e/v3_reorder.py) is not part of this run: see below | not "
-                   "measured in this run |")
+                   "at no more slowdown than in-process PyTorch | kvoffload.StagedWorker is not part "
+                   "of this run (stage v3_reorder) | not measured in this run |")
     by = {r["blocks"]: r for r in cpu}
     if 1 in by and (1 << 20) in by and by[1].get("runs_us"):
         ratio = by[1 << 20]["runs_us"] / by[1]["runs_us"]
