@@ -40,6 +40,7 @@
 #include "common/engine_spec.h"
 #include "common/limits.h"
 #include "common/geometry.h"
+#include "common/tensor_handle.h"
 
 namespace kvoffload::client {
 
@@ -74,14 +75,7 @@ struct RegionGeometry : common::Geometry {
 
 // One KV tensor, already resolved to the allocation that holds it (see client/cuda for CUDA
 // device pointers; tests use "memfd:<fd>" handles of sealed memfds with the host backend).
-struct TensorHandle {
-  std::string allocation_handle;
-  uint64_t allocation_bytes = 0;
-  uint64_t offset = 0;
-  uint64_t num_blocks = 0;
-  uint64_t block_stride_bytes = 0;
-  uint64_t page_bytes = 0;
-};
+using TensorHandle = common::TensorHandle;
 
 struct WorkerOptions {
   std::string socket_path;  // the daemon's data socket

@@ -20,20 +20,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tensor_handle.h"
 #include "daemon/copy/copy_run.h"
 
 namespace kvoffload::daemon {
 
-// One KV tensor of a worker, as registered. Bytes of GPU block b:
-//   page_bytes at (base of allocation `allocation_handle` + offset + b × block_stride_bytes).
-struct TensorRegistration {
-  std::string allocation_handle;  // CUDA: cudaIpcMemHandle_t bytes; host: "memfd:<fd>"
-  uint64_t allocation_bytes = 0;
-  uint64_t offset = 0;
-  uint64_t num_blocks = 0;
-  uint64_t block_stride_bytes = 0;
-  uint64_t page_bytes = 0;
-};
+// One KV tensor of a worker, as registered (the client's record: common/tensor_handle.h).
+using TensorRegistration = common::TensorHandle;
 
 struct WorkerRegistration {
   int32_t device = -1;
