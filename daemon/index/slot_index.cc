@@ -219,13 +219,16 @@ void SlotIndex::LruPushMostRecent(uint32_t row) {
   if (journal_ != nullptr) journal_->OnTouch(row);
 }
 
-void SlotIndex::LruLink(uint32_t row) {
+void SlotIndex::LruLink(uint32_t row) { LruLinkAfter(row, rows_[sentinel_].prev); }
+
+void SlotIndex::LruLinkLeastRecent(uint32_t row) { LruLinkAfter(row, sentinel_); }
+
+void SlotIndex::LruLinkAfter(uint32_t row, uint32_t after) {
   Row& r = rows_[row];
-  Row& sentinel = rows_[sentinel_];
-  r.prev = sentinel.prev;
-  r.next = sentinel_;
-  rows_[sentinel.prev].next = row;
-  sentinel.prev = row;
+  r.prev = after;
+  r.next = rows_[after].next;
+  rows_[r.next].prev = row;
+  rows_[after].next = row;
   ++rows_evictable_;
   ++members_[r.member].evictable;
 }

@@ -537,6 +537,9 @@ class SlotIndex {
   void MarkStoreWrittenLocked(const std::vector<RowRun>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Links `row` as the least recently used (a parked row coming back).
   void LruLinkLeastRecent(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Links `row` into the LRU list right after `after` (a row on it, or the sentinel) and counts
+  // it evictable (the one place a row is linked in; LruUnlink takes it out).
+  void LruLinkAfter(uint32_t row, uint32_t after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a WRITING row's key and frees (or quarantines) the row; returns the key.
   std::string DropWritingKey(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -48,15 +48,4 @@ uint64_t SlotIndex::ready_rows() const {
   return ready_end_;
 }
 
-void SlotIndex::LruLinkLeastRecent(uint32_t row) {
-  Row& r = rows_[row];
-  Row& sentinel = rows_[sentinel_];
-  r.next = sentinel.next;
-  r.prev = sentinel_;
-  rows_[sentinel.next].prev = row;
-  sentinel.next = row;
-  ++rows_evictable_;
-  ++members_[r.member].evictable;
-}
-
 }  // namespace kvoffload::daemon
