@@ -32,6 +32,24 @@ ClientMetric Gauge(double value, std::vector<ClientMetric::Label> labels = {}) {
   return m;
 }
 
+// A family of one sample (a node-wide value).
+MetricFamily OneGauge(const char* name, const char* help, double value,
+                      std::vector<ClientMetric::Label> labels = {}) {
+  MetricFamily family = Family(name, help, MetricType::Gauge);
+  family.metric.push_back(Gauge(value, std::move(labels)));
+  return family;
+}
+
+// One gauge per CUDA device of `by_device`: value(entry).
+template <typename Map, typename Value>
+MetricFamily PerDevice(const char* name, const char* help, const Map& by_device, Value value) {
+  MetricFamily family = Family(name, help, MetricType::Gauge);
+  for (const auto& entry : by_device) {
+    family.metric.push_back(Gauge(value(entry), {{"device", std::to_string(entry.first)}}));
+  }
+  return family;
+}
+
 ClientMetric Counter(double value, std::vector<ClientMetric::Label> labels) {
   ClientMetric m;
   m.label = std::move(labels);
@@ -87,51 +105,30 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   std::vector<MetricFamily> out;
 
   // Node.
-  {
-    MetricFamily up = Family("kvoffload_up", "1 while kvoffloadd is serving.", kGauge);
-    up.metric.push_back(Gauge(1));
-    out.push_back(std::move(up));
-    MetricFamily info = Family("kvoffload_build_info",
-                               "Always 1; the version label is kvoffloadd's version.", kGauge);
-    info.metric.push_back(Gauge(1, {{"version", version_}}));
-    out.push_back(std::move(info));
-  }
-  {
-    MetricFamily bytes = Family("kvoffload_node_region_bytes",
-                                "Host memory reserved against the node cap by all engines on this "
-                                "node: regions plus index metadata, in bytes (includes regions "
-                                "still held by in-flight copies).",
-                                kGauge);
-    bytes.metric.push_back(Gauge(static_cast<double>(budget_->reserved())));
-    out.push_back(std::move(bytes));
-    MetricFamily cap =
-        Family("kvoffload_node_max_region_bytes",
-               "Node-wide cap over all regions (--max_region_bytes), in bytes.", kGauge);
-    cap.metric.push_back(Gauge(static_cast<double>(budget_->cap())));
-    out.push_back(std::move(cap));
-    MetricFamily count =
-        Family("kvoffload_engines", "Engines (DP replicas) with a region on this node.", kGauge);
-    count.metric.push_back(Gauge(static_cast<double>(engines.size())));
-    out.push_back(std::move(count));
-    MetricFamily gpu = Family("kvoffload_daemon_gpu_memory_bytes",
-                              "GPU memory kvoffloadd itself uses per CUDA device (context, "
-                              "streams, descriptor tables), in bytes. Absent with the host "
-                              "backend.",
-                              kGauge);
-    for (const auto& [device, bytes] : backend_->GpuMemoryBytes()) {
-      gpu.metric.push_back(Gauge(static_cast<double>(bytes), {{"device", std::to_string(device)}}));
-    }
-    out.push_back(std::move(gpu));
-    MetricFamily failed = Family("kvoffload_device_failed",
-                                 "1 for a CUDA device that can no longer copy (sticky CUDA error, "
-                                 "or a worker's mappings whose release has not returned); see "
-                                 "kvoffloadctl stats for the reason. Absent while healthy.",
-                                 kGauge);
-    for (const auto& [device, why] : backend_->FailedDevices()) {
-      failed.metric.push_back(Gauge(1, {{"device", std::to_string(device)}}));
-    }
-    out.push_back(std::move(failed));
-  }
+  out.push_back(OneGauge("kvoffload_up", "1 while kvoffloadd is serving.", 1));
+  out.push_back(OneGauge("kvoffload_build_info",
+                         "Always 1; the version label is kvoffloadd's version.", 1,
+                         {{"version", version_}}));
+  out.push_back(OneGauge("kvoffload_node_region_bytes",
+                         "Host memory reserved against the node cap by all engines on this "
+                         "node: regions plus index metadata, in bytes (includes regions still "
+                         "held by in-flight copies).",
+                         static_cast<double>(budget_->reserved())));
+  out.push_back(OneGauge("kvoffload_node_max_region_bytes",
+                         "Node-wide cap over all regions (--max_region_bytes), in bytes.",
+                         static_cast<double>(budget_->cap())));
+  out.push_back(OneGauge("kvoffload_engines", "Engines (DP replicas) with a region on this node.",
+                         static_cast<double>(engines.size())));
+  out.push_back(PerDevice("kvoffload_daemon_gpu_memory_bytes",
+                          "GPU memory kvoffloadd itself uses per CUDA device (context, streams, "
+                          "descriptor tables), in bytes. Absent with the host backend.",
+                          backend_->GpuMemoryBytes(),
+                          [](const auto& entry) { return static_cast<double>(entry.second); }));
+  out.push_back(PerDevice("kvoffload_device_failed",
+                          "1 for a CUDA device that can no longer copy (sticky CUDA error, or a "
+                          "worker's mappings whose release has not returned); see kvoffloadctl "
+                          "stats for the reason. Absent while healthy.",
+                          backend_->FailedDevices(), [](const auto&) { return 1.0; }));
 
   // Per engine.
   out.push_back(PerEngine("kvoffload_region_bytes", "Size of the engine's host region, in bytes.",
