@@ -74,30 +74,26 @@ bool FaultCopyBackend::WaitForHeld(size_t n, absl::Duration timeout) {
   return true;
 }
 
+bool FaultCopyBackend::TakeHeld(HeldId id, Parked* parked) {
+  absl::MutexLock lock(&mu_);
+  auto it = held_.find(id);
+  if (it == held_.end()) return false;
+  *parked = std::move(it->second);
+  held_.erase(it);
+  changed_.SignalAll();
+  return true;
+}
+
 bool FaultCopyBackend::ReleaseHeld(HeldId id) {
   Parked parked;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = held_.find(id);
-    if (it == held_.end()) return false;
-    parked = std::move(it->second);
-    held_.erase(it);
-    changed_.SignalAll();
-  }
+  if (!TakeHeld(id, &parked)) return false;
   inner_->Submit(std::move(parked.job), std::move(parked.done));
   return true;
 }
 
 bool FaultCopyBackend::FailHeld(HeldId id, absl::Status status) {
   Parked parked;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = held_.find(id);
-    if (it == held_.end()) return false;
-    parked = std::move(it->second);
-    held_.erase(it);
-    changed_.SignalAll();
-  }
+  if (!TakeHeld(id, &parked)) return false;
   CopyDone done = std::move(parked.done);
   RunLater(absl::InfinitePast(), [done = std::move(done), status = std::move(status)] {
     done(status, 0);

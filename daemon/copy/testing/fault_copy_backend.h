@@ -109,6 +109,8 @@ class FaultCopyBackend final : public CopyBackend {
   // Wraps `done` so that completions are counted (and a delayed one waits for its time).
   CopyDone Counted(CopyDone done, absl::Time not_before);
   void RunLater(absl::Time at, std::function<void()> run) ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes held job `id` into *parked; false when no such job is held.
+  bool TakeHeld(HeldId id, Parked* parked) ABSL_LOCKS_EXCLUDED(mu_);
   void TimerLoop();
 
   std::unique_ptr<CopyBackend> inner_;  // reset first in the destructor (it may call `done`)
