@@ -79,6 +79,11 @@ absl::Status AddRegionCopy2D(CopyBatcher& batcher, Device* device, cudaStream_t 
   return absl::OkStatus();
 }
 
+// Records a load's worker event (the worker's next kernels wait for it) and then the job's
+// completion after everything queued on `last`; see RecordCompletion.
+void EndJob(const PreparedJob& job, Device* device, cudaStream_t last, cudaStream_t other,
+            bool join_other, PendingJob* j, absl::Status* status);
+
 // Records the job's completion after everything queued on `last` (and on `other`, joined into
 // it, when the job may have left work there unseen). If the event cannot be recorded, both
 // streams are synchronized so the job is never reported while its work runs.
@@ -116,6 +121,14 @@ void RecordCompletion(Device* device, cudaStream_t last, cudaStream_t other, boo
                synced.ok() ? "" : absl::StrCat(" (", synced.ToString(), ")"));
 }
 
+void EndJob(const PreparedJob& job, Device* device, cudaStream_t last, cudaStream_t other,
+            bool join_other, PendingJob* j, absl::Status* status) {
+  if (status->ok() && job.load_event != nullptr) {
+    *status = device->Check(cudaEventRecord(job.load_event, last),
+                            "cudaEventRecord of the worker's event");
+  }
+  RecordCompletion(device, last, other, join_other, j, status);
+}
 
 CopyPagesArgs KernelArgs(bool store, const CudaWorkerMemory& m, const Device::Buffer& buffer,
                          uint64_t pair_begin, uint64_t num_pairs, uint64_t align_bits) {
@@ -132,13 +145,14 @@ CopyPagesArgs KernelArgs(bool store, const CudaWorkerMemory& m, const Device::Bu
 }
 
 // The SM paths' pair table of `num_pairs` entries, from the device's descriptor pool, into
-// j->buffer. false, with nothing taken, when the pool has no room.
-absl::StatusOr<bool> AcquirePairTable(Device* device, uint64_t num_pairs, PendingJob* j) {
+// j->buffer. Sets *no_room, with nothing taken, when the pool has no room.
+absl::Status AcquirePairTable(Device* device, uint64_t num_pairs, PendingJob* j, bool* no_room) {
   absl::StatusOr<Device::Buffer> buffer = device->AcquireBuffer(num_pairs * sizeof(PagePair));
-  if (absl::IsResourceExhausted(buffer.status())) return false;
+  *no_room = absl::IsResourceExhausted(buffer.status());
+  if (*no_room) return absl::OkStatus();
   RETURN_IF_ERROR(buffer.status());
   j->buffer = *buffer;
-  return true;
+  return absl::OkStatus();
 }
 
 // Uploads the pair table filled in j.buffer.host on `stream`.
@@ -187,11 +201,7 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
   j->times.first = batcher.first_flush_returned();
   j->times.copies = batcher.copies() + strided_calls;
   j->times.batches = batcher.batches();
-  if (status.ok() && job.load_event != nullptr) {
-    status = device->Check(cudaEventRecord(job.load_event, lane.dma),
-                           "cudaEventRecord of the worker's event");
-  }
-  RecordCompletion(device, lane.dma, nullptr, false, j, &status);
+  EndJob(job, device, lane.dma, nullptr, false, j, &status);
   return status;
 }
 
@@ -216,11 +226,8 @@ absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueO
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(staging);
-  ASSIGN_OR_RETURN(const bool acquired, AcquirePairTable(device, num_pairs, j));
-  if (!acquired) {
-    *no_room = true;
-    return absl::OkStatus();
-  }
+  RETURN_IF_ERROR(AcquirePairTable(device, num_pairs, j, no_room));
+  if (*no_room) return absl::OkStatus();
   const uint32_t n = lane.num_staging;
   const uint64_t first = lane.next_staging;
   lane.next_staging += job.staged.chunks.size();
@@ -280,11 +287,7 @@ absl::Status EnqueueStaged(const PreparedJob& job, PendingJob* j, const EnqueueO
   }
   cudaStream_t last = store ? lane.dma : lane.kernel;
   cudaStream_t other = store ? lane.kernel : lane.dma;
-  if (status.ok() && job.load_event != nullptr) {
-    status = device->Check(cudaEventRecord(job.load_event, last),
-                           "cudaEventRecord of the worker's event");
-  }
-  RecordCompletion(device, last, other, /*join_other=*/!status.ok(), j, &status);
+  EndJob(job, device, last, other, /*join_other=*/!status.ok(), j, &status);
   return status;
 }
 
@@ -300,11 +303,8 @@ absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueO
   const uint64_t num_pairs = job.blocks.size();
   ASSIGN_OR_RETURN(const std::atomic<uint64_t>* chunks,
                    job.region->DevicePointers(device->ordinal()));
-  ASSIGN_OR_RETURN(const bool acquired, AcquirePairTable(device, num_pairs, j));
-  if (!acquired) {
-    *no_room = true;
-    return absl::OkStatus();
-  }
+  RETURN_IF_ERROR(AcquirePairTable(device, num_pairs, j, no_room));
+  if (*no_room) return absl::OkStatus();
   auto* pairs = reinterpret_cast<PagePair*>(j->buffer.host);
   const uint64_t chunk_bytes = job.region->chunk_bytes();
   uint64_t align_bits = m->align_bits();
@@ -323,11 +323,7 @@ absl::Status EnqueueKernel(const PreparedJob& job, PendingJob* j, const EnqueueO
     status = device->Check(LaunchCopyPages(args, KernelConfig(kKernelSms), lane.kernel),
                            store ? "gather kernel launch" : "scatter kernel launch");
   }
-  if (status.ok() && job.load_event != nullptr) {
-    status = device->Check(cudaEventRecord(job.load_event, lane.kernel),
-                           "cudaEventRecord of the worker's event");
-  }
-  RecordCompletion(device, lane.kernel, nullptr, false, j, &status);
+  EndJob(job, device, lane.kernel, nullptr, false, j, &status);
   return status;
 }
 
