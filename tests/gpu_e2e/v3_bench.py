@@ -390,6 +390,20 @@ def throughput_main(args):
             w.answer(error=repr(e))
 
 
+def two_in_flight(submit, wait, direction, n):
+    """Seconds for n jobs with two in flight (alternating block sets 0 and 1), timed once the
+    pipeline is full."""
+    inflight = [submit(direction, 0), submit(direction, 1)]
+    wait(inflight.pop(0))  # warm: the pipeline is full from here
+    t0 = time.perf_counter()
+    for j in range(n):
+        inflight.append(submit(direction, j % 2))
+        wait(inflight.pop(0))
+    elapsed = time.perf_counter() - t0
+    wait(inflight.pop(0))
+    return elapsed
+
+
 def kvo_rows(w, cmd, reps):
     """One job at a time (submit -> finished, median) and two in flight (disjoint blocks and
     rows, steady state over 4 x reps jobs), both directions."""
@@ -405,14 +419,7 @@ def kvo_rows(w, cmd, reps):
             rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
                              jobs=1, path=cmd["path"], gbps=round(lay.bytes / ms / 1e6, 2)))
             n = 4 * reps
-            inflight = [k.submit(direction, 0), k.submit(direction, 1)]
-            k.wait(inflight.pop(0))  # warm: the pipeline is full from here
-            t0 = time.perf_counter()
-            for j in range(n):
-                inflight.append(k.submit(direction, j % 2))
-                k.wait(inflight.pop(0))
-            elapsed = time.perf_counter() - t0
-            k.wait(inflight.pop(0))
+            elapsed = two_in_flight(k.submit, k.wait, direction, n)
             rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
                              jobs=2, path=cmd["path"], gbps=round(n * lay.bytes / elapsed / 1e9,
                                                                   2)))
@@ -471,19 +478,26 @@ def layout_rows(w, cmd, reps):
 
 def reorder_rows(w, cmd, reps):
     """The reorder's store and load of one 512 MiB job (chunks pipelined over `slots` staging
-    buffers), median of reps, after a round trip that must bring every byte back."""
+    buffers), median of reps, after a round trip that must bring every byte back; and two jobs
+    in flight (disjoint blocks and rows, steady state over 4 x reps jobs), as kvo_rows."""
     import torch
     from v3_reorder import Reorder
-    lay = w.Layout(cmd["layout"], cmd["blocks"], JOB_BYTES)
+    lay = w.Layout(cmd["layout"], cmd["blocks"], JOB_BYTES, sets=2)
     m = Reorder(cmd["socket"], lay, chunk_bytes=cmd["chunk_bytes"], slots=cmd["slots"])
     rows = []
     name = "reorder_%dx%dm" % (cmd["slots"], cmd["chunk_bytes"] >> 20)
     try:
         exact = m.check()
+        m.wait(m.submit("store", 1))  # set 1's rows exist before its loads
         for direction in ("store", "load"):
             ms = w.median_ms(getattr(m, direction), reps)
             rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
                              jobs=1, path=name, gbps=round(lay.bytes / ms / 1e6, 2),
+                             bytes_exact=exact, chunk_blocks=m.chunk, slots=cmd["slots"]))
+            n = 4 * reps
+            elapsed = two_in_flight(m.submit, m.wait, direction, n)
+            rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
+                             jobs=2, path=name, gbps=round(n * lay.bytes / elapsed / 1e9, 2),
                              bytes_exact=exact, chunk_blocks=m.chunk, slots=cmd["slots"]))
     finally:
         m.close()

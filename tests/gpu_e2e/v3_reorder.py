@@ -4,7 +4,8 @@ library's; python/kvoffload/staged.py) driven over a v3_workloads.Layout.
 One 512 MiB job each way: the job's GPU blocks (the layout's block set, random or consecutive)
 into a random permutation of rows (as an index hands them out), through `slots` staging buffers
 of `chunk_bytes` each. store() and load() return once the job's verdict came (a load's blocks
-hold their bytes then).
+hold their bytes then). With a layout of several block sets, submit(direction, s) and wait(job)
+keep jobs of different sets (disjoint blocks and rows) in flight together.
 """
 
 import os
@@ -24,7 +25,8 @@ class Reorder:
         self.lay = lay
         layers, page = lay.spec_fields()
         spec = kvo.EngineSpec(engine_id="reorder-%d-%d" % (os.getpid(), Reorder.count),
-                              num_layers=layers, page_bytes=page, budget_bytes=lay.n * lay.bpb,
+                              num_layers=layers, page_bytes=page,
+                              budget_bytes=lay.sets * lay.n * lay.bpb,
                               rows_assigned_by_engine=True)
         self.worker = kvo.StagedWorker.connect_cuda(
             sock, spec, 0, lay.tensors, num_blocks=lay.num_blocks,
@@ -32,16 +34,23 @@ class Reorder:
         self.chunk = self.worker.chunk_rows
         g = torch.Generator()
         g.manual_seed(seed)
-        self.rows = torch.randperm(lay.n, generator=g).tolist()
-        self.blocks = lay.block_lists[0]
+        rows = torch.randperm(lay.sets * lay.n, generator=g).tolist()
+        self.rows = [rows[i * lay.n:(i + 1) * lay.n] for i in range(lay.sets)]
         self.stream = None if follow_model else torch.cuda.Stream()
         self.job = 0
 
-    def _run(self, direction):
+    def submit(self, direction, s=0):
+        """Submits set s's job; returns its id for wait()."""
         self.job += 1
         submit = getattr(self.worker, "submit_" + direction)
-        submit(self.job, self.blocks, self.rows, stream=self.stream)
-        self.worker.wait(self.job, timeout_s=120).check()
+        submit(self.job, self.lay.block_lists[s], self.rows[s], stream=self.stream)
+        return self.job
+
+    def wait(self, job):
+        self.worker.wait(job, timeout_s=120).check()
+
+    def _run(self, direction):
+        self.wait(self.submit(direction))
 
     def store(self):
         self._run("store")
