@@ -221,8 +221,6 @@ void SlotIndex::LruPushMostRecent(uint32_t row) {
 
 void SlotIndex::LruLink(uint32_t row) { LruLinkAfter(row, rows_[sentinel_].prev); }
 
-void SlotIndex::LruLinkLeastRecent(uint32_t row) { LruLinkAfter(row, sentinel_); }
-
 void SlotIndex::LruLinkAfter(uint32_t row, uint32_t after) {
   Row& r = rows_[row];
   r.prev = after;

@@ -535,10 +535,7 @@ class SlotIndex {
   void MarkStoreFailedLocked(const std::vector<RowRun>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rows still WRITING with no copy in flight are written; committed ones become READY.
   void MarkStoreWrittenLocked(const std::vector<RowRun>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Links `row` as the least recently used (a parked row coming back).
-  void LruLinkLeastRecent(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Links `row` into the LRU list right after `after` (a row on it, or the sentinel) and counts
-  // it evictable (the one place a row is linked in; LruUnlink takes it out).
+  // Links `row` after `after` (a listed row; sentinel_: as the least recent), counted evictable.
   void LruLinkAfter(uint32_t row, uint32_t after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a WRITING row's key and frees (or quarantines) the row; returns the key.
   std::string DropWritingKey(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

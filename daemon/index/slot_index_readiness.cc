@@ -26,7 +26,7 @@ uint64_t SlotIndex::MarkRowsReady(uint64_t end) {
     r.state = RowState::kReady;
     r.ticket = p.ticket;
     key_to_row_.insert(p.row);
-    LruLinkLeastRecent(p.row);
+    LruLinkAfter(p.row, sentinel_);  // the least recent: a parked row coming back
     ++rows_ready_;
     ++members_[r.member].counts.rows_held;  // pools' per-member count (a private index: member 0)
     ++back;
