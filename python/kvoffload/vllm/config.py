@@ -147,14 +147,36 @@ def _local_world_size(parallel, extra, executor, world_size):
     return 0  # ray / external: not known here; the daemon names the rule and the fix below
 
 
-def _single_group(kv_cache_config):
-    groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
+def _one_group(groups):
+    """The only KV cache group: kvoffload offloads models with exactly one."""
+    groups = list(groups or ())
     if len(groups) != 1:
         raise KvoffloadError(
             StatusCode.FAILED_PRECONDITION,
             "kvoffload.vllm: the model has %d KV cache groups (hybrid or sliding-window "
             "attention); kvoffload offloads models with exactly one KV cache group" % len(groups))
-    return groups[0].kv_cache_spec
+    return groups[0]
+
+
+def _budget_key(extra):
+    """The extra_config key of the engine's host memory (required)."""
+    key = "budget_bytes" if "budget_bytes" in extra else "cpu_bytes_to_use"
+    if key not in extra:
+        raise config_error(
+            "set the host memory for this engine on this node: kv_connector_extra_config "
+            "\"cpu_bytes_to_use\" (or \"budget_bytes\"), e.g. 68719476736 or \"64GiB\"; "
+            "`kvoffloadctl plan` shows the rows it buys")
+    return key
+
+
+def _check_one_node(local_world_size, world_size):
+    if 0 < local_world_size < world_size:
+        raise KvoffloadError(
+            StatusCode.FAILED_PRECONDITION,
+            "kvoffload.vllm: this engine replica spans nodes (%d of its %d ranks on this node); "
+            "the connector uses the daemon's index, which serves one node, so a replica must "
+            "run on one node (run one replica per node with data parallelism instead)" %
+            (local_world_size, world_size))
 
 
 def _pool_name(extra, engine_id):
@@ -209,14 +231,9 @@ def engine_spec(vllm_config, kv_cache_config, extra=None, block_size_factor=1):
     if extra is None:
         extra = dict(vllm_config.kv_transfer_config.kv_connector_extra_config or {})
     parallel = vllm_config.parallel_config
-    kv_spec = _single_group(kv_cache_config)
+    kv_spec = _one_group(getattr(kv_cache_config, "kv_cache_groups", None)).kv_cache_spec
 
-    budget_key = "budget_bytes" if "budget_bytes" in extra else "cpu_bytes_to_use"
-    if budget_key not in extra:
-        raise config_error(
-            "set the host memory for this engine on this node: kv_connector_extra_config "
-            "\"cpu_bytes_to_use\" (or \"budget_bytes\"), e.g. 68719476736 or \"64GiB\"; "
-            "`kvoffloadctl plan` shows the rows it buys")
+    budget_key = _budget_key(extra)
 
     engine_id = str(extra.get("engine_id") or
                     getattr(vllm_config.kv_transfer_config, "engine_id", None) or "vllm")
@@ -239,13 +256,7 @@ def engine_spec(vllm_config, kv_cache_config, extra=None, block_size_factor=1):
     worker_bytes_per_block = sum(int(t.size) for t in tensors) // num_blocks
     layers = len(getattr(kv_cache_config.kv_cache_groups[0], "layer_names", None) or tensors)
     local_world_size = _local_world_size(parallel, extra, executor, world_size)
-    if 0 < local_world_size < world_size:
-        raise KvoffloadError(
-            StatusCode.FAILED_PRECONDITION,
-            "kvoffload.vllm: this engine replica spans nodes (%d of its %d ranks on this node); "
-            "the connector uses the daemon's index, which serves one node, so a replica must "
-            "run on one node (run one replica per node with data parallelism instead)" %
-            (local_world_size, world_size))
+    _check_one_node(local_world_size, world_size)
     model = getattr(vllm_config, "model_config", None)
     use_mla = bool(getattr(model, "use_mla", False))
     spec = EngineSpec(
@@ -316,18 +327,8 @@ def engine_spec_from_offloading_config(offloading_config, replicated=False):
     lets only rank 0 store; otherwise "mha" (one copy per rank, every rank stores)."""
     c = offloading_config
     extra = dict(c.extra_config or {})
-    groups = list(c.groups or ())
-    if len(groups) != 1:
-        raise KvoffloadError(
-            StatusCode.FAILED_PRECONDITION,
-            "kvoffload.vllm: the model has %d KV cache groups (hybrid or sliding-window "
-            "attention); kvoffload offloads models with exactly one KV cache group" % len(groups))
-    budget_key = "budget_bytes" if "budget_bytes" in extra else "cpu_bytes_to_use"
-    if budget_key not in extra:
-        raise config_error(
-            "set the host memory for this engine on this node: kv_connector_extra_config "
-            "\"cpu_bytes_to_use\" (or \"budget_bytes\"), e.g. 68719476736 or \"64GiB\"; "
-            "`kvoffloadctl plan` shows the rows it buys")
+    group = _one_group(c.groups)
+    budget_key = _budget_key(extra)
     wbpb = int(c.worker_kv_bytes_per_block or 0)
     if wbpb <= 0:
         raise KvoffloadError(StatusCode.FAILED_PRECONDITION,
@@ -346,14 +347,8 @@ def engine_spec_from_offloading_config(offloading_config, replicated=False):
     else:
         local_world_size = 1 if executor == "uni" else (
             world_size if executor == "mp" else 0)
-    if 0 < local_world_size < world_size:
-        raise KvoffloadError(
-            StatusCode.FAILED_PRECONDITION,
-            "kvoffload.vllm: this engine replica spans nodes (%d of its %d ranks on this node); "
-            "the connector uses the daemon's index, which serves one node, so a replica must "
-            "run on one node (run one replica per node with data parallelism instead)" %
-            (local_world_size, world_size))
-    layers = len(groups[0].layer_names) or 1
+    _check_one_node(local_world_size, world_size)
+    layers = len(group.layer_names) or 1
     if wbpb % layers:
         layers = 1
     return with_pool(EngineSpec(

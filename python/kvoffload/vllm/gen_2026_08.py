@@ -17,8 +17,6 @@ called for stores; the engine is opened with stores_by_writer_only so the daemon
 store on rank 0's part alone.
 """
 
-import logging
-
 from vllm.v1.kv_offload.base import (BlockIDsLoadStoreSpec, Locality,  # noqa: F401
                                      LookupResult, Medium, OffloadingEvent, OffloadingManager,
                                      OffloadingSpec, OffloadingWorker, OffloadPolicy,
@@ -28,24 +26,13 @@ from vllm.v1.kv_offload.base import (BlockIDsLoadStoreSpec, Locality,  # noqa: F
 from ..client import KeyState
 from . import config, core, gen_common
 
-logger = logging.getLogger("kvoffload.vllm")
-
 GENERATION = "2026-08"
 EVENT_MEDIUM = Medium.CPU  # kvoffload rows are host memory on this node
 EVENT_LOCALITY = Locality.LOCAL
 
 
-class KvoffloadLoadStoreSpec(BlockIDsLoadStoreSpec):
-    """Rows of the engine's kvoffload region (block_ids are row numbers), with the region epoch
-    they were planned in, the scheduler's job nonce, a store's keys (a worker whose store fails
-    completes them with success=False) and `failed` (prepare_load could not pin them)."""
-
-    def __init__(self, rows, region_epoch=0, job_nonce=0, keys=(), failed=False):
-        super().__init__(list(rows))
-        self.region_epoch = region_epoch
-        self.job_nonce = job_nonce
-        self.keys = list(keys)
-        self.failed = failed
+class KvoffloadLoadStoreSpec(gen_common.RowSpecMixin, BlockIDsLoadStoreSpec):
+    """Rows of the engine's kvoffload region (gen_common.RowSpecMixin)."""
 
 
 _LOOKUP = {KeyState.HIT: LookupResult.HIT, KeyState.HIT_PENDING: LookupResult.HIT_PENDING}
@@ -112,11 +99,7 @@ class KvoffloadManager(OffloadingManager):
     @gen_common.never_raises(lambda: KvoffloadLoadStoreSpec([], failed=True))
     def prepare_load(self, keys, req_context):
         self._forget_states()
-        rows = self.core.prepare_load(core.unique(keys))
-        if rows is None:
-            return KvoffloadLoadStoreSpec([], self.core.region_epoch, self.core.job_nonce,
-                                          failed=True)
-        return KvoffloadLoadStoreSpec(rows, self.core.region_epoch, self.core.job_nonce)
+        return gen_common.load_spec(self.core, keys, KvoffloadLoadStoreSpec)
 
     @gen_common.never_raises(None)
     def touch(self, keys, req_context=None):
@@ -137,14 +120,8 @@ class KvoffloadManager(OffloadingManager):
     @gen_common.never_raises(None)
     def prepare_store(self, keys, req_context):
         self._forget_states()
-        prepared = self.core.prepare_store(keys)
-        if prepared is None:
-            return None
-        spec = KvoffloadLoadStoreSpec(prepared.rows, self.core.region_epoch,
-                                      self.core.job_nonce,
-                                      keys=self.core.store_keys(prepared.keys))
-        return PrepareStoreOutput(keys_to_store=list(prepared.keys), store_spec=spec,
-                                  evicted_keys=list(prepared.evicted_keys))
+        return gen_common.store_output(self.core, keys, KvoffloadLoadStoreSpec,
+                                       PrepareStoreOutput)
 
     @gen_common.never_raises(None)
     def complete_store(self, keys, req_context=None, success=True):
@@ -200,21 +177,13 @@ class KvoffloadWorker(OffloadingWorker):
     def __init__(self, worker_core):
         self.core = worker_core
 
-    def _submit(self, direction, job_id, gpu, rows):
-        try:
-            indices = getattr(gpu, "block_indices", None)
-            first = int(indices[0]) if indices is not None and len(indices) else 0
-            self.core.submit(direction, job_id, gpu.block_ids, first, rows)
-        except Exception:  # noqa: BLE001 — never into vLLM; the job is then reported failed
-            logger.exception("kvoffload: %s job %d could not be planned", direction, job_id)
-            self.core.submit(direction, job_id, [], 0, KvoffloadLoadStoreSpec([], failed=True))
-        return True
-
     def submit_store(self, job_id, src_spec, dst_spec):
-        return self._submit(core.STORE, job_id, src_spec, dst_spec)
+        return gen_common.submit(self.core, core.STORE, job_id, (src_spec, dst_spec),
+                                 KvoffloadLoadStoreSpec)
 
     def submit_load(self, job_id, src_spec, dst_spec):
-        return self._submit(core.LOAD, job_id, dst_spec, src_spec)
+        return gen_common.submit(self.core, core.LOAD, job_id, (src_spec, dst_spec),
+                                 KvoffloadLoadStoreSpec)
 
     @gen_common.never_raises(list)
     def get_finished(self):
@@ -248,20 +217,10 @@ class KvoffloadSpec(OffloadingSpec):
 
     def get_manager(self):
         if self._manager is None:
-            scheduler = gen_common.open_scheduler(self.settings, self.engine_spec)
-            try:
-                gen_common.check_replicated(scheduler.geometry.replicated,
-                                            self.replicated_layout, self.engine_spec,
-                                            "the scheduler")
-            except Exception:
-                scheduler.close()
-                raise
-            gen_common.log_region(self.engine_spec, self.settings, scheduler.geometry)
             enabled = bool(self.kv_events_config.enable_kv_cache_events)
-            self._manager = KvoffloadManager(core.ManagerCore(
-                scheduler, lambda: gen_common.open_scheduler(self.settings, self.engine_spec),
-                gen_common.job_nonce(), make_event=_event if enabled else None,
-                pending_timeout_s=self.settings.pending_timeout_s))
+            self._manager = KvoffloadManager(gen_common.manager_core(
+                self.settings, self.engine_spec, _event if enabled else None,
+                vllm_replicated=self.replicated_layout))
         return self._manager
 
     def get_worker(self, kv_caches):

@@ -1,5 +1,7 @@
-"""What both generation adapters share: opening the engine, the start-up checks, the worker
-core's construction and vLLM's load-error path. No vLLM import at module level."""
+"""What both generation adapters share: the rows' LoadStoreSpec, the manager's load/store
+answers, opening the engine, the start-up checks, the worker core's construction, a transfer's
+submission and vLLM's load-error path. No vLLM import at module level: vLLM's classes come in
+as arguments or as the base class a mixin is combined with."""
 
 import dataclasses
 import logging
@@ -53,6 +55,58 @@ def with_writer_only(spec, writer_only):
     return dataclasses.replace(spec, stores_by_writer_only=True)
 
 
+class RowSpecMixin:
+    """Rows of the engine's kvoffload region, mixed in before the generation's
+    BlockIDsLoadStoreSpec (block_ids are row numbers), with the region epoch they were planned
+    in, the scheduler's job nonce, a store's keys (a worker whose store fails completes them
+    with success=False) and `failed` (prepare_load could not pin them). vLLM pickles the specs,
+    so each generation names its own subclass at module level."""
+
+    def __init__(self, rows, region_epoch=0, job_nonce=0, keys=(), failed=False):
+        super().__init__(list(rows))
+        self.region_epoch = region_epoch
+        self.job_nonce = job_nonce
+        self.keys = list(keys)
+        self.failed = failed
+
+
+def load_spec(manager_core, keys, spec_cls):
+    """prepare_load's answer: the keys' pinned rows, or a failed spec_cls (the worker then
+    fails the load)."""
+    rows = manager_core.prepare_load(core.unique(keys))
+    if rows is None:
+        return spec_cls([], manager_core.region_epoch, manager_core.job_nonce, failed=True)
+    return spec_cls(rows, manager_core.region_epoch, manager_core.job_nonce)
+
+
+def store_output(manager_core, keys, spec_cls, output_cls):
+    """prepare_store's answer: output_cls (the generation's PrepareStoreOutput), or None when
+    nothing is stored."""
+    prepared = manager_core.prepare_store(keys)
+    if prepared is None:
+        return None
+    spec = spec_cls(prepared.rows, manager_core.region_epoch, manager_core.job_nonce,
+                    keys=manager_core.store_keys(prepared.keys))
+    return output_cls(keys_to_store=list(prepared.keys), store_spec=spec,
+                      evicted_keys=list(prepared.evicted_keys))
+
+
+def submit(worker_core, direction, job_id, transfer, spec_cls):
+    """Submits vLLM's transfer (src spec, dst spec); one that cannot be planned is submitted
+    with a failed spec_cls, so that vLLM hears of it from get_finished, never as an exception.
+    Returns True (vLLM's "submitted")."""
+    try:
+        src, dst = transfer
+        gpu, rows = (src, dst) if direction == core.STORE else (dst, src)
+        indices = getattr(gpu, "block_indices", None)
+        first = int(indices[0]) if indices is not None and len(indices) else 0
+        worker_core.submit(direction, job_id, gpu.block_ids, first, rows)
+    except Exception:  # noqa: BLE001 — never into vLLM; the job is then reported failed
+        logger.exception("kvoffload: %s job %d could not be planned", direction, job_id)
+        worker_core.submit(direction, job_id, [], 0, spec_cls([], failed=True))
+    return True
+
+
 def open_scheduler(settings, engine_spec):
     try:
         return Scheduler.open(settings.socket_path, engine_spec,
@@ -84,6 +138,23 @@ def log_region(engine_spec, settings, geometry):
                 "created" if geometry.created else "joined", settings.socket_path,
                 geometry.num_rows, geometry.row_bytes,
                 "replicated" if geometry.replicated else "per rank")
+
+
+def manager_core(settings, engine_spec, make_event, vllm_replicated=None):
+    """The ManagerCore of the scheduler process. vllm_replicated: vLLM's layout choice, checked
+    against the daemon's (None: the generation makes none)."""
+    scheduler = open_scheduler(settings, engine_spec)
+    if vllm_replicated is not None:
+        try:
+            check_replicated(scheduler.geometry.replicated, vllm_replicated, engine_spec,
+                             "the scheduler")
+        except Exception:
+            scheduler.close()
+            raise
+    log_region(engine_spec, settings, scheduler.geometry)
+    return core.ManagerCore(scheduler, lambda: open_scheduler(settings, engine_spec),
+                            job_nonce(), make_event=make_event,
+                            pending_timeout_s=settings.pending_timeout_s)
 
 
 def worker_core(settings, engine_spec, mp_rank, canonical_tensors, vllm_replicated):

@@ -11,8 +11,6 @@ GPULoadStoreSpec(block_ids, group_sizes, block_indices); TransferResult(job_id, 
 transfer_size, transfer_time, transfer_type).
 """
 
-import logging
-
 from vllm.v1.kv_offload.abstract import (OffloadingEvent, OffloadingManager,  # noqa: F401
                                          PrepareStoreOutput, ReqContext)
 from vllm.v1.kv_offload.mediums import BlockIDsLoadStoreSpec, GPULoadStoreSpec
@@ -22,8 +20,6 @@ from vllm.v1.kv_offload.worker.worker import OffloadingHandler, TransferResult
 from ..client import KeyState, KvoffloadError, StatusCode
 from . import config, core, gen_common
 
-logger = logging.getLogger("kvoffload.vllm")
-
 GENERATION = "v0.20"
 MEDIUM = "KVOFFLOAD"    # LoadStoreSpec.medium() of kvoffload rows: routes transfers to handlers
 EVENT_MEDIUM = "CPU"    # the medium of KV events: kvoffload rows are host memory
@@ -31,17 +27,9 @@ _STORE_TYPE = ("GPU", MEDIUM)
 _LOAD_TYPE = (MEDIUM, "GPU")
 
 
-class KvoffloadLoadStoreSpec(BlockIDsLoadStoreSpec):
-    """Rows of the engine's kvoffload region (block_ids are row numbers), with the region epoch
-    they were planned in, the scheduler's job nonce, a store's keys (a worker whose store fails
-    completes them with success=False) and `failed` (prepare_load could not pin them)."""
-
-    def __init__(self, rows, region_epoch=0, job_nonce=0, keys=(), failed=False):
-        super().__init__(list(rows))
-        self.region_epoch = region_epoch
-        self.job_nonce = job_nonce
-        self.keys = list(keys)
-        self.failed = failed
+class KvoffloadLoadStoreSpec(gen_common.RowSpecMixin, BlockIDsLoadStoreSpec):
+    """Rows of the engine's kvoffload region (gen_common.RowSpecMixin), routed to the
+    kvoffload handlers by medium()."""
 
     @staticmethod
     def medium():
@@ -85,12 +73,7 @@ class KvoffloadManager(OffloadingManager):
     @gen_common.never_raises(lambda: KvoffloadLoadStoreSpec([], failed=True))
     def prepare_load(self, keys, req_context=None):
         self._forget()
-        keys = core.unique(keys)
-        rows = self.core.prepare_load(keys)
-        if rows is None:
-            return KvoffloadLoadStoreSpec([], self.core.region_epoch, self.core.job_nonce,
-                                          failed=True)
-        return KvoffloadLoadStoreSpec(rows, self.core.region_epoch, self.core.job_nonce)
+        return gen_common.load_spec(self.core, keys, KvoffloadLoadStoreSpec)
 
     @gen_common.never_raises(None)
     def touch(self, keys):
@@ -108,14 +91,8 @@ class KvoffloadManager(OffloadingManager):
     @gen_common.never_raises(None)
     def prepare_store(self, keys, req_context=None):
         self._forget()
-        prepared = self.core.prepare_store(keys)
-        if prepared is None:
-            return None
-        spec = KvoffloadLoadStoreSpec(prepared.rows, self.core.region_epoch,
-                                      self.core.job_nonce,
-                                      keys=self.core.store_keys(prepared.keys))
-        return PrepareStoreOutput(keys_to_store=list(prepared.keys), store_spec=spec,
-                                  evicted_keys=list(prepared.evicted_keys))
+        return gen_common.store_output(self.core, keys, KvoffloadLoadStoreSpec,
+                                       PrepareStoreOutput)
 
     @gen_common.never_raises(None)
     def complete_store(self, keys, success=True):
@@ -144,18 +121,8 @@ class KvoffloadTransferHandler(OffloadingHandler):
         self._type = _STORE_TYPE if direction == core.STORE else _LOAD_TYPE
 
     def transfer_async(self, job_id, spec):
-        try:
-            src, dst = spec
-            gpu, rows = (src, dst) if self._direction == core.STORE else (dst, src)
-            indices = getattr(gpu, "block_indices", None)
-            first = int(indices[0]) if indices is not None and len(indices) else 0
-            self.core.submit(self._direction, job_id, gpu.block_ids, first, rows)
-        except Exception:  # noqa: BLE001 — never into vLLM; the job is then reported failed
-            logger.exception("kvoffload: %s job %d could not be planned", self._direction,
-                             job_id)
-            self.core.submit(self._direction, job_id, [], 0,
-                             KvoffloadLoadStoreSpec([], failed=True))
-        return True
+        return gen_common.submit(self.core, self._direction, job_id, spec,
+                                 KvoffloadLoadStoreSpec)
 
     @gen_common.never_raises(list)
     def get_finished(self):
@@ -189,14 +156,10 @@ class KvoffloadSpec(OffloadingSpec):
 
     def get_manager(self):
         if self._manager is None:
-            scheduler = gen_common.open_scheduler(self.settings, self.engine_spec)
-            gen_common.log_region(self.engine_spec, self.settings, scheduler.geometry)
             events = getattr(self.vllm_config, "kv_events_config", None)
             enabled = bool(getattr(events, "enable_kv_cache_events", False))
-            self._manager = KvoffloadManager(core.ManagerCore(
-                scheduler, lambda: gen_common.open_scheduler(self.settings, self.engine_spec),
-                gen_common.job_nonce(), make_event=_event if enabled else None,
-                pending_timeout_s=self.settings.pending_timeout_s))
+            self._manager = KvoffloadManager(gen_common.manager_core(
+                self.settings, self.engine_spec, _event if enabled else None))
         return self._manager
 
     def get_handlers(self, kv_caches, attn_backends=None):
