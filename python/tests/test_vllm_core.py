@@ -55,8 +55,9 @@ class FakeWorker:
     def poll(self):
         if not self.alive:
             raise KvoffloadError(StatusCode.UNAVAILABLE, "the session with kvoffloadd ended")
-        out, self.done = list(self.done.values()), {}
-        return out
+        # One pop per job: a verdict a test's thread adds meanwhile stays for the next poll
+        # (swapping in a new dict would drop it, and the waiting test would hang).
+        return [self.done.pop(job_id) for job_id in list(self.done)]
 
     def wait(self, job_id, timeout_s=None):
         if job_id in self.done:
@@ -95,8 +96,9 @@ class ReconnectingWorker(FakeWorker):
         self.generation += 1
 
     def poll(self):
-        out, self.done = list(self.done.values()), {}
-        return out
+        # One pop per job: a verdict a test's thread adds meanwhile stays for the next poll
+        # (swapping in a new dict would drop it, and the waiting test would hang).
+        return [self.done.pop(job_id) for job_id in list(self.done)]
 
 
 def rows(r, nonce=7, keys=(), epoch=0):
