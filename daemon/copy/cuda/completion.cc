@@ -21,9 +21,13 @@ CompletionQueue::~CompletionQueue() {
   relay_->Detach();
 }
 
-bool CompletionQueue::WakeAfter(cudaStream_t stream) {
+bool CompletionQueue::WakeAfter(cudaEvent_t completion, cudaStream_t wake_stream) {
+  if (wake_stream == nullptr) return false;
   relay_->Arm();
-  if (cudaLaunchHostFunc(stream, &WakeRelay::Fire, relay_) == cudaSuccess) return true;
+  if (cudaStreamWaitEvent(wake_stream, completion, 0) == cudaSuccess &&
+      cudaLaunchHostFunc(wake_stream, &WakeRelay::Fire, relay_) == cudaSuccess) {
+    return true;
+  }
   relay_->Disarm();
   cudaGetLastError();  // not sticky: the job is polled instead
   return false;

@@ -11,7 +11,7 @@
 //      DEADLINE_EXCEEDED having copied nothing.
 //   2. running — its own completion event (recorded after its last GPU operation) is polled at
 //      a step that grows with the copy's age (NextPoll: at most 1/256 of its duration late), or,
-//      for a long copy, queried when its stream's host function wakes the queue (WakeAfter;
+//      for a long copy, queried when a host function after its event wakes the queue (WakeAfter;
 //      poll_pacing.h); the job is reported when that event has completed, never earlier. A running job holds only
 //      the daemon's own work (kernels and DMA of bounded size), so it always ends; past its
 //      deadline it is logged, and reported with its real status when it finishes.
@@ -85,10 +85,11 @@ class CompletionQueue {
   // waited for (they hold only the daemon's own work). Then the thread stops. Idempotent.
   void Shutdown();
   size_t waiting() const;
-  // Has `stream` wake the queue once the work queued on it so far has run (cudaLaunchHostFunc);
-  // call after recording a job's completion event on it. false if the function could not be
-  // enqueued: the job is then polled.
-  bool WakeAfter(cudaStream_t stream);
+  // Has `wake_stream` wake the queue once `completion` has completed (a wait, then
+  // cudaLaunchHostFunc). The wake stream holds nothing else: a host function blocks the work
+  // queued after it on its stream, and on the job's own stream it would hold the next job's
+  // copies back until it ran. false if it could not be enqueued: the job is then polled.
+  bool WakeAfter(cudaEvent_t completion, cudaStream_t wake_stream);
 
   // Reports a job exactly once: returns its buffer and event to the device, releases its worker
   // memory, calls `done`; then, at debug level, logs the job's times (DescribeJobTimes).

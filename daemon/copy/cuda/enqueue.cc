@@ -88,7 +88,7 @@ void EndJob(const PreparedJob& job, Device* device, cudaStream_t last, cudaStrea
 // it, when the job may have left work there unseen). If the event cannot be recorded, both
 // streams are synchronized so the job is never reported while its work runs.
 void RecordCompletion(Device* device, cudaStream_t last, cudaStream_t other, bool join_other,
-                      PendingJob* j, absl::Status* status) {
+                      cudaStream_t wake, PendingJob* j, absl::Status* status) {
   if (join_other && other != nullptr) {
     cudaEvent_t joined = nullptr;
     if (cudaEventCreateWithFlags(&joined, cudaEventDisableTiming) == cudaSuccess) {
@@ -105,7 +105,7 @@ void RecordCompletion(Device* device, cudaStream_t last, cudaStream_t other, boo
     j->completion = *completion;
     // A long copy wakes the queue from its stream instead of being polled (poll_pacing.h).
     if (j->queue != nullptr && j->bytes >= kStreamWakeMinBytes) {
-      j->stream_wakes = j->queue->WakeAfter(last);
+      j->stream_wakes = j->queue->WakeAfter(*completion, wake);
     }
     return;
   }
@@ -127,7 +127,8 @@ void EndJob(const PreparedJob& job, Device* device, cudaStream_t last, cudaStrea
     *status = device->Check(cudaEventRecord(job.load_event, last),
                             "cudaEventRecord of the worker's event");
   }
-  RecordCompletion(device, last, other, join_other, j, status);
+  RecordCompletion(device, last, other, join_other, job.memory->lane(job.direction).wake, j,
+                   status);
 }
 
 CopyPagesArgs KernelArgs(bool store, const CudaWorkerMemory& m, const Device::Buffer& buffer,

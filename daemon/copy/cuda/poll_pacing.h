@@ -6,8 +6,10 @@
 // late (a 10 ms job ~40 µs, 0.4 %); a 1-block job polls every `floor` as before; a 78 ms job is
 // queried ~1,100 times instead of ~7,800.
 //
-// Long jobs are not polled at all: a job of kStreamWakeMinBytes or more has its stream run a host
-// function after its completion event (cudaLaunchHostFunc, wake_relay.h) that wakes the queue, and
+// Long jobs are not polled at all: a job of kStreamWakeMinBytes or more has its lane's wake stream
+// wait for its completion event and then run a host function (cudaLaunchHostFunc, wake_relay.h)
+// that wakes the queue — not its own stream, where the host function would hold the next job's
+// copies back until it ran (tens of µs a job) — and
 // is queried then and every kStreamWakeBackstop (should the function never run: a failed
 // context). 32 MiB take ~0.6 ms on the H200's link, where a host function's wake-up (~10-20 µs)
 // is within the polls' own lateness; below it the polls' CPU is small (≤ ~60 polls).

@@ -13,7 +13,7 @@ namespace {
 
 // What a lane leaves to release, taken out of it (a Lane holds a mutex and cannot move).
 struct LaneLeftovers {
-  cudaStream_t streams[2] = {nullptr, nullptr};
+  cudaStream_t streams[3] = {nullptr, nullptr, nullptr};
   std::vector<uint8_t*> staging;
   size_t staging_bytes = 0;
   std::vector<cudaEvent_t> events;
@@ -24,6 +24,7 @@ LaneLeftovers TakeLane(Lane& lane) {
   absl::MutexLock lock(&lane.mu);
   out.streams[0] = lane.kernel;
   out.streams[1] = lane.dma;
+  out.streams[2] = lane.wake;
   for (uint32_t i = 0; i < kStagingBuffers; ++i) {
     if (lane.staging[i] != nullptr) out.staging.push_back(lane.staging[i]);
     if (lane.filled[i] != nullptr) out.events.push_back(lane.filled[i]);
@@ -107,6 +108,8 @@ absl::Status CudaWorkerMemory::Finish(std::vector<TensorDescriptor> tensors,
     RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&lane->kernel, cudaStreamNonBlocking),
                                "cudaStreamCreateWithFlags"));
     RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&lane->dma, cudaStreamNonBlocking),
+                               "cudaStreamCreateWithFlags"));
+    RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&lane->wake, cudaStreamNonBlocking),
                                "cudaStreamCreateWithFlags"));
   }
   if (!device_->sm_paths()) return absl::OkStatus();  // copy engines need no device table

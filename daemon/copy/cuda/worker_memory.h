@@ -39,6 +39,9 @@ struct Lane {
   absl::Mutex mu;
   cudaStream_t kernel = nullptr;
   cudaStream_t dma = nullptr;
+  // Only waits and the completion queue's host functions (CompletionQueue::WakeAfter): a host
+  // function blocks the work queued after it on its stream, so it never goes on `dma`/`kernel`.
+  cudaStream_t wake = nullptr;
   uint8_t* staging[kStagingBuffers] = {};
   cudaEvent_t filled[kStagingBuffers] = {};
   cudaEvent_t drained[kStagingBuffers] = {};
