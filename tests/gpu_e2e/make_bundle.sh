@@ -34,6 +34,7 @@ cp tests/gpu_e2e/run_on_device.sh tests/gpu_e2e/torch_bench.py tests/gpu_e2e/ttf
 # The commit the binaries were built from ("+dirty" when the tree had changes): the run records it.
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bundle' || echo +dirty)" \
   > bundle/gpu/COMMIT
-exclude="$(git rev-parse --git-common-dir)/info/exclude"
-grep -qx 'bundle/' "$exclude" || echo 'bundle/' >> "$exclude"
+exclude="$(git rev-parse --git-common-dir)/info/exclude"  # .gitignore says it too
+mkdir -p "$(dirname "$exclude")"
+grep -qsx 'bundle/' "$exclude" || echo 'bundle/' >> "$exclude"
 du -sh bundle/gpu
