@@ -40,209 +40,19 @@ alive until close().
 
 import array
 import collections
-import math
 import threading
 from typing import List, Optional
 
 from ._common import FinishedJob, KvoffloadError, StatusCode
+from ._staging import (_BlockLayout, _ChunkGraphs, _CudaStreams, _HostStreams, _invalid,
+                       _torch)
 from .host import HostAllocation
-from .tensors import _views_of_tensor, _tensors_of, merge_adjacent
 from .worker import Worker
 
 CHUNK_BITS = 16
 MAX_JOB_ID = (1 << (64 - CHUNK_BITS)) - 1
 DEFAULT_STAGING_BYTES = 128 << 20
 DEFAULT_BUFFERS = 4
-
-
-def _torch():
-    import torch  # only a StagedWorker needs it
-    return torch
-
-
-def _invalid(message):
-    return KvoffloadError(StatusCode.INVALID_ARGUMENT, "StagedWorker: " + message)
-
-
-class _Source(collections.namedtuple("_Source", ["view", "offset", "width"])):
-    """One strided part of every block: view[b] (shape [k, page / word]) is block b's bytes of
-    this part, at `offset` words of a staging block, `width` words long."""
-
-
-def _word_bytes(*values):
-    """The widest integer word (8, 4, 2, 1 bytes) that divides every value: gathers of int64
-    words are ~8x fewer elements than of bytes."""
-    g = 0
-    for v in values:
-        g = math.gcd(g, int(v))
-    for w in (8, 4, 2, 1):
-        if g % w == 0:
-            return w
-    return 1
-
-
-class _BlockLayout:
-    """The KV tensors' blocks as word views, and the row layout of a block: the pages of
-    kv_tensor_views(tensors) in order (what a plain Worker registers)."""
-
-    def __init__(self, kv_caches, num_blocks, block_dim):
-        torch = _torch()
-        tensors = _tensors_of(kv_caches)
-        if not tensors:
-            raise _invalid("no KV tensors")
-        groups = []  # (u8 base tensor, base address, [views of one tensor])
-        for t in tensors:
-            views = _views_of_tensor(t, num_blocks, block_dim)
-            if int(t.stride()[-1]) != 1 and int(t.shape[-1]) != 1:
-                raise _invalid("a KV tensor's last dim must be contiguous (stride 1), got shape "
-                               "%s strides %s" % (tuple(t.shape), tuple(t.stride())))
-            u8 = t.view(torch.uint8) if t.element_size() != 1 else t
-            base = int(u8.data_ptr()) - int(u8.storage_offset())
-            groups.append((u8, base, views))
-        all_views = [v for _, _, vs in groups for v in vs]
-        self.num_blocks = all_views[0].num_blocks
-        if any(v.num_blocks != self.num_blocks for v in all_views):
-            raise _invalid("the tensors disagree on the number of blocks: %s" %
-                           sorted({v.num_blocks for v in all_views}))
-        self.pages = [v.page_bytes for v in merge_adjacent(all_views)]
-        self.block_bytes = sum(self.pages)
-        self.device = tensors[0].device
-        if any(t.device != self.device for t in tensors):
-            raise _invalid("the KV tensors are on more than one device")
-        values = [self.block_bytes]
-        for u8, base, views in groups:
-            values += [u8.storage_offset()] + [v.data_ptr - base for v in views]
-            values += [v.page_bytes for v in views] + [v.block_stride_bytes for v in views]
-        self.word = _word_bytes(*values)
-        self.dtype = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[self.word]
-        self.sources = []
-        offset = 0
-        for u8, base, views in groups:
-            words = u8.view(self.dtype) if self.word != 1 else u8
-            i = 0
-            while i < len(views):
-                # Views of one tensor with one page, stride and spacing (K and V of a layer) are
-                # one [blocks, k, page] view: one kernel for all of them.
-                j = i + 1
-                delta = views[j].data_ptr - views[i].data_ptr if j < len(views) else 0
-                while (j < len(views) and views[j].page_bytes == views[i].page_bytes and
-                       views[j].block_stride_bytes == views[i].block_stride_bytes and
-                       views[j].data_ptr - views[j - 1].data_ptr == delta and delta > 0):
-                    j += 1
-                v, k = views[i], j - i
-                w = self.word
-                view = words.as_strided(
-                    (self.num_blocks, k, v.page_bytes // w),
-                    (v.block_stride_bytes // w, max(delta, v.page_bytes) // w, 1),
-                    (v.data_ptr - base) // w)
-                self.sources.append(_Source(view, offset // w, k * v.page_bytes // w))
-                offset += k * v.page_bytes
-                i = j
-        assert offset == self.block_bytes
-
-    def gather(self, idx, out):
-        """out [m, block words] = blocks idx, in row layout."""
-        torch = _torch()
-        m = int(idx.shape[0])
-        parts = [s.view.index_select(0, idx).reshape(m, s.width) for s in self.sources]
-        if len(parts) == 1:
-            out.copy_(parts[0])
-        else:
-            torch.cat(parts, dim=1, out=out)
-
-    def scatter(self, idx, src):
-        """Blocks idx = src [m, block words]."""
-        m = int(idx.shape[0])
-        for s in self.sources:
-            part = src[:, s.offset:s.offset + s.width].view(m, s.view.shape[1], s.view.shape[2])
-            s.view.index_copy_(0, idx, part)
-
-
-class _CudaStreams:
-    """The side streams of a CUDA StagedWorker: one for the stores' gathers, one for the loads'
-    scatters (a load's scatter never queues behind a gather waiting for the model's KV writes).
-    Work on one staging buffer is ordered across the two by an event per buffer."""
-    events = True
-
-    def __init__(self, device, buffers):
-        torch = _torch()
-        self.torch, self.device = torch, device
-        self.streams = {d: torch.cuda.Stream(device=device) for d in ("store", "load")}
-        self.last = [None] * buffers  # per buffer: after our last GPU op on it
-
-    def mark(self, stream):
-        """An event after the work queued so far on the caller's stream (None: torch's current)."""
-        torch = self.torch
-        if stream is None:
-            stream = torch.cuda.current_stream(self.device)
-        elif isinstance(stream, int):
-            stream = torch.cuda.ExternalStream(stream, device=self.device)
-        event = torch.cuda.Event()
-        event.record(stream)
-        return event
-
-    def follow(self, direction, event):
-        self.streams[direction].wait_event(event)
-
-    def begin(self, direction, slot):
-        """Enters the direction's stream, after our last op on buffer `slot`."""
-        stream = self.streams[direction]
-        if self.last[slot] is not None:
-            stream.wait_event(self.last[slot])
-        return self.torch.cuda.stream(stream)
-
-    def end(self, direction, slot, worker):
-        """After our ops on buffer `slot`: its ordering event, and the worker's interprocess event
-        `slot` that the daemon's next job on the buffer waits on."""
-        stream = self.streams[direction]
-        event = self.torch.cuda.Event()
-        event.record(stream)
-        self.last[slot] = event
-        worker.record_event(slot, int(stream.cuda_stream))
-        return event
-
-    def index(self, direction, blocks):
-        """Block ids on the device, copied on the direction's stream (no sync with the model's);
-        the pinned host copy is returned to be kept until the ids are used."""
-        torch = self.torch
-        host = torch.tensor(blocks, dtype=torch.int64).pin_memory()
-        with torch.cuda.stream(self.streams[direction]):
-            return host.to(self.device, non_blocking=True), host
-
-    def drain(self):
-        for stream in self.streams.values():
-            stream.synchronize()
-
-
-class _HostStreams:
-    """CPU tensors: every op is done when it returns; the daemon waits on no event."""
-    events = False
-
-    def mark(self, stream):
-        return None
-
-    def follow(self, direction, event):
-        pass
-
-    def begin(self, direction, slot):
-        return _NoContext()
-
-    def end(self, direction, slot, worker):
-        return None
-
-    def index(self, direction, blocks):
-        return _torch().tensor(blocks, dtype=_torch().int64), None
-
-    def drain(self):
-        pass
-
-
-class _NoContext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 class _Job:
@@ -279,7 +89,8 @@ class _Chunk:
 class StagedWorker:
     """A GPU worker's session whose jobs go through worker-owned staging (module docstring)."""
 
-    def __init__(self, worker, layout, streams, staging, chunk_rows, buffers, keep=None):
+    def __init__(self, worker, layout, streams, staging, chunk_rows, buffers, keep=None,
+                 graphs=None):
         self.worker = worker
         self.info = worker.info
         self.chunk_rows = chunk_rows
@@ -287,6 +98,7 @@ class StagedWorker:
         self.num_blocks = layout.num_blocks
         self._layout, self._streams = layout, streams
         self._staging, self._keep = staging, keep
+        self._graphs = graphs  # _ChunkGraphs of full chunks, or None: every chunk op by op
         self._bpr = worker.info.blocks_per_row
         self._chunk_blocks = chunk_rows * self._bpr
         self._cv = threading.Condition()
@@ -323,9 +135,11 @@ class StagedWorker:
     @classmethod
     def connect_cuda(cls, socket_path, spec, mp_rank, kv_caches, num_blocks=None, block_dim=None,
                      staging_bytes=DEFAULT_STAGING_BYTES, buffers=DEFAULT_BUFFERS,
-                     **connect_kw) -> "StagedWorker":
+                     cuda_graphs=True, **connect_kw) -> "StagedWorker":
         """Like Worker.connect_cuda (connect_kw: open_timeout_s, call_timeout_s, reconnect), with
-        staging_bytes of staging on the tensors' device, split into `buffers` buffers."""
+        staging_bytes of staging on the tensors' device, split into `buffers` buffers.
+        cuda_graphs: a full chunk's gather or scatter is one CUDA graph replay (captured here,
+        which synchronizes the device once) instead of an op per KV tensor."""
         torch = _torch()
         layout = _BlockLayout(kv_caches, num_blocks, block_dim)
         if layout.device.type != "cuda":
@@ -343,8 +157,11 @@ class StagedWorker:
             offset += page
         worker = Worker.connect_cuda(socket_path, spec, mp_rank, descriptors,
                                      device=device.index, num_events=int(buffers), **connect_kw)
-        return cls._made(worker, bpr, layout, _CudaStreams(device, int(buffers)), staging,
-                         chunk_rows, int(buffers), None)
+        streams = _CudaStreams(device, int(buffers))
+        graphs = (_ChunkGraphs.build(layout, staging, chunk_rows * bpr, int(buffers), streams)
+                  if cuda_graphs else None)
+        return cls._made(worker, bpr, layout, streams, staging, chunk_rows, int(buffers), None,
+                         graphs)
 
     @classmethod
     def connect_host(cls, socket_path, spec, mp_rank, kv_caches, num_blocks=None, block_dim=None,
@@ -372,14 +189,15 @@ class StagedWorker:
                          mem)
 
     @classmethod
-    def _made(cls, worker, bpr, layout, streams, staging, chunk_rows, buffers, keep):
+    def _made(cls, worker, bpr, layout, streams, staging, chunk_rows, buffers, keep,
+              graphs=None):
         if worker.info.blocks_per_row != bpr:  # the staging was sized by the spec's
             worker.close()
             if keep is not None:
                 keep.close()
             raise _invalid("the engine has %d blocks per row, the spec says %d" %
                            (worker.info.blocks_per_row, bpr))
-        return cls(worker, layout, streams, staging, chunk_rows, buffers, keep)
+        return cls(worker, layout, streams, staging, chunk_rows, buffers, keep, graphs)
 
     # ----- jobs -----
     def submit_store(self, job_id: int, gpu_blocks, rows, stream=None,
@@ -453,6 +271,14 @@ class StagedWorker:
                 continue
             self._inflight.append(chunk)
 
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        """Whether full chunks are CUDA graph replays (connect_cuda's cuda_graphs, and captured)."""
+        return self._graphs is not None
+
+    def _graphed(self, chunk):
+        return self._graphs is not None and len(chunk.blocks) == self._graphs.chunk_blocks
+
     def _staging_rows(self, chunk):
         s0 = chunk.slot * self._chunk_blocks
         return s0, s0 + len(chunk.blocks)
@@ -465,11 +291,17 @@ class StagedWorker:
             if job.ready is not None:  # the caller's KV writes (store) / use of the blocks (load)
                 streams.follow(job.direction, job.ready)
             job.followed = True
-        chunk.idx, chunk.keep = streams.index(job.direction, chunk.blocks)
+        if self._graphed(chunk):  # the ids go to the graph's buffer when it runs
+            chunk.keep = streams.host_index(chunk.blocks)
+        else:
+            chunk.idx, chunk.keep = streams.index(job.direction, chunk.blocks)
         used = streams.events and streams.last[chunk.slot] is not None
         if job.direction == "store":
             with streams.begin("store", chunk.slot):
-                self._layout.gather(chunk.idx, self._staging[s0:s1])
+                if chunk.idx is None:
+                    self._graphs.run("store", chunk.slot, chunk.keep)
+                else:
+                    self._layout.gather(chunk.idx, self._staging[s0:s1])
             streams.end("store", chunk.slot, self.worker)
             self.worker.submit_store(chunk.daemon_id, staging_blocks, chunk.rows,
                                      event_index=chunk.slot if streams.events else -1,
@@ -491,7 +323,10 @@ class StagedWorker:
             if job.direction == "load":
                 s0, s1 = self._staging_rows(chunk)
                 with self._streams.begin("load", chunk.slot):
-                    self._layout.scatter(chunk.idx, self._staging[s0:s1])
+                    if chunk.idx is None:
+                        self._graphs.run("load", chunk.slot, chunk.keep)
+                    else:
+                        self._layout.scatter(chunk.idx, self._staging[s0:s1])
                 job.scattered = self._streams.end("load", chunk.slot, self.worker)
         self._end_chunk(chunk)
 
@@ -586,6 +421,7 @@ class StagedWorker:
         self._streams.drain()
         self.worker.close()
         self._staging = None
+        self._graphs = None
         if self._keep is not None:
             self._keep.close()
             self._keep = None

@@ -101,6 +101,19 @@ def main():
             plain.wait(3, TIMEOUT_S).check()
             sched.complete_store(keys2)
             plain.close()
+            # The same load op by op (cuda_graphs=False) brings the same bytes.
+            eager = kvo.StagedWorker.connect_cuda(sock, spec, 0, kv, num_blocks=N,
+                                                  staging_bytes=3 * 7 * 2 * LAYERS * page,
+                                                  buffers=3, cuda_graphs=False)
+            dst2e = perm[242:282]
+            poison(dst2e)
+            eager.submit_load(40, dst2e, sched.prepare_load(keys2))
+            ve = eager.wait(40, TIMEOUT_S)
+            sched.complete_load(keys2)
+            eager.close()
+            check("without CUDA graphs a staged load brings the same bytes",
+                  ve.ok and not eager.uses_cuda_graphs and same(blocks_of(dst2e), golden2),
+                  ve.message)
             w = staged()
             poison(dst2)
             w.submit_load(4, dst2, sched.prepare_load(keys2))
@@ -108,6 +121,8 @@ def main():
             sched.complete_load(keys2)
             check("a plain store is what a staged worker loads, bitwise, at its verdict",
                   v.ok and same(blocks_of(dst2), golden2), v.message)
+            check("full chunks are CUDA graph replays (the job's last, partial chunk is not)",
+                  w.uses_cuda_graphs)
 
             # 2. The caller's stream orders the store: a long kernel, then the blocks' writes.
             keys3 = [b"o%d" % i for i in range(21)]

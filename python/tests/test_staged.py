@@ -19,7 +19,7 @@ except ImportError:  # tests/run_all.sh installs python3-torch; a bare dev machi
 
 from kvoffload import (EngineSpec, HostAllocation, KvoffloadError, Scheduler, StagedWorker,
                        StatusCode, Worker, kv_tensor_views)
-from kvoffload.staged import _BlockLayout
+from kvoffload._staging import _BlockLayout
 
 from test_host_backend import Daemon
 

@@ -290,8 +290,11 @@ def layout(quick, only=None):
         tp.close()
 
 
+# Staging buffers × chunk; full chunks are CUDA graph replays unless cuda_graphs is False (the
+# op-by-op gathers and scatters, for the A/B).
 REORDER_VARIANTS = [dict(chunk_bytes=64 << 20, slots=2), dict(chunk_bytes=32 << 20, slots=4),
-                    dict(chunk_bytes=16 << 20, slots=8)]
+                    dict(chunk_bytes=16 << 20, slots=8), dict(chunk_bytes=64 << 20, slots=4),
+                    dict(chunk_bytes=32 << 20, slots=4, cuda_graphs=False)]
 REORDER_IN_MODEL = REORDER_VARIANTS[1]
 
 
@@ -483,9 +486,12 @@ def reorder_rows(w, cmd, reps):
     import torch
     from v3_reorder import Reorder
     lay = w.Layout(cmd["layout"], cmd["blocks"], JOB_BYTES, sets=2)
-    m = Reorder(cmd["socket"], lay, chunk_bytes=cmd["chunk_bytes"], slots=cmd["slots"])
+    graphs = cmd.get("cuda_graphs", True)
+    m = Reorder(cmd["socket"], lay, chunk_bytes=cmd["chunk_bytes"], slots=cmd["slots"],
+                cuda_graphs=graphs)
     rows = []
-    name = "reorder_%dx%dm" % (cmd["slots"], cmd["chunk_bytes"] >> 20)
+    name = "reorder_%dx%dm%s" % (cmd["slots"], cmd["chunk_bytes"] >> 20,
+                                 "" if graphs else "_eager")
     try:
         exact = m.check()
         m.wait(m.submit("store", 1))  # set 1's rows exist before its loads

@@ -19,7 +19,8 @@ class Reorder:
     would queue behind the model's graphs."""
     count = 0
 
-    def __init__(self, sock, lay, chunk_bytes=32 << 20, slots=4, follow_model=True, seed=5):
+    def __init__(self, sock, lay, chunk_bytes=32 << 20, slots=4, follow_model=True, seed=5,
+                 cuda_graphs=True):
         import kvoffload as kvo
         Reorder.count += 1
         self.lay = lay
@@ -30,7 +31,7 @@ class Reorder:
                               rows_assigned_by_engine=True)
         self.worker = kvo.StagedWorker.connect_cuda(
             sock, spec, 0, lay.tensors, num_blocks=lay.num_blocks,
-            staging_bytes=slots * chunk_bytes, buffers=slots)
+            staging_bytes=slots * chunk_bytes, buffers=slots, cuda_graphs=cuda_graphs)
         self.chunk = self.worker.chunk_rows
         g = torch.Generator()
         g.manual_seed(seed)
