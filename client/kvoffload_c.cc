@@ -37,6 +37,7 @@ using kvoffload::client::c_abi::ArrayArg;
 using kvoffload::client::c_abi::FinishedToC;
 using kvoffload::client::c_abi::Guarded;
 using kvoffload::client::c_abi::OptionsFromC;
+using kvoffload::client::c_abi::ReadInto;
 using kvoffload::client::c_abi::Required;
 
 // The C header repeats what every layer shares; a second definition that diverges fails here.
@@ -478,10 +479,8 @@ void kvo_worker_close(kvo_worker* worker) {
 int kvo_worker_region_epoch(const kvo_worker* worker, uint64_t* epoch_out, char* err,
                             size_t err_len) {
   return Guarded(err, err_len, [&] {
-    if (absl::Status s = CheckWorker(worker); !s.ok()) return s;
-    if (absl::Status s = Required(epoch_out, "epoch_out"); !s.ok()) return s;
-    *epoch_out = worker->client->registration().region_epoch;
-    return absl::OkStatus();
+    return ReadInto(CheckWorker(worker), epoch_out, "epoch_out",
+                    [&] { return worker->client->registration().region_epoch; });
   });
 }
 

@@ -39,6 +39,16 @@ int Guarded(char* err, size_t err_len, Body&& body) {
 
 void CopyString(absl::string_view from, char* to, size_t capacity);
 absl::Status Required(const void* pointer, const char* what);
+
+// An accessor's body: the handle's check, then `out` required, then *out = value().
+template <typename T, typename Value>
+absl::Status ReadInto(const absl::Status& handle_checked, T* out, const char* what,
+                      Value&& value) {
+  if (!handle_checked.ok()) return handle_checked;
+  if (absl::Status s = Required(out, what); !s.ok()) return s;
+  *out = value();
+  return absl::OkStatus();
+}
 // An array of `n` elements may be NULL only when n == 0.
 absl::Status ArrayArg(const void* pointer, size_t n, const char* what);
 void GeometryToC(const RegionGeometry& g, bool created, kvo_geometry* out);

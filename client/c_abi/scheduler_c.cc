@@ -21,6 +21,7 @@ using kvoffload::client::c_abi::GeometryToC;
 using kvoffload::client::c_abi::Guarded;
 using kvoffload::client::c_abi::KeysFromC;
 using kvoffload::client::c_abi::OptionsFromC;
+using kvoffload::client::c_abi::ReadInto;
 using kvoffload::client::c_abi::Required;
 
 // The opaque handle.
@@ -82,10 +83,8 @@ int kvo_scheduler_open_options(const char* socket_path, const kvo_engine_spec* s
 int kvo_scheduler_region_epoch(const kvo_scheduler* scheduler, uint64_t* epoch_out, char* err,
                                size_t err_len) {
   return Guarded(err, err_len, [&] {
-    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
-    if (absl::Status s = Required(epoch_out, "epoch_out"); !s.ok()) return s;
-    *epoch_out = scheduler->client->region_epoch();
-    return absl::OkStatus();
+    return ReadInto(CheckScheduler(scheduler), epoch_out, "epoch_out",
+                    [&] { return scheduler->client->region_epoch(); });
   });
 }
 
