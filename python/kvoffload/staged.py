@@ -18,7 +18,9 @@ back, in registration order), and moves each job through it in chunks of `chunk_
          the buffer into the blocks (index_copy_). The job's verdict comes once its scatters
          have run.
 `buffers` staging buffers (4 by default) keep up to that many chunks in flight, so gathers,
-scatters and DMA overlap, and the daemon has more than one job to keep the link busy.
+scatters and DMA overlap, and the daemon has more than one job to keep the link busy. A full
+chunk's gather or scatter is one CUDA graph replay (_staging._ChunkGraphs); a job's last, partial
+chunk runs op by op.
 
 Rows hold the same bytes as the rows a Worker registered with the same tensors stores: the
 staging registers the same per-tensor pages (the engine's layout identity), in the same order.
