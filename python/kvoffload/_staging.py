@@ -216,23 +216,31 @@ class _ChunkGraphs:
     with 32 layers that bounded the chunk rate below the link's (issue 17). A replay is one
     launch. Partial chunks (a job's last) stay eager.
 
-    Each direction's graphs share one memory pool: they are replayed only on that direction's
-    stream, one after another, and keep nothing in the pool between replays (they write into
-    the staging buffer and the KV tensors)."""
+    Each direction's graphs share one memory pool (about a chunk of index_select scratch for the
+    gathers): they are replayed only on that direction's stream, one after another, and keep
+    nothing in the pool between replays (they write into the staging buffer and the KV
+    tensors)."""
 
     def __init__(self, layout, staging, chunk_blocks, buffers, streams):
         torch = _torch()
         self.chunk_blocks = chunk_blocks
+        self.replays = 0  # full chunks that went through a graph (tests and benchmarks read it)
         self.idx = {d: [torch.zeros(chunk_blocks, dtype=torch.int64, device=staging.device)
                         for _ in range(buffers)] for d in ("store", "load")}
+        # The gather once, op by op, before any capture: an op that cannot be captured (one
+        # that synchronizes) fails here, where nothing is left half-done. It writes only
+        # staging; a scatter would write KV blocks, so it is not tried.
+        with torch.cuda.stream(streams.streams["store"]):
+            layout.gather(self.idx["store"][0], staging[:chunk_blocks])
+        torch.cuda.synchronize(staging.device)
         self.graphs = {}
         for direction, op in (("store", layout.gather), ("load", layout.scatter)):
             graphs, pool = [], None
             for slot in range(buffers):
                 g = torch.cuda.CUDAGraph()
-                out = staging[slot * chunk_blocks:(slot + 1) * chunk_blocks]
-                with _capturing(torch, g, pool, streams.streams[direction]):
-                    op(self.idx[direction][slot], out)
+                _capture(torch, g, pool, streams.streams[direction], lambda: op(
+                    self.idx[direction][slot], staging[slot * chunk_blocks:
+                                                       (slot + 1) * chunk_blocks]))
                 pool = g.pool()
                 graphs.append(g)
             self.graphs[direction] = graphs
@@ -244,8 +252,8 @@ class _ChunkGraphs:
         try:
             return cls(layout, staging, chunk_blocks, buffers, streams)
         except Exception as e:  # noqa: BLE001 — an optimisation, never a reason to fail
-            logger.warning("kvoffload.StagedWorker: no CUDA graphs for its chunks (%s: %s); "
-                           "gathers and scatters run op by op", type(e).__name__, e)
+            logger.error("kvoffload.StagedWorker: no CUDA graphs for its chunks (%s: %s); "
+                         "gathers and scatters run op by op", type(e).__name__, e)
             return None
 
     def run(self, direction, slot, host_index):
@@ -253,13 +261,20 @@ class _ChunkGraphs:
         current stream (the direction's, entered by the caller)."""
         self.idx[direction][slot].copy_(host_index, non_blocking=True)
         self.graphs[direction][slot].replay()
+        self.replays += 1
 
 
-def _capturing(torch, graph, pool, stream):
-    """torch.cuda.graph, capturing only this thread's work where torch allows it (another
-    thread of the model's process may use CUDA meanwhile)."""
-    try:
-        return torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local")
-    except TypeError:  # torch < 2.1
-        return torch.cuda.graph(graph, pool=pool, stream=stream)
-
+def _capture(torch, graph, pool, stream, body):
+    """Captures body() on `stream` into `graph`, only this thread's work where torch allows it
+    (another thread of the model's process may use CUDA meanwhile). Unlike torch.cuda.graph's
+    context, a failure ends the capture and gives the caller's current stream back (the stream
+    context's exit runs in any case), so the model's thread is not left on our side stream."""
+    with torch.cuda.stream(stream):
+        try:
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        except TypeError:  # torch < 2.1
+            graph.capture_begin(pool=pool)
+        try:
+            body()
+        finally:
+            graph.capture_end()

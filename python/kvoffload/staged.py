@@ -141,7 +141,7 @@ class StagedWorker:
         """Like Worker.connect_cuda (connect_kw: open_timeout_s, call_timeout_s, reconnect), with
         staging_bytes of staging on the tensors' device, split into `buffers` buffers.
         cuda_graphs: a full chunk's gather or scatter is one CUDA graph replay (captured here,
-        which synchronizes the device once) instead of an op per KV tensor."""
+        after one eager gather and a device synchronize) instead of an op per KV tensor."""
         torch = _torch()
         layout = _BlockLayout(kv_caches, num_blocks, block_dim)
         if layout.device.type != "cuda":
@@ -277,6 +277,12 @@ class StagedWorker:
     def uses_cuda_graphs(self) -> bool:
         """Whether full chunks are CUDA graph replays (connect_cuda's cuda_graphs, and captured)."""
         return self._graphs is not None
+
+    @property
+    def graph_replays(self) -> int:
+        """Full chunks moved by a CUDA graph replay so far."""
+        graphs = self._graphs
+        return graphs.replays if graphs is not None else 0
 
     def _graphed(self, chunk):
         return self._graphs is not None and len(chunk.blocks) == self._graphs.chunk_blocks

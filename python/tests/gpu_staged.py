@@ -83,6 +83,8 @@ def main():
             w = staged()
             w.submit_store(1, src, sched.prepare_store(keys).rows)
             v = w.wait(1, TIMEOUT_S)
+            check("the 40-block store's 5 full chunks were CUDA graph replays, its 6th op by op",
+                  w.uses_cuda_graphs and w.graph_replays == 5, "replays %d" % w.graph_replays)
             sched.complete_store(keys)
             w.close()
             plain = kvo.Worker.connect_cuda(sock, spec, 0, kv, num_blocks=N)
@@ -112,7 +114,8 @@ def main():
             sched.complete_load(keys2)
             eager.close()
             check("without CUDA graphs a staged load brings the same bytes",
-                  ve.ok and not eager.uses_cuda_graphs and same(blocks_of(dst2e), golden2),
+                  ve.ok and not eager.uses_cuda_graphs and eager.graph_replays == 0 and
+                  same(blocks_of(dst2e), golden2),
                   ve.message)
             w = staged()
             poison(dst2)
@@ -121,8 +124,8 @@ def main():
             sched.complete_load(keys2)
             check("a plain store is what a staged worker loads, bitwise, at its verdict",
                   v.ok and same(blocks_of(dst2), golden2), v.message)
-            check("full chunks are CUDA graph replays (the job's last, partial chunk is not)",
-                  w.uses_cuda_graphs)
+            check("a staged load's full chunks are CUDA graph replays (5 of 6)",
+                  w.graph_replays == 5, "replays %d" % w.graph_replays)
 
             # 2. The caller's stream orders the store: a long kernel, then the blocks' writes.
             keys3 = [b"o%d" % i for i in range(21)]

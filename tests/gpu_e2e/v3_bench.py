@@ -489,6 +489,9 @@ def reorder_rows(w, cmd, reps):
     graphs = cmd.get("cuda_graphs", True)
     m = Reorder(cmd["socket"], lay, chunk_bytes=cmd["chunk_bytes"], slots=cmd["slots"],
                 cuda_graphs=graphs)
+    if graphs and not m.worker.uses_cuda_graphs:  # the A/B would compare eager with eager
+        m.close()
+        raise RuntimeError("StagedWorker captured no CUDA graphs (see its log)")
     rows = []
     name = "reorder_%dx%dm%s" % (cmd["slots"], cmd["chunk_bytes"] >> 20,
                                  "" if graphs else "_eager")
@@ -499,12 +502,14 @@ def reorder_rows(w, cmd, reps):
             ms = w.median_ms(getattr(m, direction), reps)
             rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
                              jobs=1, path=name, gbps=round(lay.bytes / ms / 1e6, 2),
-                             bytes_exact=exact, chunk_blocks=m.chunk, slots=cmd["slots"]))
+                             bytes_exact=exact, chunk_blocks=m.chunk, slots=cmd["slots"],
+                             graph_replays=m.worker.graph_replays))
             n = 4 * reps
             elapsed = two_in_flight(m.submit, m.wait, direction, n)
             rows.append(dict(layout=cmd["layout"], blocks=cmd["blocks"], direction=direction,
                              jobs=2, path=name, gbps=round(n * lay.bytes / elapsed / 1e9, 2),
-                             bytes_exact=exact, chunk_blocks=m.chunk, slots=cmd["slots"]))
+                             bytes_exact=exact, chunk_blocks=m.chunk, slots=cmd["slots"],
+                             graph_replays=m.worker.graph_replays))
     finally:
         m.close()
         del m, lay

@@ -41,6 +41,9 @@ struct Lane {
   cudaStream_t dma = nullptr;
   // Only waits and the completion queue's host functions (CompletionQueue::WakeAfter): a host
   // function blocks the work queued after it on its stream, so it never goes on `dma`/`kernel`.
+  // One per lane: where a lane's jobs end on both of its streams (the SM paths beside the copy
+  // engines), a job's wake-up may wait behind an earlier job's on the other stream, at most
+  // that job's remaining time (its own wake-up then queries every woken job).
   cudaStream_t wake = nullptr;
   uint8_t* staging[kStagingBuffers] = {};
   cudaEvent_t filled[kStagingBuffers] = {};
