@@ -79,11 +79,6 @@ absl::Status AddRegionCopy2D(CopyBatcher& batcher, Device* device, cudaStream_t 
   return absl::OkStatus();
 }
 
-// Records a load's worker event (the worker's next kernels wait for it) and then the job's
-// completion after everything queued on `last`; see RecordCompletion.
-void EndJob(const PreparedJob& job, Device* device, cudaStream_t last, cudaStream_t other,
-            bool join_other, PendingJob* j, absl::Status* status);
-
 // Records the job's completion after everything queued on `last` (and on `other`, joined into
 // it, when the job may have left work there unseen). If the event cannot be recorded, both
 // streams are synchronized so the job is never reported while its work runs.
@@ -103,7 +98,8 @@ void RecordCompletion(Device* device, cudaStream_t last, cudaStream_t other, boo
                       : completion.status();
   if (recorded.ok()) {
     j->completion = *completion;
-    // A long copy wakes the queue from its stream instead of being polled (poll_pacing.h).
+    // A long copy wakes the queue from its lane's wake stream instead of being polled
+    // (poll_pacing.h).
     if (j->queue != nullptr && j->bytes >= kStreamWakeMinBytes) {
       j->stream_wakes = j->queue->WakeAfter(*completion, wake);
     }
@@ -121,6 +117,8 @@ void RecordCompletion(Device* device, cudaStream_t last, cudaStream_t other, boo
                synced.ok() ? "" : absl::StrCat(" (", synced.ToString(), ")"));
 }
 
+// Records a load's worker event (the worker's next kernels wait for it) and then the job's
+// completion after everything queued on `last`; see RecordCompletion.
 void EndJob(const PreparedJob& job, Device* device, cudaStream_t last, cudaStream_t other,
             bool join_other, PendingJob* j, absl::Status* status) {
   if (status->ok() && job.load_event != nullptr) {
