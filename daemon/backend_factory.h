@@ -24,6 +24,8 @@ struct BackendOptions {
   uint64_t max_batch_copies = 4096;
   bool batch_overlap_hint = true;  // CUDA: cudaMemcpyFlagPreferOverlapWithCompute on batches
   uint64_t strided_min_rows = 2;   // CUDA: consecutive blocks as 2D copies from this many; 0 off
+  uint64_t direct_copy_min_bytes = 0;  // CUDA: copies this large skip the batch call; 0 off
+  uint64_t stream_wake_min_bytes = uint64_t{32} << 20;  // CUDA: jobs this large woken; 0 off
 };
 
 absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions& options);

@@ -42,18 +42,23 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB_BYTES = 512 << 20
-BUDGET_S = 34  # stop starting variants after this long (the stage's timeout is 60 s)
-ALARM_S = 52  # then the variant running is abandoned (its daemon stopped), the JSON kept
-# name, daemon flags. default: --cuda_first_batch_copies=0 (one call up to 4096, the measured
-# behaviour); doubling_8: the schedule under test (8, 16, ... up to 4096).
+BUDGET_S = 80  # stop starting variants after this long (the stage's timeout is 120 s)
+ALARM_S = 105  # then the variant running is abandoned (its daemon stopped), the JSON kept
+# name, daemon flags, spinners. The batch schedules (doubling_8, first_1, batches_of_32,
+# no_overlap_hint) were measured at ed70e7d (docs/runs/2026-12-02-ed70e7d-gpu) and are left out.
+# polled: no stream wake-ups (every job polled); direct_*: copies of at least that size as their
+# own cudaMemcpyAsync instead of batch entries (512 MiB consecutive jobs are 4 × 128 MiB
+# entries, random ones 256 × 2 MiB); spin: one SCHED_IDLE busy loop per CPU while measured, so
+# no CPU idles (a woken thread preempts the spinner at once; what an idle CPU's wake-up costs
+# shows as the difference).
 VARIANTS = [
-    ("default", []),
-    ("doubling_8", ["--cuda_first_batch_copies=8"]),
-    ("first_1", ["--cuda_first_batch_copies=1"]),
-    ("batches_of_32", ["--cuda_first_batch_copies=0", "--cuda_max_batch_copies=32"]),
-    ("no_overlap_hint", ["--cuda_batch_overlap_hint=false"]),
-    ("doubling_8_again", ["--cuda_first_batch_copies=8"]),
-    ("default_again", []),
+    ("default", [], False),
+    ("spin", [], True),
+    ("polled", ["--cuda_stream_wake_min_bytes=0"], False),
+    ("polled_spin", ["--cuda_stream_wake_min_bytes=0"], True),
+    ("direct_8m", ["--cuda_direct_copy_min_bytes=8388608"], False),
+    ("direct_1m", ["--cuda_direct_copy_min_bytes=1048576"], False),
+    ("default_again", [], False),
 ]
 STEPS = ["plan_us", "wait_us", "first_us", "enqueue_us", "copy_us", "verdict_us", "total_us"]
 TIMING = re.compile(r"job timing: (store|load) (.*)$")
@@ -130,6 +135,14 @@ def summarize(jobs, timings, ceiling):
         outside = [j["client_us"] - t["total_us"] for j, t in sel
                    if t is not None and t.get("total_us", -1) >= 0]
         row["outside_us"] = median(outside)
+        # The way in (submit called -> the backend has the job) and out (verdict handed on ->
+        # the client's wait returned): one clock (CLOCK_MONOTONIC) on both sides.
+        ends = [(j, t) for j, t in sel if t is not None and "submit_ns" in j and
+                t.get("received_ns", 0) > 0 and t.get("reported_ns", 0) > 0]
+        row["in_us"] = median([(t["received_ns"] - j["submit_ns"]) / 1e3 for j, t in ends])
+        row["out_us"] = median([(j["done_ns"] - t["reported_ns"]) / 1e3 for j, t in ends])
+        cpu = [j["daemon_cpu_us"] for j, _ in sel if j.get("daemon_cpu_us") is not None]
+        row["daemon_cpu_us"] = round(sum(cpu) / len(cpu), 1) if cpu else None
         rows.append(row)
     return rows, errors
 
@@ -172,7 +185,32 @@ class Daemon:
             return f.read()
 
 
-def measure_variant(w, flags, log_path, quick):
+def cpu_seconds(pid):
+    """utime + stime of a process (/proc/PID/stat), seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Spinners:
+    """One SCHED_IDLE busy loop per CPU (variant spin): no CPU idles, yet any woken thread
+    preempts a spinner at once."""
+
+    CODE = ("import os\nos.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+            "while True: pass\n")
+
+    def __init__(self, on):
+        self.procs = [subprocess.Popen([sys.executable, "-c", self.CODE],
+                                       preexec_fn=die_with_parent)
+                      for _ in range(os.cpu_count() if on else 0)]
+
+    def stop(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def measure_variant(w, flags, log_path, quick, spin=False):
     """One daemon: every case, both directions, one job at a time. Returns (jobs, log text)."""
     reps = {"one_block": 20 if quick else 50}
     default_reps = 5 if quick else 12
@@ -182,6 +220,7 @@ def measure_variant(w, flags, log_path, quick):
              # 16384 copies of 32 KiB a job: where more calls could cost (the schedule adds 11)
              ("per_layer_32k_random", "per_layer_32k", "random", JOB_BYTES)]
     d = Daemon(flags, log_path)
+    spinners = Spinners(spin)
     jobs = []
     try:
         for case, layout, blocks, nbytes in cases:
@@ -194,16 +233,24 @@ def measure_variant(w, flags, log_path, quick):
                     jobs.append(dict(case=case, direction=direction, bytes=lay.bytes, warm=warm,
                                      client_us=(time.perf_counter() - t0) * 1e6))
                 for direction in ("store", "load"):
-                    for _ in range(reps.get(case, default_reps)):
+                    n = reps.get(case, default_reps)
+                    c0 = cpu_seconds(d.p.pid)
+                    for _ in range(n):
                         t0 = time.perf_counter()
-                        k.run(direction)
+                        submit_ns = time.monotonic_ns()
+                        k.wait(k.submit(direction))
+                        done_ns = time.monotonic_ns()
                         jobs.append(dict(case=case, direction=direction, bytes=lay.bytes,
-                                         warm=False,
+                                         warm=False, submit_ns=submit_ns, done_ns=done_ns,
                                          client_us=(time.perf_counter() - t0) * 1e6))
+                    cpu_us = (cpu_seconds(d.p.pid) - c0) / n * 1e6
+                    for j in jobs[-n:]:
+                        j["daemon_cpu_us"] = cpu_us
             finally:
                 k.close()
                 del lay
     finally:
+        spinners.stop()
         text = d.stop()
     return jobs, text
 
@@ -220,18 +267,22 @@ def ceiling_gbps(w):
 def print_table(result):
     print("ceiling GB/s (one 512 MiB cudaMemcpyAsync): %s" % result.get("ceiling_gbps"))
     head = ("variant", "case", "dir", "client", "GB/s", "%ceil", "gap", "plan", "first",
-            "enqueue", "copy", "verdict", "outside", "batches")
-    print("%-15s %-27s %-5s %8s %6s %6s %7s %6s %6s %7s %8s %7s %7s %7s" % head)
+            "enqueue", "copy", "verdict", "outside", "in", "out", "batches", "cpu")
+    fmt = "%-15s %-27s %-5s %8s %6s %6s %7s %6s %6s %7s %8s %7s %7s %6s %6s %7s %8s"
+    print(fmt % head)
     for v in result["variants"]:
         for r in v.get("rows", []):
             b = r["backend"]
-            print("%-15s %-27s %-5s %8s %6s %6s %7s %6s %6s %7s %8s %7s %7s %7s" % (
+            print(fmt % (
                 v["name"], r["case"], r["direction"], r["client_us"], r["gbps"],
                 r.get("pct_ceiling"), r.get("gap_us"), b["plan_us"], b["first_us"],
-                b["enqueue_us"], b["copy_us"], b["verdict_us"], r["outside_us"], b["batches"]))
+                b["enqueue_us"], b["copy_us"], b["verdict_us"], r["outside_us"],
+                r.get("in_us"), r.get("out_us"), b["batches"], r.get("daemon_cpu_us")))
         for e in v.get("errors", []):
             print("%-15s ERROR %s" % (v["name"], e))
-    print("(µs, medians; gap = client - bytes/ceiling; outside = client - backend total)")
+    print("(µs, medians; gap = client - bytes/ceiling; outside = client - backend total = in "
+          "(submit -> received) + out (reported -> wait returned); cpu = the daemon's CPU per "
+          "job, mean)")
     for key, by_variant in result.get("compare", {}).items():
         print("%-34s client µs by variant: %s" % (key, ", ".join(
             "%s %s" % (name, " / ".join(str(x) for x in xs)) for name, xs in by_variant.items())))
@@ -295,14 +346,15 @@ def main(argv):
         result["errors"].append("ceiling: %r" % (e,))
         result["ceiling_gbps"] = {}
     save()
-    for name, flags in VARIANTS:
+    for name, flags, spin in VARIANTS:
         if time.monotonic() - t_start > BUDGET_S:
             result["errors"].append("out of time before variant %s" % name)
             break
         t0 = time.monotonic()
-        v = dict(name=name, flags=flags)
+        v = dict(name=name, flags=flags, spin=spin)
         try:
-            jobs, text = measure_variant(w, flags, os.path.join(log_dir, name + ".log"), quick)
+            jobs, text = measure_variant(w, flags, os.path.join(log_dir, name + ".log"), quick,
+                                         spin)
             v["rows"], v["errors"] = summarize(jobs, parse_timings(text), result["ceiling_gbps"])
         except Exception as e:  # TimeoutError too: what the other variants measured stays
             v["errors"] = ["%r" % (e,)]
@@ -325,7 +377,7 @@ def self_test():
         "total_us=9834.5 ok=1",
         "[..] [kvoffload.cuda] [debug] job timing: store bytes=536870912 copies=256 batches=6 "
         "plan_us=5.0 wait_us=0.5 first_us=14.0 enqueue_us=330.0 copy_us=9400.0 verdict_us=25.0 "
-        "total_us=9760.5 ok=1",
+        "total_us=9760.5 ok=1 received_ns=5000000 reported_ns=14760500",
         "[..] [kvoffload.cuda] [debug] job timing: store bytes=536870912 copies=256 batches=6 "
         "plan_us=4.0 wait_us=0.5 first_us=13.0 enqueue_us=320.0 copy_us=9450.0 verdict_us=23.0 "
         "total_us=9800.0 ok=1",
@@ -336,8 +388,10 @@ def self_test():
     t = parse_timings(log)
     assert len(t) == 4 and t[0]["direction"] == "store" and t[3]["copy_us"] == 50.0, t
     jobs = [dict(case="c", direction="store", bytes=536870912, warm=True, client_us=20000.0),
-            dict(case="c", direction="store", bytes=536870912, warm=False, client_us=10500.0),
-            dict(case="c", direction="store", bytes=536870912, warm=False, client_us=10400.0),
+            dict(case="c", direction="store", bytes=536870912, warm=False, client_us=10500.0,
+                 submit_ns=4800000, done_ns=15000500, daemon_cpu_us=900.0),
+            dict(case="c", direction="store", bytes=536870912, warm=False, client_us=10400.0,
+                 daemon_cpu_us=900.0),
             dict(case="one", direction="load", bytes=2097152, warm=False, client_us=110.0)]
     rows, errors = summarize(jobs, t, {"store": 53.6870912, "load": 50.0})
     assert errors == [], errors
@@ -346,6 +400,9 @@ def self_test():
     assert r["jobs"] == 2 and r["client_us"] == 10450.0, r
     assert r["link_us"] == 10000.0 and r["gap_us"] == 450.0 and r["pct_ceiling"] == 95.7, r
     assert r["backend"]["enqueue_us"] == 325.0 and r["backend"]["first_us"] == 13.5, r
+    # The way in and out from the one job with both clock readings; the daemon's CPU per job.
+    assert r["in_us"] == 200.0 and r["out_us"] == 240.0 and r["daemon_cpu_us"] == 900.0, r
+    assert rows[1]["in_us"] is None and rows[1]["daemon_cpu_us"] is None, rows[1]
     assert r["outside_us"] == round(statistics.median([10500 - 9760.5, 10400 - 9800.0]), 1), r
     assert rows[1]["outside_us"] == 45.9 and rows[1]["backend"]["batches"] == 1.0, rows[1]
     # A missing or mismatched line is named, and its job keeps only the client's time.

@@ -14,14 +14,16 @@
 # item 4: helper pin's restart_pin_bench, 32 and 64 GiB regions, into OUT/restart.jsonl; needs
 # up to 128 GiB of host memory); fixed_cost (issue 17: the copy-engine path's fixed cost per job,
 # fixed_cost.py: a per-step breakdown of 512 MiB cross-layer and 1-block jobs for several batch
-# variants of the daemon, into OUT/fixed_cost/fixed_cost.json, ~30 s); v3_2d (the copy engines'
+# variants of the daemon, into OUT/fixed_cost/fixed_cost.json, ~60 s); batch_cpu (the host CPU
+# of cudaMemcpyBatchAsync against cudaMemcpyAsync with large entries: batch_cpu_probe, into
+# OUT/batch_cpu.jsonl, ~30 s); v3_2d (the copy engines'
 # 2D copies against a DMA per page, --cuda_2d_min_blocks=0: interference, throughput and layout
 # of v3_bench.py with --paths=default,page_dma, into OUT/v3/*_2d.jsonl).
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
 stages=" ${3:-all} "  # any of: tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps, all,
-                      # v3 v3_mps v3_layout v3_reorder v3_2d restart_pin fixed_cost
+                      # v3 v3_mps v3_layout v3_reorder v3_2d restart_pin fixed_cost batch_cpu
 want() { [[ $stages == *" all "* || $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -213,7 +215,7 @@ fi
 if only fixed_cost; then
   echo "=== copy-engine path: fixed cost per job (issue 17), per-step medians per daemon variant"
   mkdir -p "$out/fixed_cost"
-  if timeout -k 5 60 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
+  if timeout -k 5 120 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
       KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/fixed_cost.py" \
       "$out/fixed_cost/fixed_cost.json" >"$out/fixed_cost/table.txt" 2>"$out/fixed_cost/err.txt"; then
     passed=$((passed + 1))
@@ -221,6 +223,15 @@ if only fixed_cost; then
     failed=$((failed + 1)); echo "FAILED: fixed_cost"; tail -15 "$out/fixed_cost/err.txt"
   fi
   cat "$out/fixed_cost/table.txt"
+fi
+if only batch_cpu; then
+  echo "=== host CPU of cudaMemcpyBatchAsync against cudaMemcpyAsync, large entries (issue 17)"
+  if timeout 120 "$bundle/bin/batch_cpu_probe" >"$out/batch_cpu.jsonl" 2>"$out/batch_cpu.err"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "FAILED: batch_cpu_probe (exit $?)"; tail -5 "$out/batch_cpu.err"
+  fi
+  cat "$out/batch_cpu.jsonl" 2>/dev/null
 fi
 if only restart_pin; then
   echo "=== restart benchmark: time to first load and to fully pinned after a restart (issue 19)"

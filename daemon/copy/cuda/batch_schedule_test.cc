@@ -57,7 +57,8 @@ TEST(JobTimesTest, DescribesEachStepInMicroseconds) {
   t.batches = 6;
   EXPECT_EQ(DescribeJobTimes(t, "store", 536870912, true),
             "job timing: store bytes=536870912 copies=256 batches=6 plan_us=3.0 wait_us=0.5 "
-            "first_us=12.0 enqueue_us=310.0 copy_us=9500.0 verdict_us=21.0 total_us=9834.5 ok=1");
+            "first_us=12.0 enqueue_us=310.0 copy_us=9500.0 verdict_us=21.0 total_us=9834.5 ok=1 "
+            "received_ns=1000000 reported_ns=10834500");
 }
 
 TEST(JobTimesTest, AJobRefusedBeforeItsCopyHasOnlyItsPlanAndVerdict) {
@@ -67,7 +68,8 @@ TEST(JobTimesTest, AJobRefusedBeforeItsCopyHasOnlyItsPlanAndVerdict) {
   t.reported = 10'000;
   EXPECT_EQ(DescribeJobTimes(t, "load", 4096, false),
             "job timing: load bytes=4096 copies=0 batches=0 plan_us=2.0 wait_us=-1.0 "
-            "first_us=-1.0 enqueue_us=-1.0 copy_us=-1.0 verdict_us=3.0 total_us=5.0 ok=0");
+            "first_us=-1.0 enqueue_us=-1.0 copy_us=-1.0 verdict_us=3.0 total_us=5.0 ok=0 "
+            "received_ns=5000 reported_ns=10000");
 }
 
 TEST(JobTimesTest, TheClockNeverReadsZero) { EXPECT_NE(JobClockNanos(), 0); }

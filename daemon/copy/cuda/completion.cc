@@ -9,9 +9,11 @@
 #include "daemon/copy/cuda/worker_memory.h"
 
 namespace kvoffload::daemon::cuda {
-CompletionQueue::CompletionQueue(Device* device, absl::Duration interval)
+CompletionQueue::CompletionQueue(Device* device, absl::Duration interval,
+                                 uint64_t stream_wake_min_bytes)
     : device_(device),
       interval_(interval),
+      stream_wake_min_bytes_(stream_wake_min_bytes),
       relay_(WakeRelay::Create([this] { Kick(); })),
       thread_([this] { Run(); }) {}
 

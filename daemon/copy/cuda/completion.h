@@ -74,7 +74,9 @@ struct PendingJob {
 
 class CompletionQueue {
  public:
-  CompletionQueue(Device* device, absl::Duration interval);
+  // Jobs of stream_wake_min_bytes or more are woken by their stream (WakeAfter); 0: none.
+  CompletionQueue(Device* device, absl::Duration interval,
+                  uint64_t stream_wake_min_bytes = kStreamWakeMinBytes);
   ~CompletionQueue();  // Shutdown(), then lets go of the wake relay
   CompletionQueue(const CompletionQueue&) = delete;
   CompletionQueue& operator=(const CompletionQueue&) = delete;
@@ -90,6 +92,10 @@ class CompletionQueue {
   // queued after it on its stream, and on the job's own stream it would hold the next job's
   // copies back until it ran. false if it could not be enqueued: the job is then polled.
   bool WakeAfter(cudaEvent_t completion, cudaStream_t wake_stream);
+  // Whether a job of `bytes` should be woken by its stream rather than polled.
+  bool WakesByStream(uint64_t bytes) const {
+    return stream_wake_min_bytes_ != 0 && bytes >= stream_wake_min_bytes_;
+  }
 
   // Reports a job exactly once: returns its buffer and event to the device, releases its worker
   // memory, calls `done`; then, at debug level, logs the job's times (DescribeJobTimes).
@@ -108,6 +114,7 @@ class CompletionQueue {
 
   Device* const device_;
   const absl::Duration interval_;
+  const uint64_t stream_wake_min_bytes_;
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<PendingJob>> incoming_ ABSL_GUARDED_BY(mu_);
   size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;

@@ -83,6 +83,7 @@ class CudaCopyBackend::Impl {
     enqueue_.max_batch_copies = options.max_batch_copies;
     enqueue_.batch_overlap_hint = options.batch_overlap_hint;
     enqueue_.strided_min_rows = options.strided_min_rows;
+    enqueue_.direct_copy_min_bytes = options.direct_copy_min_bytes;
   }
 
   ~Impl() {
@@ -126,7 +127,8 @@ class CudaCopyBackend::Impl {
                                             : "SM copy paths on (--sm_copies=always)")
                          : "copy engines only (no MPS: kernels would time-slice the model)");
     DeviceState state;
-    state.queue = std::make_unique<CompletionQueue>(device.get(), kPollInterval);
+    state.queue = std::make_unique<CompletionQueue>(device.get(), kPollInterval,
+                                                     options_.stream_wake_min_bytes);
     state.device = std::move(device);
     return &devices_.emplace(ordinal, std::move(state)).first->second;
   }

@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/copy/copy_backend.h"
+#include "daemon/copy/cuda/poll_pacing.h"
 
 namespace kvoffload::daemon::cuda {
 
@@ -95,6 +96,15 @@ struct CudaBackendOptions {
   // 16-32 KiB this way, where a DMA per page does not). 0: a DMA per page. Hidden flag
   // --cuda_2d_min_blocks (benchmarks: 0 measures the page-by-page path).
   uint64_t strided_min_rows = 2;
+  // Copy-engine path: a copy of at least this many bytes is its own cudaMemcpyAsync instead of
+  // an entry of a cudaMemcpyBatchAsync call. 0: every copy in batches. Hidden flag
+  // --cuda_direct_copy_min_bytes (tests/gpu/batch_cpu_probe.cc measures what the batch call
+  // costs the host per byte).
+  uint64_t direct_copy_min_bytes = 0;
+  // A job of at least this many bytes is woken by a host function on its lane's wake stream
+  // instead of being polled (poll_pacing.h). 0: every job is polled. Hidden flag
+  // --cuda_stream_wake_min_bytes (benchmarks: tests/gpu_e2e/fixed_cost.py).
+  uint64_t stream_wake_min_bytes = kStreamWakeMinBytes;
 };
 
 // Validates options (INVALID_ARGUMENT) and finds the GPUs. UNAVAILABLE when there is no usable

@@ -100,7 +100,7 @@ void RecordCompletion(Device* device, cudaStream_t last, cudaStream_t other, boo
     j->completion = *completion;
     // A long copy wakes the queue from its lane's wake stream instead of being polled
     // (poll_pacing.h).
-    if (j->queue != nullptr && j->bytes >= kStreamWakeMinBytes) {
+    if (j->queue != nullptr && j->queue->WakesByStream(j->bytes)) {
       j->stream_wakes = j->queue->WakeAfter(*completion, wake);
     }
     return;
@@ -182,7 +182,8 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
   absl::MutexLock lock(&lane.mu);
   absl::Status status;
   CopyBatcher batcher(options.max_batch_copies, lane.dma, options.batch_unsupported,
-                      options.first_batch_copies, options.batch_overlap_hint);
+                      options.first_batch_copies, options.batch_overlap_hint,
+                      options.direct_copy_min_bytes);
   uint8_t* base = job.region->base();
   const uint64_t chunk_bytes = job.region->chunk_bytes();
   uint64_t strided_calls = 0;

@@ -56,6 +56,8 @@ struct EnqueueOptions {
   // Stretches of at least this many consecutive blocks go as 2D copies (VisitStridedSegments);
   // 0: never (every page its own copy, as before).
   uint64_t strided_min_rows = 2;
+  // Copies of at least this many bytes are their own cudaMemcpyAsync (CopyBatcher); 0: none.
+  uint64_t direct_copy_min_bytes = 0;
 };
 
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,

@@ -30,11 +30,13 @@ std::string DescribeJobTimes(const JobTimes& t, const char* direction, uint64_t 
                                                    : t.received;
   return absl::StrFormat(
       "job timing: %s bytes=%d copies=%d batches=%d plan_us=%.1f wait_us=%.1f first_us=%.1f "
-      "enqueue_us=%.1f copy_us=%.1f verdict_us=%.1f total_us=%.1f ok=%d",
+      "enqueue_us=%.1f copy_us=%.1f verdict_us=%.1f total_us=%.1f ok=%d received_ns=%d "
+      "reported_ns=%d",
       direction, bytes, t.copies, t.batches, Interval(t.received, t.planned),
       Interval(t.planned, t.enqueue), Interval(t.enqueue, t.first),
       Interval(t.enqueue, t.enqueued), Interval(t.enqueued, t.observed),
-      Interval(before_verdict, t.reported), Interval(t.received, t.reported), ok ? 1 : 0);
+      Interval(before_verdict, t.reported), Interval(t.received, t.reported), ok ? 1 : 0,
+      t.received, t.reported);
 }
 
 }  // namespace kvoffload::daemon::cuda

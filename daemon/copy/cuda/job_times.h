@@ -40,10 +40,14 @@ struct JobTimes {
 };
 
 // "job timing: store bytes=536870912 copies=256 batches=6 plan_us=3.1 wait_us=0.4
-// first_us=12.0 enqueue_us=310.2 copy_us=9512.7 verdict_us=21.3 total_us=9860.1 ok=1":
+// first_us=12.0 enqueue_us=310.2 copy_us=9512.7 verdict_us=21.3 total_us=9860.1 ok=1
+// received_ns=... reported_ns=...":
 // each *_us is the time from one step to the next (received→planned→enqueue→first→enqueued
 // (enqueue_us is enqueue→enqueued)→observed→reported); a step not reached gives -1 for the
 // intervals it bounds (a job refused before its copy has only plan_us and verdict_us).
+// received_ns and reported_ns are the two ends as clock readings (CLOCK_MONOTONIC, the clock of
+// Python's time.monotonic_ns()), so a client on the same host splits the time outside the
+// backend into its way in (submit → received) and its way out (reported → woken).
 std::string DescribeJobTimes(const JobTimes& t, const char* direction, uint64_t bytes, bool ok);
 
 }  // namespace kvoffload::daemon::cuda
