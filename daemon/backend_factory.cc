@@ -28,7 +28,6 @@ absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions&
   cuda_options.max_batch_copies = options.max_batch_copies;
   cuda_options.batch_overlap_hint = options.batch_overlap_hint;
   cuda_options.strided_min_rows = options.strided_min_rows;
-  cuda_options.direct_copy_min_bytes = options.direct_copy_min_bytes;
   cuda_options.stream_wake_min_bytes = options.stream_wake_min_bytes;
   if (options.copy_path == "copy_engine") {
     cuda_options.forced_path = cuda::ForcedPath::kCopyEngine;

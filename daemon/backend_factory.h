@@ -20,11 +20,10 @@ struct BackendOptions {
   uint64_t staging_mib_per_device = 1024;  // CUDA: staging of all workers on one GPU
   // CUDA, copy-engine path: copies of a job's first / largest cudaMemcpyBatchAsync call
   // (CudaBackendOptions; benchmarks only).
-  uint64_t first_batch_copies = 0;  // off until stage fixed_cost has measured it
+  uint64_t first_batch_copies = 8;  // 0: every call up to max_batch_copies
   uint64_t max_batch_copies = 4096;
   bool batch_overlap_hint = true;  // CUDA: cudaMemcpyFlagPreferOverlapWithCompute on batches
   uint64_t strided_min_rows = 2;   // CUDA: consecutive blocks as 2D copies from this many; 0 off
-  uint64_t direct_copy_min_bytes = 0;  // CUDA: copies this large skip the batch call; 0 off
   uint64_t stream_wake_min_bytes = uint64_t{32} << 20;  // CUDA: jobs this large woken; 0 off
 };
 

@@ -84,20 +84,15 @@ ABSL_FLAG(std::string, copy_path, "auto",
           "copy_engine, staged or kernel (diagnostics and benchmarks; staged and kernel turn "
           "the SM paths on).");
 ABSL_FLAG(
-    uint64_t, cuda_first_batch_copies, 0,
+    uint64_t, cuda_first_batch_copies, 8,
     "CUDA, benchmarks only: copies of a job's first cudaMemcpyBatchAsync call on the "
     "copy-engine path; each later call takes twice as many (the engines start while the "
-    "rest is issued; not measured on a GPU yet, so off by default). 0: every call takes up to "
-    "--cuda_max_batch_copies (the measured behaviour).");
+    "rest is issued). 0: every call takes up to --cuda_max_batch_copies.");
 ABSL_FLAG(uint64_t, cuda_max_batch_copies, 4096,
           "CUDA, benchmarks only: the most copies of one cudaMemcpyBatchAsync call (1..4096).");
 ABSL_FLAG(bool, cuda_batch_overlap_hint, true,
           "CUDA, benchmarks only: the copy-engine path's cudaMemcpyBatchAsync calls carry "
           "cudaMemcpyFlagPreferOverlapWithCompute.");
-ABSL_FLAG(uint64_t, cuda_direct_copy_min_bytes, 0,
-          "CUDA, benchmarks only: on the copy-engine path, a copy of at least this many bytes "
-          "is its own cudaMemcpyAsync rather than an entry of a cudaMemcpyBatchAsync call. 0: "
-          "every copy in batches.");
 ABSL_FLAG(uint64_t, cuda_stream_wake_min_bytes, uint64_t{32} << 20,
           "CUDA, benchmarks only: a job of at least this many bytes is woken by a host function "
           "after its copy instead of being polled. 0: every job is polled.");
@@ -273,7 +268,6 @@ int main(int argc, char** argv) {
   backend_options.first_batch_copies = absl::GetFlag(FLAGS_cuda_first_batch_copies);
   backend_options.max_batch_copies = absl::GetFlag(FLAGS_cuda_max_batch_copies);
   backend_options.batch_overlap_hint = absl::GetFlag(FLAGS_cuda_batch_overlap_hint);
-  backend_options.direct_copy_min_bytes = absl::GetFlag(FLAGS_cuda_direct_copy_min_bytes);
   backend_options.stream_wake_min_bytes = absl::GetFlag(FLAGS_cuda_stream_wake_min_bytes);
   backend_options.strided_min_rows = absl::GetFlag(FLAGS_cuda_2d_min_blocks);
   auto backend = d::CreateBackend(backend_options);

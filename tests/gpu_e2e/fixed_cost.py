@@ -18,15 +18,15 @@ timeout keeps what was measured; each daemon's log beside it, in fixed_cost_logs
 table. Env as v3_bench.py (KVOFFLOAD_DAEMON, KVOFFLOAD_LIB, PYTHONPATH with kvoffload). The
 daemons are exec'd (not forked) children, so this process may hold a CUDA context.
 
-Reading it: in variant default (one call up to 4096 copies, so one call per 512 MiB job: the
-behaviour every GPU figure was measured with, and the daemon's default) the copy engines start
-only when enqueue_us is over; in doubling_8 (first batch of 8 copies, doubling) they start after
-first_us. A fixed cost that is ours shows as gap_us ~ enqueue_us (default) shrinking to
-~ first_us (doubling_8); what is left in gap_us is the completion poll + verdict + outside_us
-(the round trip, ~ the one_block total). first_1 and batches_of_32 bracket the schedule (a
-smaller first call; many small calls), no_overlap_hint drops
-cudaMemcpyFlagPreferOverlapWithCompute; *_again repeat a variant at the end (drift).
-per_layer_32k random shows what the schedule's extra calls cost where a job has 16384 copies.
+Reading it: in variant default (the daemon's default since this stage's run of acdd84c: a first
+call of 8 copies, each later one twice as many) the copy engines start after first_us; in
+one_call (--cuda_first_batch_copies=0: one call up to 4096 copies, so one call per 512 MiB job,
+the default before) only when enqueue_us is over. What is left in gap_us is the completion +
+verdict + outside_us, which in_us and out_us split into the way in (submit called -> the
+backend has the job) and out (verdict handed on -> the client's wait returned). spin keeps every
+CPU busy with SCHED_IDLE loops: what it takes off out_us is what an idle CPU's wake-up costs on
+that host. *_again repeat a variant at the end (drift). per_layer_32k random shows what the
+schedule's extra calls cost where a job has 16384 copies.
 """
 
 import ctypes
@@ -44,20 +44,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 JOB_BYTES = 512 << 20
 BUDGET_S = 80  # stop starting variants after this long (the stage's timeout is 120 s)
 ALARM_S = 105  # then the variant running is abandoned (its daemon stopped), the JSON kept
-# name, daemon flags, spinners. The batch schedules (doubling_8, first_1, batches_of_32,
-# no_overlap_hint) were measured at ed70e7d (docs/runs/2026-12-02-ed70e7d-gpu) and are left out.
-# polled: no stream wake-ups (every job polled); direct_*: copies of at least that size as their
-# own cudaMemcpyAsync instead of batch entries (512 MiB consecutive jobs are 4 × 128 MiB
-# entries, random ones 256 × 2 MiB); spin: one SCHED_IDLE busy loop per CPU while measured, so
-# no CPU idles (a woken thread preempts the spinner at once; what an idle CPU's wake-up costs
-# shows as the difference).
+# name, daemon flags, spinners. Other batch schedules (first_1, batches_of_32, no_overlap_hint)
+# were measured at ed70e7d (docs/runs/2026-12-02-ed70e7d-gpu); no stream wake-ups
+# (--cuda_stream_wake_min_bytes=0) and copies as their own cudaMemcpyAsync at acdd84c
+# (docs/runs/2026-12-03-acdd84c-diag). spin: one SCHED_IDLE busy loop per CPU while measured, so
+# no CPU idles (a woken thread preempts the spinner at once).
 VARIANTS = [
     ("default", [], False),
+    ("one_call", ["--cuda_first_batch_copies=0"], False),
     ("spin", [], True),
-    ("polled", ["--cuda_stream_wake_min_bytes=0"], False),
-    ("polled_spin", ["--cuda_stream_wake_min_bytes=0"], True),
-    ("direct_8m", ["--cuda_direct_copy_min_bytes=8388608"], False),
-    ("direct_1m", ["--cuda_direct_copy_min_bytes=1048576"], False),
+    ("one_call_again", ["--cuda_first_batch_copies=0"], False),
     ("default_again", [], False),
 ]
 STEPS = ["plan_us", "wait_us", "first_us", "enqueue_us", "copy_us", "verdict_us", "total_us"]

@@ -10,12 +10,8 @@
 
 namespace kvoffload::daemon::cuda {
 CopyBatcher::CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* unsupported,
-                         size_t first, bool overlap_hint, uint64_t direct_min)
-    : schedule_(first, max),
-      direct_min_(direct_min),
-      limit_(schedule_.Next()),
-      stream_(stream),
-      unsupported_(unsupported) {
+                         size_t first, bool overlap_hint)
+    : schedule_(first, max), limit_(schedule_.Next()), stream_(stream), unsupported_(unsupported) {
   dsts_.reserve(std::min<size_t>(max, 4096));
   srcs_.reserve(std::min<size_t>(max, 4096));
   sizes_.reserve(std::min<size_t>(max, 4096));
@@ -25,15 +21,6 @@ CopyBatcher::CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* uns
 }
 
 absl::Status CopyBatcher::Add(void* dst, const void* src, size_t bytes) {
-  if (direct_min_ != 0 && bytes >= direct_min_) {
-    // The entries gathered so far stay for their batch: entries of one batch call are unordered
-    // among themselves already, so issuing this copy ahead of them changes no guarantee.
-    const absl::Status s = CudaStatus(
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
-    ++copies_;
-    CallReturned();
-    return s;
-  }
   dsts_.push_back(dst);
   srcs_.push_back(src);
   sizes_.push_back(bytes);
@@ -62,17 +49,13 @@ absl::Status CopyBatcher::Flush() {
                    "cudaMemcpyAsync");
   }
   copies_ += sizes_.size();
-  CallReturned();
+  ++batches_;
+  if (first_flush_returned_ == 0) first_flush_returned_ = JobClockNanos();
   limit_ = schedule_.Next();
   dsts_.clear();
   srcs_.clear();
   sizes_.clear();
   return s;
-}
-
-void CopyBatcher::CallReturned() {
-  ++batches_;
-  if (first_flush_returned_ == 0) first_flush_returned_ = JobClockNanos();
 }
 
 }  // namespace kvoffload::daemon::cuda

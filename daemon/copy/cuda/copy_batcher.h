@@ -31,10 +31,8 @@ class CopyBatcher {
  public:
   // first == 0: every batch takes up to `max` copies. overlap_hint: the batches' attribute
   // carries cudaMemcpyFlagPreferOverlapWithCompute (off only to measure what it does).
-  // direct_min > 0: a copy of at least direct_min bytes is issued at once as its own
-  // cudaMemcpyAsync (a call of its own, counted in batches()), not as a batch entry.
   CopyBatcher(size_t max, cudaStream_t stream, std::atomic<bool>* unsupported, size_t first = 0,
-              bool overlap_hint = true, uint64_t direct_min = 0);
+              bool overlap_hint = true);
   CopyBatcher(const CopyBatcher&) = delete;
   CopyBatcher& operator=(const CopyBatcher&) = delete;
 
@@ -48,10 +46,7 @@ class CopyBatcher {
   int64_t first_flush_returned() const { return first_flush_returned_; }
 
  private:
-  void CallReturned();  // counts a call; the first one's return time
-
   BatchSchedule schedule_;
-  uint64_t direct_min_;
   size_t limit_;  // of the batch being filled
   cudaStream_t stream_;
   std::atomic<bool>* unsupported_;

@@ -83,7 +83,6 @@ class CudaCopyBackend::Impl {
     enqueue_.max_batch_copies = options.max_batch_copies;
     enqueue_.batch_overlap_hint = options.batch_overlap_hint;
     enqueue_.strided_min_rows = options.strided_min_rows;
-    enqueue_.direct_copy_min_bytes = options.direct_copy_min_bytes;
   }
 
   ~Impl() {

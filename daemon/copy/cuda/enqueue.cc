@@ -182,8 +182,7 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
   absl::MutexLock lock(&lane.mu);
   absl::Status status;
   CopyBatcher batcher(options.max_batch_copies, lane.dma, options.batch_unsupported,
-                      options.first_batch_copies, options.batch_overlap_hint,
-                      options.direct_copy_min_bytes);
+                      options.first_batch_copies, options.batch_overlap_hint);
   uint8_t* base = job.region->base();
   const uint64_t chunk_bytes = job.region->chunk_bytes();
   uint64_t strided_calls = 0;

@@ -50,14 +50,12 @@ struct EnqueueOptions {
   size_t staging_chunk_bytes = 0;     // the staged path's chunk
   std::atomic<bool>* batch_unsupported = nullptr;  // shared by the backend's CopyBatchers
   // The copy-engine path's batches (CudaBackendOptions; BatchSchedule).
-  size_t first_batch_copies = 0;
+  size_t first_batch_copies = 8;
   size_t max_batch_copies = 4096;
   bool batch_overlap_hint = true;
   // Stretches of at least this many consecutive blocks go as 2D copies (VisitStridedSegments);
   // 0: never (every page its own copy, as before).
   uint64_t strided_min_rows = 2;
-  // Copies of at least this many bytes are their own cudaMemcpyAsync (CopyBatcher); 0: none.
-  uint64_t direct_copy_min_bytes = 0;
 };
 
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
