@@ -18,15 +18,14 @@ timeout keeps what was measured; each daemon's log beside it, in fixed_cost_logs
 table. Env as v3_bench.py (KVOFFLOAD_DAEMON, KVOFFLOAD_LIB, PYTHONPATH with kvoffload). The
 daemons are exec'd (not forked) children, so this process may hold a CUDA context.
 
-Reading it: in variant default (the daemon's default since this stage's run of acdd84c: a first
-call of 8 copies, each later one twice as many) the copy engines start after first_us; in
-one_call (--cuda_first_batch_copies=0: one call up to 4096 copies, so one call per 512 MiB job,
-the default before) only when enqueue_us is over. What is left in gap_us is the completion +
-verdict + outside_us, which in_us and out_us split into the way in (submit called -> the
-backend has the job) and out (verdict handed on -> the client's wait returned). spin keeps every
-CPU busy with SCHED_IDLE loops: what it takes off out_us is what an idle CPU's wake-up costs on
-that host. *_again repeat a variant at the end (drift). per_layer_32k random shows what the
-schedule's extra calls cost where a job has 16384 copies.
+Reading it: in variant default (a first call of 8 copies, each later one twice as many, the
+daemon's default since 0e1753c) the copy engines start after first_us. What is left in gap_us is
+the completion + verdict + outside_us, which in_us and out_us split into the way in (submit
+called -> the backend has the job) and out (verdict handed on -> the client's wait returned).
+spin keeps every CPU busy with SCHED_IDLE loops and qos holds a 0 µs CPU latency request: what
+they take off in_us and out_us is what idle CPUs' wake-ups cost on that host (the JSON records
+the cpuidle driver and states). *_again repeat a variant at the end (drift). per_layer_32k
+random shows what the schedule's extra calls cost where a job has 16384 copies.
 """
 
 import ctypes
@@ -35,6 +34,7 @@ import os
 import re
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -44,17 +44,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 JOB_BYTES = 512 << 20
 BUDGET_S = 80  # stop starting variants after this long (the stage's timeout is 120 s)
 ALARM_S = 105  # then the variant running is abandoned (its daemon stopped), the JSON kept
-# name, daemon flags, spinners. Other batch schedules (first_1, batches_of_32, no_overlap_hint)
+# name, daemon flags, what keeps CPUs from idling (None, "spin" or "qos"). Other batch schedules (first_1, batches_of_32, no_overlap_hint)
 # were measured at ed70e7d (docs/runs/2026-12-02-ed70e7d-gpu); no stream wake-ups
 # (--cuda_stream_wake_min_bytes=0) and copies as their own cudaMemcpyAsync at acdd84c
-# (docs/runs/2026-12-03-acdd84c-diag). spin: one SCHED_IDLE busy loop per CPU while measured, so
-# no CPU idles (a woken thread preempts the spinner at once).
+# (docs/runs/2026-12-03-acdd84c-diag); one call of up to 4096 copies (--cuda_first_batch_copies=0)
+# at 0e1753c (docs/runs/2026-12-03-0e1753c-gpu-v3). spin: one SCHED_IDLE busy loop per CPU while
+# measured, so no CPU idles (a woken thread preempts the spinner at once). qos: a CPU latency
+# request of 0 µs held on /dev/cpu_dma_latency (PM QoS, what tuned's latency-performance profile
+# sets; root only): the kernel keeps every CPU in its shallowest idle state.
 VARIANTS = [
-    ("default", [], False),
-    ("one_call", ["--cuda_first_batch_copies=0"], False),
-    ("spin", [], True),
-    ("one_call_again", ["--cuda_first_batch_copies=0"], False),
-    ("default_again", [], False),
+    ("default", [], None),
+    ("qos", [], "qos"),
+    ("spin", [], "spin"),
+    ("default_again", [], None),
+    ("qos_again", [], "qos"),
 ]
 STEPS = ["plan_us", "wait_us", "first_us", "enqueue_us", "copy_us", "verdict_us", "total_us"]
 TIMING = re.compile(r"job timing: (store|load) (.*)$")
@@ -188,25 +191,52 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class Spinners:
-    """One SCHED_IDLE busy loop per CPU (variant spin): no CPU idles, yet any woken thread
-    preempts a spinner at once."""
+class KeepAwake:
+    """What keeps CPUs from idling during a variant: "spin", one SCHED_IDLE busy loop per CPU
+    (any woken thread preempts a spinner at once); "qos", a 0 µs CPU latency request held open
+    on /dev/cpu_dma_latency (raises OSError without root); None, nothing."""
 
     CODE = ("import os\nos.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
             "while True: pass\n")
 
-    def __init__(self, on):
-        self.procs = [subprocess.Popen([sys.executable, "-c", self.CODE],
-                                       preexec_fn=die_with_parent)
-                      for _ in range(os.cpu_count() if on else 0)]
+    def __init__(self, mode):
+        self.procs, self.qos = [], None
+        if mode == "spin":
+            self.procs = [subprocess.Popen([sys.executable, "-c", self.CODE],
+                                           preexec_fn=die_with_parent)
+                          for _ in range(os.cpu_count())]
+        elif mode == "qos":
+            self.qos = open("/dev/cpu_dma_latency", "wb", buffering=0)
+            self.qos.write(struct.pack("i", 0))  # held until the file is closed
 
     def stop(self):
         for p in self.procs:
             p.kill()
             p.wait()
+        if self.qos is not None:
+            self.qos.close()
 
 
-def measure_variant(w, flags, log_path, quick, spin=False):
+def cpuidle():
+    """The cpuidle driver and CPU 0's idle states (name:exit latency µs), for the record."""
+    base = "/sys/devices/system/cpu/cpuidle"
+    out = {}
+    try:
+        with open(os.path.join(base, "current_driver")) as f:
+            out["driver"] = f.read().strip()
+        states = []
+        cpu0 = "/sys/devices/system/cpu/cpu0/cpuidle"
+        for st in sorted(os.listdir(cpu0)):
+            with open(os.path.join(cpu0, st, "name")) as f, \
+                    open(os.path.join(cpu0, st, "latency")) as g:
+                states.append("%s:%s" % (f.read().strip(), g.read().strip()))
+        out["states"] = states
+    except OSError as e:
+        out["error"] = repr(e)
+    return out
+
+
+def measure_variant(w, flags, log_path, quick, keep=None):
     """One daemon: every case, both directions, one job at a time. Returns (jobs, log text)."""
     reps = {"one_block": 20 if quick else 50}
     default_reps = 5 if quick else 12
@@ -216,7 +246,11 @@ def measure_variant(w, flags, log_path, quick, spin=False):
              # 16384 copies of 32 KiB a job: where more calls could cost (the schedule adds 11)
              ("per_layer_32k_random", "per_layer_32k", "random", JOB_BYTES)]
     d = Daemon(flags, log_path)
-    spinners = Spinners(spin)
+    try:
+        awake = KeepAwake(keep)
+    except OSError:
+        d.stop()
+        raise
     jobs = []
     try:
         for case, layout, blocks, nbytes in cases:
@@ -246,7 +280,7 @@ def measure_variant(w, flags, log_path, quick, spin=False):
                 k.close()
                 del lay
     finally:
-        spinners.stop()
+        awake.stop()
         text = d.stop()
     return jobs, text
 
@@ -262,6 +296,7 @@ def ceiling_gbps(w):
 
 def print_table(result):
     print("ceiling GB/s (one 512 MiB cudaMemcpyAsync): %s" % result.get("ceiling_gbps"))
+    print("cpuidle: %s" % result.get("cpuidle"))
     head = ("variant", "case", "dir", "client", "GB/s", "%ceil", "gap", "plan", "first",
             "enqueue", "copy", "verdict", "outside", "in", "out", "batches", "cpu")
     fmt = "%-15s %-27s %-5s %8s %6s %6s %7s %6s %6s %7s %8s %7s %7s %6s %6s %7s %8s"
@@ -342,15 +377,16 @@ def main(argv):
         result["errors"].append("ceiling: %r" % (e,))
         result["ceiling_gbps"] = {}
     save()
-    for name, flags, spin in VARIANTS:
+    result["cpuidle"] = cpuidle()
+    for name, flags, keep in VARIANTS:
         if time.monotonic() - t_start > BUDGET_S:
             result["errors"].append("out of time before variant %s" % name)
             break
         t0 = time.monotonic()
-        v = dict(name=name, flags=flags, spin=spin)
+        v = dict(name=name, flags=flags, keep_awake=keep)
         try:
             jobs, text = measure_variant(w, flags, os.path.join(log_dir, name + ".log"), quick,
-                                         spin)
+                                         keep)
             v["rows"], v["errors"] = summarize(jobs, parse_timings(text), result["ceiling_gbps"])
         except Exception as e:  # TimeoutError too: what the other variants measured stays
             v["errors"] = ["%r" % (e,)]
