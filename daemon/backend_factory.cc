@@ -1,5 +1,7 @@
 #include "daemon/backend_factory.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "daemon/copy/cuda/cuda_copy_backend.h"
@@ -24,7 +26,9 @@ absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions&
         ")"));
   }
   cuda_options.staging_bytes_per_device = options.staging_mib_per_device << 20;
-  cuda_options.first_batch_copies = options.first_batch_copies;
+  // The default first call (8) must not make a smaller --cuda_max_batch_copies an error: the
+  // first call takes at most the largest.
+  cuda_options.first_batch_copies = std::min(options.first_batch_copies, options.max_batch_copies);
   cuda_options.max_batch_copies = options.max_batch_copies;
   cuda_options.batch_overlap_hint = options.batch_overlap_hint;
   cuda_options.strided_min_rows = options.strided_min_rows;
