@@ -40,6 +40,8 @@ import sys
 import tempfile
 import time
 
+from v3_bench import cpu_seconds  # beside this file (the bundle copies both)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB_BYTES = 512 << 20
 BUDGET_S = 80  # stop starting variants after this long (the stage's timeout is 120 s)
@@ -182,13 +184,6 @@ class Daemon:
         self.log.close()
         with open(self.log_path) as f:
             return f.read()
-
-
-def cpu_seconds(pid):
-    """utime + stime of a process (/proc/PID/stat), seconds."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class KeepAwake:

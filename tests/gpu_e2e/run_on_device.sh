@@ -65,16 +65,21 @@ mps_stop() {
   sleep 1
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }
-bench_py() {  # name limit script [args]: a benchmark through the Python package, JSON lines to name.jsonl
+bench() {  # name limit command [args]: a benchmark, JSON lines to name.jsonl, stderr to name.err
   local name=$1 limit=$2
   shift 2
-  if timeout "$limit" env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
-      KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$@" >"$out/$name.jsonl" 2>"$out/$name.err"; then
+  if timeout "$limit" "$@" >"$out/$name.jsonl" 2>"$out/$name.err"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1)); echo "FAILED: $name ($*)"; tail -15 "$out/$name.err"
   fi
   cat "$out/$name.jsonl"
+}
+bench_py() {  # name limit script [args]: a benchmark through the Python package
+  local name=$1 limit=$2
+  shift 2
+  bench "$name" "$limit" env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
+    KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$@"
 }
 
 # Stages outside "all": asked for by name only.
@@ -226,12 +231,7 @@ if only fixed_cost; then
 fi
 if only batch_cpu; then
   echo "=== host CPU of cudaMemcpyBatchAsync against cudaMemcpyAsync, large entries (issue 17)"
-  if timeout 120 "$bundle/bin/batch_cpu_probe" >"$out/batch_cpu.jsonl" 2>"$out/batch_cpu.err"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1)); echo "FAILED: batch_cpu_probe (exit $?)"; tail -5 "$out/batch_cpu.err"
-  fi
-  cat "$out/batch_cpu.jsonl" 2>/dev/null
+  bench batch_cpu 120 "$bundle/bin/batch_cpu_probe"
 fi
 if only restart_pin; then
   echo "=== restart benchmark: time to first load and to fully pinned after a restart (issue 19)"
