@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "daemon/engine/deferred_release.h"
 #include "daemon/engine/registry.h"
 #include "daemon/metrics/metrics_collector.h"
@@ -115,6 +116,7 @@ struct Daemon::Impl {
   std::thread health_watch;
 
   void WatchHealth() {
+    common::SetThreadName("kvo-health");
     bool serving = true;
     absl::MutexLock lock(&health_mu);
     while (!health_mu.AwaitWithTimeout(absl::Condition(&health_stop), absl::Seconds(1))) {

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/thread_name.h"
+
 namespace kvoffload::daemon {
 
 DeferredRelease::DeferredRelease() : thread_([this] { Run(); }) {}
@@ -28,6 +30,7 @@ void DeferredRelease::Flush() {
 }
 
 void DeferredRelease::Run() {
+  common::SetThreadName("kvo-defer");
   for (;;) {
     std::shared_ptr<void> object;
     {

@@ -12,6 +12,7 @@
 #include "common/limits.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "daemon/engine/access.h"
 
 namespace kvoffload::daemon {
@@ -421,6 +422,7 @@ void EngineRegistry::Maintain(absl::Time now) {
 }
 
 void EngineRegistry::RunMaintenance() {
+  common::SetThreadName("kvo-maintain");
   while (!stop_.WaitForNotificationWithTimeout(options_.maintenance_period)) {
     Maintain(absl::Now());
   }

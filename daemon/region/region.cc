@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack it
@@ -173,7 +174,12 @@ absl::Status Populate(const Mapping& m, int requested_threads, int* threads_used
   };
   std::vector<std::thread> workers;
   workers.reserve(num_chunks - 1);
-  for (int i = 1; i < num_chunks; ++i) workers.emplace_back(run, i);
+  for (int i = 1; i < num_chunks; ++i) {
+    workers.emplace_back([&run, i] {
+      common::SetThreadName("kvo-populate");
+      run(i);
+    });
+  }
   run(0);
   for (std::thread& t : workers) t.join();
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -115,6 +116,7 @@ RegionPreparer::Progress RegionPreparer::progress() const {
 }
 
 void RegionPreparer::Run() {
+  common::SetThreadName("kvo-prepare");
   absl::Status s = options_.populate ? PopulateFirstChunk() : absl::OkStatus();
   if (!s.ok()) Fail(s);
   std::vector<std::thread> pool;
@@ -141,6 +143,7 @@ void RegionPreparer::Run() {
 }
 
 void RegionPreparer::RunChunks() {
+  common::SetThreadName("kvo-prepare");
   while (!stopping()) {
     const size_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
     if (c >= chunks_) return;

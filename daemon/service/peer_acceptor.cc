@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/errno_status.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "grpcpp/server_posix.h"
 
 namespace kvoffload::daemon {
@@ -82,6 +83,7 @@ void PeerAcceptor::Stop() {
 }
 
 void PeerAcceptor::Run() {
+  common::SetThreadName("kvo-accept");
   for (;;) {
     struct pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/session_writer.h"
 
@@ -96,6 +97,7 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::DaemonMessage>* WorkerService::Se
 }
 
 void WorkerService::RunSession(SessionStream* stream, const Caller& caller) {
+  common::SetThreadName("kvo-session");
   v1::WorkerMessage first;
   grpc::Status status = ReadRegistration(stream, &first);
   if (status.ok()) status = Serve(stream, caller, first.register_());

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/copy/cuda/log.h"
 #include "common/cuda/cuda_status.h"
+#include "common/thread_name.h"
 #include "daemon/copy/cuda/worker_memory.h"
 
 namespace kvoffload::daemon::cuda {
@@ -83,6 +84,7 @@ void CompletionQueue::Report(PendingJob& j, absl::Status status) {
 }
 
 void CompletionQueue::Run() {
+  common::SetThreadName("kvo-complete");
   std::vector<std::unique_ptr<PendingJob>> active;
   absl::Duration wake = interval_;
   uint64_t seen_kicks = 0;

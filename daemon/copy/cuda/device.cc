@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "daemon/copy/cuda/copy_kernels.h"
 #include "common/cuda/cuda_status.h"
+#include "common/thread_name.h"
 #include "daemon/copy/cuda/driver_api.h"
 
 namespace kvoffload::daemon::cuda {
@@ -77,6 +78,7 @@ bool Releaser::Drain(absl::Duration timeout) {
 }
 
 void Releaser::Run() {
+  common::SetThreadName("kvo-release");
   for (;;) {
     std::function<void()> release;
     {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "daemon/copy/copy_plan.h"
 #include "daemon/copy/descriptor_table.h"
 
@@ -223,7 +224,12 @@ HostCopyBackend::HostCopyBackend(int num_threads) {
   }
   num_threads = std::min(num_threads, kMaxThreads);
   threads_.reserve(num_threads);
-  for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 0; i < num_threads; ++i) {
+    threads_.emplace_back([this] {
+      common::SetThreadName("kvo-hostcopy");
+      WorkerLoop();
+    });
+  }
   Log()->info("host copy backend started with {} threads", num_threads);
 }
 
