@@ -54,6 +54,7 @@ Watchdog::~Watchdog() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+    cv_.Signal();
   }
   thread_.join();
 }
@@ -61,28 +62,40 @@ Watchdog::~Watchdog() {
 void Watchdog::Arm(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   deadline_ = deadline;
+  if (deadline < wake_at_) cv_.Signal();  // only an earlier deadline needs the thread now
 }
 
 bool Watchdog::Disarm() {
   absl::MutexLock lock(&mu_);
-  deadline_ = absl::InfiniteFuture();
+  deadline_ = absl::InfiniteFuture();  // the thread, if it wakes, finds nothing to do
   return fired_;
+}
+
+uint64_t Watchdog::TEST_wakeups() const {
+  absl::MutexLock lock(&mu_);
+  return wakeups_;
+}
+
+absl::Time Watchdog::TEST_sleeping_until() const {
+  absl::MutexLock lock(&mu_);
+  return wake_at_;
 }
 
 void Watchdog::Run() {
   absl::MutexLock lock(&mu_);
   while (!stop_) {
-    const absl::Time deadline = deadline_;
-    auto changed = [this, deadline]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return stop_ || deadline_ != deadline;
-    };
-    if (deadline == absl::InfiniteFuture()) {
-      mu_.Await(absl::Condition(&changed));
-    } else if (!mu_.AwaitWithDeadline(absl::Condition(&changed), deadline)) {
+    if (deadline_ <= absl::Now()) {
       fired_ = true;
       deadline_ = absl::InfiniteFuture();
       context_->TryCancel();
     }
+    wake_at_ = deadline_;
+    if (wake_at_ == absl::InfiniteFuture()) {
+      cv_.Wait(&mu_);
+    } else {
+      cv_.WaitWithDeadline(&mu_, wake_at_);
+    }
+    ++wakeups_;
   }
 }
 
