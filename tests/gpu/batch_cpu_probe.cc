@@ -15,9 +15,7 @@
 // with compute), batch_no_hint (the same without the hint), async (one cudaMemcpyAsync per
 // entry), one (one cudaMemcpyAsync of all the bytes: the same bytes with no entries).
 #include <cuda_runtime_api.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,14 +27,13 @@
 #include <thread>
 #include <vector>
 
+#include "tests/gpu/probe_common.h"
+
 namespace {
 
-void Check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
-    std::exit(1);
-  }
-}
+using kvoffload::probe::Check;
+using kvoffload::probe::Median;
+using kvoffload::probe::Now;
 
 double CpuSeconds(int who) {
   rusage u{};
@@ -44,19 +41,9 @@ double CpuSeconds(int who) {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 struct Sample {
   double enqueue_wall_us, enqueue_cpu_us, total_wall_us, process_cpu_us;
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -69,15 +56,7 @@ int main(int argc, char** argv) {
   Check(cudaSetDevice(0), "cudaSetDevice");
   Check(cudaFree(nullptr), "cudaFree(0)");
   // The daemon's region: memfd, shared, populated, registered.
-  const int fd = memfd_create("batch_cpu_probe", 0);
-  if (fd < 0 || ftruncate(fd, total) != 0) return std::perror("memfd"), 1;
-  auto* host = static_cast<uint8_t*>(
-      mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  if (host == MAP_FAILED) return std::perror("mmap"), 1;
-  madvise(host, total, MADV_HUGEPAGE);
-  if (madvise(host, total, 23 /* MADV_POPULATE_WRITE */) != 0) std::memset(host, 1, total);
-  Check(cudaHostRegister(host, total, cudaHostRegisterPortable | cudaHostRegisterMapped),
-        "cudaHostRegister");
+  uint8_t* host = kvoffload::probe::RegionLikeHostMemory("batch_cpu_probe", total);
   uint8_t* dev = nullptr;
   Check(cudaMalloc(reinterpret_cast<void**>(&dev), total), "cudaMalloc");
   Check(cudaMemset(dev, 7, total), "cudaMemset");

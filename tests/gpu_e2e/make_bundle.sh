@@ -13,13 +13,13 @@ if grep -q 'name = "restart_pin_bench"' tests/gpu/BUILD; then
 fi
 bazel build --disk_cache=${KVO_DISK_CACHE:-/root/.cache/kvo-disk} "${extra_targets[@]}" //daemon:kvoffloadd //client/host:kvoffload_host_worker //tests/gpu_e2e:all \
   //tests/gpu:cuda_copy_backend_gpu_test //tests/gpu:gpu_baselines //tests/gpu:batch_cpu_probe \
-  //daemon/copy/cuda:cuda_copy_backend_test //client/cuda:cuda_client_test
+  //tests/gpu:multi_issue_probe //daemon/copy/cuda:cuda_copy_backend_test //client/cuda:cuda_client_test
 rm -rf bundle/gpu
 b=bazel-bin
 "$device_bundle" bundle/gpu $b/daemon/kvoffloadd $b/client/host/kvoffload_host_worker \
   $b/tests/gpu_e2e/kvoffload_cuda_worker $b/tests/gpu_e2e/e2e_gpu_test $b/tests/gpu_e2e/e2e_bench \
   $b/tests/gpu/cuda_copy_backend_gpu_test $b/tests/gpu/gpu_baselines $b/tests/gpu/batch_cpu_probe \
-  $b/daemon/copy/cuda/cuda_copy_backend_test $b/client/cuda/cuda_client_test "${extra_bins[@]}"
+  $b/tests/gpu/multi_issue_probe $b/daemon/copy/cuda/cuda_copy_backend_test $b/client/cuda/cuda_client_test "${extra_bins[@]}"
 bazel build --disk_cache=${KVO_DISK_CACHE:-/root/.cache/kvo-disk} //client:libkvoffload_c.so
 cp -L $b/client/libkvoffload_c.so bundle/gpu/lib/
 mkdir -p bundle/gpu/python && cp -r python/kvoffload python/tests bundle/gpu/python/

@@ -16,7 +16,9 @@
 # fixed_cost.py: a per-step breakdown of 512 MiB cross-layer and 1-block jobs for several batch
 # variants of the daemon, into OUT/fixed_cost/fixed_cost.json, ~60 s); batch_cpu (the host CPU
 # of cudaMemcpyBatchAsync against cudaMemcpyAsync with large entries: batch_cpu_probe, into
-# OUT/batch_cpu.jsonl, ~30 s); v3_2d (the copy engines'
+# OUT/batch_cpu.jsonl, ~30 s); multi_issue (small random pages issued by 1-8 threads on 1-8
+# streams: multi_issue_probe, into OUT/multi_issue.jsonl, ~60 s); v3_cpu (v3's daemon CPU per job
+# alone, into OUT/v3/cpu.jsonl); v3_2d (the copy engines'
 # 2D copies against a DMA per page, --cuda_2d_min_blocks=0: interference, throughput and layout
 # of v3_bench.py with --paths=default,page_dma, into OUT/v3/*_2d.jsonl).
 set -uo pipefail
@@ -24,6 +26,7 @@ bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
 stages=" ${3:-all} "  # any of: tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps, all,
                       # v3 v3_mps v3_layout v3_reorder v3_2d restart_pin fixed_cost batch_cpu
+                      # multi_issue v3_cpu
 want() { [[ $stages == *" all "* || $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -179,7 +182,7 @@ if want mps; then
   fi
   mps_stop
 fi
-if only v3 || only v3_mps || only v3_layout || only v3_reorder || only v3_2d; then
+if only v3 || only v3_mps || only v3_layout || only v3_reorder || only v3_2d || only v3_cpu; then
   mkdir -p "$out/v3"
   git_commit=$(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)
   echo "{\"commit\":\"$git_commit\",\"device\":\"$(cat "$out/device.txt")\",\"date\":\"$(date -u +%F)\"}" \
@@ -202,6 +205,10 @@ if only v3; then
     failed=$((failed + 1)); echo "FAILED: e2e_bench --latency_only"; tail -5 "$out/v3/latency_cpp.err"
   fi
   cat "$out/v3/latency_cpp.jsonl"
+fi
+if only v3_cpu; then
+  echo "=== copy path v3: daemon CPU per job (alone)"
+  bench_py v3/cpu 100 "$bundle/v3_bench.py" cpu
 fi
 if only v3_2d; then
   echo "=== copy engines: 2D copies (default) against a DMA per page (page_dma)"
@@ -232,6 +239,10 @@ fi
 if only batch_cpu; then
   echo "=== host CPU of cudaMemcpyBatchAsync against cudaMemcpyAsync, large entries (issue 17)"
   bench batch_cpu 120 "$bundle/bin/batch_cpu_probe"
+fi
+if only multi_issue; then
+  echo "=== small random pages issued by more threads on more streams (issue 17)"
+  bench multi_issue 150 "$bundle/bin/multi_issue_probe"
 fi
 if only restart_pin; then
   echo "=== restart benchmark: time to first load and to fully pinned after a restart (issue 19)"

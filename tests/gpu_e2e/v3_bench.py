@@ -136,9 +136,62 @@ class Daemon:
 
 
 def cpu_seconds(pid):
+    """utime + stime of every thread the process had, alive or ended (clock ticks: 10 ms)."""
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_group(name):
+    """Who a thread belongs to, from its name: the daemon's own threads name themselves kvo-*
+    (common/thread_name.h); gRPC's and the CUDA driver's are grouped."""
+    if name.startswith("kvo-"):
+        return name
+    if name.startswith(("grpc", "default-execut", "event_engine", "resolver", "timer")):
+        return "grpc"
+    if name.startswith("cuda"):
+        return "cuda-driver"
+    return "other:" + name
+
+
+def thread_cpu_ns(pid):
+    """{tid: (group, CPU ns)} for the process's live threads (/proc/PID/task/*/schedstat: ns,
+    not the 10 ms ticks of /proc/PID/stat)."""
+    out = {}
+    base = "/proc/%d/task" % pid
+    for tid in os.listdir(base):
+        try:
+            with open(os.path.join(base, tid, "schedstat")) as f:
+                ns = int(f.read().split()[0])
+            with open(os.path.join(base, tid, "comm")) as f:
+                name = f.read().strip()
+        except (OSError, ValueError, IndexError):  # ended meanwhile
+            continue
+        out[tid] = (thread_group(name), ns)
+    return out
+
+
+def cpu_between(before, after):
+    """CPU ns of each thread group between two thread_cpu_ns readings (threads started in
+    between count from zero; threads that ended in between are missing: compare with
+    cpu_seconds)."""
+    groups = {}
+    for tid, (group, ns) in after.items():
+        groups[group] = groups.get(group, 0) + ns - before.get(tid, (group, 0))[1]
+    return groups
+
+
+def settle(pid, timeout_s=20.0):
+    """Waits until the process uses under 1 % of a CPU over 200 ms (background work such as a
+    closed engine's region teardown must not be counted as the next jobs' cost). Returns the
+    seconds waited, or None when it did not settle."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        a = sum(ns for _, ns in thread_cpu_ns(pid).values())
+        time.sleep(0.2)
+        if sum(ns for _, ns in thread_cpu_ns(pid).values()) - a < 2e6:
+            return round(time.monotonic() - t0, 2)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,20 +591,35 @@ def cpu_main(args):
         wk.wait(1, timeout_s=120).check()
         return kv, wk
 
-    def per_job(wk, jobs, submit, first):
-        # A warm-up pass first, not counted: a fresh engine's region may still be pinning in the
-        # background (--region_chunk_bytes), which costs the daemon CPU that is not the jobs'.
+    def per_job(wk, jobs, submit, first, key, result):
+        # A warm-up pass first, not counted, then the daemon left to finish what it does in the
+        # background (a closed engine's teardown, a region still pinning): that CPU is not the
+        # jobs'. CPU from schedstat (ns) per thread group; the tick count of /proc/PID/stat
+        # beside it as a check (it also holds threads that ended meanwhile).
         for j in range(first, first + min(5, jobs)):
             submit(j)
             wk.wait(j, timeout_s=120).check()
         first += min(5, jobs)
-        c0 = cpu_seconds(pid)
+        result[key + "_settle_s"] = settle(pid)
+        c0, th0 = cpu_seconds(pid), thread_cpu_ns(pid)
         t0 = time.perf_counter()
         for j in range(first, first + jobs):
             submit(j)
             wk.wait(j, timeout_s=120).check()
-        return (round((cpu_seconds(pid) - c0) / jobs * 1e6, 1),
-                round((time.perf_counter() - t0) / jobs * 1e6, 1))
+        wall = time.perf_counter() - t0
+        groups = cpu_between(th0, thread_cpu_ns(pid))
+        result[key + "_us"] = round(sum(groups.values()) / jobs / 1e3, 1)
+        result[key + "_stat_us"] = round((cpu_seconds(pid) - c0) / jobs * 1e6, 1)
+        result[key + "_wall_us"] = round(wall / jobs * 1e6, 1)
+        result[key + "_threads_us"] = {g: round(ns / jobs / 1e3, 1)
+                                       for g, ns in sorted(groups.items()) if ns > 0}
+
+    def closed():
+        # The daemon tears a closed engine down (unpins and unmaps its region: up to seconds of
+        # CPU for 4 GiB) once it has been idle --idle_engine_ttl_s (1 s here); not the next
+        # engine's jobs' cost, so it is over before they are counted.
+        time.sleep(1.5)
+        settle(pid)
 
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -566,19 +634,22 @@ def cpu_main(args):
             result = {"blocks": nb, "runs_jobs": runs_jobs, "jobs": list_jobs}
             kv, wk = engine("cpu-%d" % nb, nb, 4096)
             ids = list(range(nb))
-            result["runs_us"], result["runs_wall_us"] = per_job(
-                wk, runs_jobs, lambda j: wk.submit_runs(j, "store", [(0, 0, nb)]), 2)
-            result["us"], result["wall_us"] = per_job(
-                wk, list_jobs, lambda j: wk.submit_store(j, ids, ids), 2 + 2 * runs_jobs)
+            per_job(wk, runs_jobs, lambda j: wk.submit_runs(j, "store", [(0, 0, nb)]), 2,
+                    "runs", result)
+            per_job(wk, list_jobs, lambda j: wk.submit_store(j, ids, ids), 2 + 2 * runs_jobs,
+                    "lists", result)
+            result["us"], result["wall_us"] = result["lists_us"], result["lists_wall_us"]
             wk.close()
             del kv
+            closed()
             if nb > 1:
                 try:
                     kv, wk = engine("cpu-one-%d" % nb, 1, nb * 4096)
-                    result["one_block_us"], result["one_block_wall_us"] = per_job(
-                        wk, runs_jobs, lambda j: wk.submit_runs(j, "store", [(0, 0, 1)]), 2)
+                    per_job(wk, runs_jobs, lambda j: wk.submit_runs(j, "store", [(0, 0, 1)]), 2,
+                            "one_block", result)
                     wk.close()
                     del kv
+                    closed()
                 except Exception as e:  # the block-count rows above still count
                     result["one_block_error"] = repr(e)
             torch.cuda.empty_cache()
