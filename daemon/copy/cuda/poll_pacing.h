@@ -9,10 +9,12 @@
 // Long jobs are not polled at all: a job of kStreamWakeMinBytes or more has its lane's wake stream
 // wait for its completion event and then run a host function (cudaLaunchHostFunc, wake_relay.h)
 // that wakes the queue — not its own stream, where the host function would hold the next job's
-// copies back until it ran (tens of µs a job) — and
-// is queried then and every kStreamWakeBackstop (should the function never run: a failed
-// context). 32 MiB take ~0.6 ms on the H200's link, where a host function's wake-up (~10-20 µs)
-// is within the polls' own lateness; below it the polls' CPU is small (≤ ~60 polls).
+// copies back until it ran (tens of µs a job) — and is queried then and every
+// kStreamWakeBackstop (should the function never run: a failed context). The backstop is 100 ms,
+// not 10: each wake-up of the queue's thread costs ~60 µs of CPU on the H200's VM (v3_bench's
+// CPU per job by thread, run of 76254d3), and a 4 GiB job (80 ms) paid eight of them. 32 MiB
+// take ~0.6 ms on the H200's link, where a host function's wake-up (~10-20 µs) is within the
+// polls' own lateness; below it the polls' CPU is small (≤ ~60 polls).
 //
 // Not done, on purpose: a bound from the link rate ("not before bytes / rate"). The rate a job
 // reaches depends on its pages and on what else crosses the link, so a rate learned from one job
@@ -32,7 +34,7 @@ namespace kvoffload::daemon::cuda {
 inline constexpr int64_t kElapsedFraction = 256;
 inline constexpr absl::Duration kMaxPollInterval = absl::Milliseconds(1);
 inline constexpr uint64_t kStreamWakeMinBytes = uint64_t{32} << 20;
-inline constexpr absl::Duration kStreamWakeBackstop = absl::Milliseconds(10);
+inline constexpr absl::Duration kStreamWakeBackstop = absl::Milliseconds(100);
 
 // The next time to query a job started at `started`, asked at `now`.
 inline absl::Time NextPoll(absl::Time started, absl::Time now, absl::Duration floor) {
