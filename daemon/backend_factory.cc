@@ -33,6 +33,8 @@ absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions&
   cuda_options.batch_overlap_hint = options.batch_overlap_hint;
   cuda_options.strided_min_rows = options.strided_min_rows;
   cuda_options.stream_wake_min_bytes = options.stream_wake_min_bytes;
+  cuda_options.issue_threads = options.issue_threads;
+  cuda_options.parallel_issue_min_copies = options.parallel_issue_min_copies;
   if (options.copy_path == "copy_engine") {
     cuda_options.forced_path = cuda::ForcedPath::kCopyEngine;
   } else if (options.copy_path == "staged") {

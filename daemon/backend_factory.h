@@ -25,6 +25,8 @@ struct BackendOptions {
   bool batch_overlap_hint = true;  // CUDA: cudaMemcpyFlagPreferOverlapWithCompute on batches
   uint64_t strided_min_rows = 2;   // CUDA: consecutive blocks as 2D copies from this many; 0 off
   uint64_t stream_wake_min_bytes = uint64_t{32} << 20;  // CUDA: jobs this large woken; 0 off
+  uint32_t issue_threads = 4;  // CUDA: threads issuing one job's many copies (IssuePool)
+  uint64_t parallel_issue_min_copies = 1024;  // CUDA: copies per thread before a job is split
 };
 
 absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions& options);

@@ -93,6 +93,13 @@ ABSL_FLAG(uint64_t, cuda_max_batch_copies, 4096,
 ABSL_FLAG(bool, cuda_batch_overlap_hint, true,
           "CUDA, benchmarks only: the copy-engine path's cudaMemcpyBatchAsync calls carry "
           "cudaMemcpyFlagPreferOverlapWithCompute.");
+ABSL_FLAG(uint32_t, cuda_issue_threads, 4,
+          "CUDA: threads (each with a stream of its own) that hand one job's copies to the driver "
+          "on the copy-engine path when the job has many (vLLM's per-layer pages with random "
+          "blocks): the host's issue rate, not the link, bounds such jobs. 1: one thread (1..16).");
+ABSL_FLAG(uint64_t, cuda_parallel_issue_min_copies, 1024,
+          "CUDA, benchmarks only: a job is split over --cuda_issue_threads only with at least "
+          "this many copies per thread.");
 ABSL_FLAG(uint64_t, cuda_stream_wake_min_bytes, uint64_t{32} << 20,
           "CUDA, benchmarks only: a job of at least this many bytes is woken by a host function "
           "after its copy instead of being polled. 0: every job is polled.");
@@ -269,6 +276,9 @@ int main(int argc, char** argv) {
   backend_options.max_batch_copies = absl::GetFlag(FLAGS_cuda_max_batch_copies);
   backend_options.batch_overlap_hint = absl::GetFlag(FLAGS_cuda_batch_overlap_hint);
   backend_options.stream_wake_min_bytes = absl::GetFlag(FLAGS_cuda_stream_wake_min_bytes);
+  backend_options.issue_threads = absl::GetFlag(FLAGS_cuda_issue_threads);
+  backend_options.parallel_issue_min_copies =
+      absl::GetFlag(FLAGS_cuda_parallel_issue_min_copies);
   backend_options.strided_min_rows = absl::GetFlag(FLAGS_cuda_2d_min_blocks);
   auto backend = d::CreateBackend(backend_options);
   if (!backend.ok()) return Fail(backend.status());

@@ -223,6 +223,19 @@ double Gbps(uint64_t bytes, absl::Duration d) {
   return static_cast<double>(bytes) / absl::ToDoubleSeconds(d) / 1e9;
 }
 
+// vLLM's per-layer caches: 4 layers × {K, V}, each tensor `blocks` pages of `page` bytes,
+// sub-allocated from one allocation at non-zero offsets with gaps between them.
+WorkerLayout PerLayerKv(uint64_t page, uint64_t blocks) {
+  WorkerLayout layout;
+  uint64_t offset = 4096;
+  for (int t = 0; t < 8; ++t) {
+    layout.tensors.push_back({offset, blocks, page, page});
+    offset += blocks * page + 512;
+  }
+  layout.buffer_bytes = offset + 4096;
+  return layout;
+}
+
 class CudaBackendIpcTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -271,6 +284,21 @@ class CudaBackendIpcTest : public ::testing::Test {
     return p;
   }
   static RoundTrip StagedStore(RoundTrip p, uint64_t chunk_bytes) { return Staged(p, chunk_bytes); }
+
+  // vLLM's per-layer K/V tensors, worker in slot 1 of 2 (the rows' pitch is the row, not the
+  // block), runs of 7 consecutive GPU blocks into consecutive rows, a region pinned in chunks of
+  // 3 rows, by the copy engines.
+  static RoundTrip PerLayerPrefixes() {
+    RoundTrip p;
+    p.layout = PerLayerKv(8192, 128);
+    p.num_pairs = 70;
+    p.num_copies = 2;
+    p.slot = 1;
+    p.run_blocks = 7;
+    p.chunk_rows = 3;
+    p.options.forced_path = daemon::cuda::ForcedPath::kCopyEngine;
+    return p;
+  }
 
   // Store num_pairs random blocks into random rows; check the region byte for byte; poison the
   // worker; load the rows into a different random set of blocks; the worker checks its whole
@@ -360,19 +388,6 @@ class CudaBackendIpcTest : public ::testing::Test {
     (*backend)->UnregisterRegion(region.base());
   }
 };
-
-// vLLM's per-layer caches: 4 layers × {K, V}, each tensor `blocks` pages of `page` bytes,
-// sub-allocated from one allocation at non-zero offsets with gaps between them.
-WorkerLayout PerLayerKv(uint64_t page, uint64_t blocks) {
-  WorkerLayout layout;
-  uint64_t offset = 4096;
-  for (int t = 0; t < 8; ++t) {
-    layout.tensors.push_back({offset, blocks, page, page});
-    offset += blocks * page + 512;
-  }
-  layout.buffer_bytes = offset + 4096;
-  return layout;
-}
 
 // vLLM's usual layout: one K and one V tensor per layer, all sub-allocated from one allocation at
 // non-zero offsets. Worker in slot 1 of 2.
@@ -499,16 +514,24 @@ TEST_F(CudaBackendIpcTest, MixedPageSizesAutoPath) {
 // alone as plain copies). vLLM's per-layer K/V tensors, worker in slot 1 of 2 (the rows' pitch is
 // the row, not the block), a region pinned in chunks of 3 rows.
 TEST_F(CudaBackendIpcTest, ConsecutiveBlocksGoAs2dCopies) {
-  RoundTrip p;
-  p.layout = PerLayerKv(8192, 128);
-  p.num_pairs = 70;
-  p.num_copies = 2;
-  p.slot = 1;
-  p.run_blocks = 7;
-  p.chunk_rows = 3;
-  p.options.forced_path = daemon::cuda::ForcedPath::kCopyEngine;
+  RoundTrip p = PerLayerPrefixes();
   RunRoundTrip(p);
   p.options.strided_min_rows = 0;  // the same job page by page
+  RunRoundTrip(p);
+}
+
+// A job split over four issuing threads, each on a stream of its own, joined before the job's
+// completion (every share a few copies: 2D stretches, single pages, rows split where a
+// registration chunk ends): the bytes are those one thread moves. Then random blocks, a copy per
+// page, split the same way.
+TEST_F(CudaBackendIpcTest, CopiesIssuedByFourThreadsOnFourStreams) {
+  RoundTrip p = PerLayerPrefixes();
+  p.options.issue_threads = 4;
+  p.options.parallel_issue_min_copies = 1;
+  RunRoundTrip(p);
+  p.run_blocks = 0;
+  RunRoundTrip(p);
+  p.options.issue_threads = 1;  // the same job from one thread, for the same bytes
   RunRoundTrip(p);
 }
 

@@ -22,10 +22,11 @@ Reading it: in variant default (a first call of 8 copies, each later one twice a
 daemon's default since 0e1753c) the copy engines start after first_us. What is left in gap_us is
 the completion + verdict + outside_us, which in_us and out_us split into the way in (submit
 called -> the backend has the job) and out (verdict handed on -> the client's wait returned).
-spin keeps every CPU busy with SCHED_IDLE loops and qos holds a 0 µs CPU latency request: what
-they take off in_us and out_us is what idle CPUs' wake-ups cost on that host (the JSON records
-the cpuidle driver and states). *_again repeat a variant at the end (drift). per_layer_32k
-random shows what the schedule's extra calls cost where a job has 16384 copies.
+spin keeps every CPU busy with SCHED_IDLE loops (qos, not in the list now, holds a 0 µs CPU
+latency request): what they take off in_us and out_us is what idle CPUs' wake-ups cost on that
+host (the JSON records the cpuidle driver and states). issue1 issues every job from one thread
+on one stream: per_layer_32k random (16384 copies a job) shows what the IssuePool's threads buy
+where the host's issue rate bounds a job. *_again repeat a variant at the end (drift).
 """
 
 import ctypes
@@ -54,12 +55,15 @@ ALARM_S = 105  # then the variant running is abandoned (its daemon stopped), the
 # measured, so no CPU idles (a woken thread preempts the spinner at once). qos: a CPU latency
 # request of 0 µs held on /dev/cpu_dma_latency (PM QoS, what tuned's latency-performance profile
 # sets; root only): the kernel keeps every CPU in its shallowest idle state.
+# issue1: every job's copies from one thread on one stream (--cuda_issue_threads=1, the default
+# before 2026-12-03's IssuePool); qos was measured at 6ade07f and 76254d3 (no effect: the guest
+# has no cpuidle driver) and is kept for hosts that have one.
 VARIANTS = [
     ("default", [], None),
-    ("qos", [], "qos"),
+    ("issue1", ["--cuda_issue_threads=1"], None),
     ("spin", [], "spin"),
     ("default_again", [], None),
-    ("qos_again", [], "qos"),
+    ("issue1_again", ["--cuda_issue_threads=1"], None),
 ]
 STEPS = ["plan_us", "wait_us", "first_us", "enqueue_us", "copy_us", "verdict_us", "total_us"]
 TIMING = re.compile(r"job timing: (store|load) (.*)$")

@@ -39,10 +39,13 @@ THROUGHPUT_LAYOUTS = INTERFERENCE_LAYOUTS + [("per_layer_4k", "consecutive"),
 # Daemon flags of each path. Without MPS the default rule (--sm_copies=if_mps) means copy
 # engines only (the same as --copy_path=copy_engine); under MPS it lets the daemon pick per job.
 # page_dma: the copy-engine path before 2D copies (a DMA per page even for consecutive blocks).
+# one_issuer: every job's copies issued by one thread on one stream (the default before the
+# IssuePool; throughput only: it moves the same DMA, so its cost to the model is the default's).
 PATHS = {
     False: [("default", []), ("sm_always", ["--sm_copies=always"]),
             ("staged", ["--copy_path=staged"]), ("kernel", ["--copy_path=kernel"]),
-            ("page_dma", ["--cuda_2d_min_blocks=0"])],
+            ("page_dma", ["--cuda_2d_min_blocks=0"]),
+            ("one_issuer", ["--cuda_issue_threads=1"])],
     True: [("default", []), ("copy_engine", ["--copy_path=copy_engine"]),
            ("staged", ["--copy_path=staged"]), ("kernel", ["--copy_path=kernel"])],
 }
@@ -155,8 +158,9 @@ def thread_group(name):
 
 
 def thread_cpu_ns(pid):
-    """{tid: (group, CPU ns)} for the process's live threads (/proc/PID/task/*/schedstat: ns,
-    not the 10 ms ticks of /proc/PID/stat)."""
+    """{tid: (group, CPU ns, times it slept)} for the process's live threads: schedstat's run
+    time (ns, not the 10 ms ticks of /proc/PID/stat) and voluntary context switches (each one a
+    sleep, so roughly a wake-up each)."""
     out = {}
     base = "/proc/%d/task" % pid
     for tid in os.listdir(base):
@@ -165,19 +169,23 @@ def thread_cpu_ns(pid):
                 ns = int(f.read().split()[0])
             with open(os.path.join(base, tid, "comm")) as f:
                 name = f.read().strip()
-        except (OSError, ValueError, IndexError):  # ended meanwhile
+            with open(os.path.join(base, tid, "status")) as f:
+                sleeps = next(int(line.split()[1]) for line in f
+                              if line.startswith("voluntary_ctxt_switches"))
+        except (OSError, ValueError, IndexError, StopIteration):  # ended meanwhile
             continue
-        out[tid] = (thread_group(name), ns)
+        out[tid] = (thread_group(name), ns, sleeps)
     return out
 
 
-def cpu_between(before, after):
-    """CPU ns of each thread group between two thread_cpu_ns readings (threads started in
-    between count from zero; threads that ended in between are missing: compare with
-    cpu_seconds)."""
+def cpu_between(before, after, field=1):
+    """Per thread group, CPU ns (field 1) or sleeps (field 2) between two thread_cpu_ns readings
+    (threads started in between count from zero; threads that ended in between are missing:
+    compare with cpu_seconds)."""
     groups = {}
-    for tid, (group, ns) in after.items():
-        groups[group] = groups.get(group, 0) + ns - before.get(tid, (group, 0))[1]
+    for tid, now in after.items():
+        then = before.get(tid, (now[0], 0, 0))
+        groups[now[0]] = groups.get(now[0], 0) + now[field] - then[field]
     return groups
 
 
@@ -187,9 +195,9 @@ def settle(pid, timeout_s=20.0):
     seconds waited, or None when it did not settle."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        a = sum(ns for _, ns in thread_cpu_ns(pid).values())
+        a = sum(t[1] for t in thread_cpu_ns(pid).values())
         time.sleep(0.2)
-        if sum(ns for _, ns in thread_cpu_ns(pid).values()) - a < 2e6:
+        if sum(t[1] for t in thread_cpu_ns(pid).values()) - a < 2e6:
             return round(time.monotonic() - t0, 2)
     return None
 
@@ -221,7 +229,8 @@ def picked(paths, only):
 def interference(mps, quick, only=None):
     reps = dict(reps_gemm=6, reps_decode=8) if quick else dict(reps_gemm=12, reps_decode=20)
     layouts = INTERFERENCE_LAYOUTS[:2] if quick else INTERFERENCE_LAYOUTS
-    paths = picked(PATHS[mps][:2] if quick else PATHS[mps], only)
+    paths = picked(PATHS[mps][:2] if quick else
+                   [p for p in PATHS[mps] if p[0] != "one_issuer"], only)
     model = Child("model")
     copier = Child("copier")
     info = model.read()
@@ -286,7 +295,8 @@ def interference(mps, quick, only=None):
 def throughput(quick, only=None):
     layouts = THROUGHPUT_LAYOUTS[:3] if quick else THROUGHPUT_LAYOUTS
     paths = picked(PATHS[False][:1] if quick else
-                   [PATHS[False][0], PATHS[False][2], PATHS[False][3], PATHS[False][4]], only)
+                   [PATHS[False][0], PATHS[False][5], PATHS[False][2], PATHS[False][3],
+                    PATHS[False][4]], only)
     tp = Child("throughput")
     emit(phase="throughput", **{k: v for k, v in tp.read().items() if k != "ready"})
     try:
@@ -607,8 +617,11 @@ def cpu_main(args):
             submit(j)
             wk.wait(j, timeout_s=120).check()
         wall = time.perf_counter() - t0
-        groups = cpu_between(th0, thread_cpu_ns(pid))
+        th1 = thread_cpu_ns(pid)
+        groups = cpu_between(th0, th1)
+        sleeps = cpu_between(th0, th1, field=2)
         result[key + "_us"] = round(sum(groups.values()) / jobs / 1e3, 1)
+        result[key + "_sleeps"] = {g: round(n / jobs, 1) for g, n in sorted(sleeps.items()) if n}
         result[key + "_stat_us"] = round((cpu_seconds(pid) - c0) / jobs * 1e6, 1)
         result[key + "_wall_us"] = round(wall / jobs * 1e6, 1)
         result[key + "_threads_us"] = {g: round(ns / jobs / 1e3, 1)

@@ -28,7 +28,8 @@ PATH_NAMES = {"dma_floor": "plain DMA, another process (floor)",
               "torch_gather": "PyTorch index_select + copy, another process",
               "default": "kvoffload default", "sm_always": "kvoffload --sm_copies=always",
               "copy_engine": "kvoffload --copy_path=copy_engine",
-              "staged": "kvoffload --copy_path=staged", "kernel": "kvoffload --copy_path=kernel"}
+              "staged": "kvoffload --copy_path=staged", "kernel": "kvoffload --copy_path=kernel",
+              "one_issuer": "kvoffload --cuda_issue_threads=1"}
 COLORS = {"dma_floor": "#444444", "torch_gather": "#d62728", "default": "#1f77b4",
           "sm_always": "#9467bd", "copy_engine": "#17becf", "staged": "#ff7f0e",
           "kernel": "#2ca02c", "torch_inprocess": "#e377c2", "reorder_inprocess": "#8c564b"}

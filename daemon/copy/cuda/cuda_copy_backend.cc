@@ -23,6 +23,7 @@
 #include "daemon/copy/cuda/device.h"
 #include "daemon/copy/cuda/driver_api.h"
 #include "daemon/copy/cuda/enqueue.h"
+#include "daemon/copy/cuda/issue_pool.h"
 #include "daemon/copy/cuda/job_times.h"
 #include "daemon/copy/cuda/log.h"
 #include "daemon/copy/cuda/region_pins.h"
@@ -33,6 +34,9 @@ namespace kvoffload::daemon::cuda {
 namespace {
 
 std::string UuidText(const std::string& raw) { return absl::BytesToHexString(raw); }
+
+// Threads that may issue one job's copies (the copy engines gain nothing past a few).
+constexpr uint32_t kMaxIssueThreads = 16;
 
 // How often a device's completion thread looks at its jobs.
 constexpr absl::Duration kPollInterval = absl::Microseconds(10);
@@ -51,6 +55,15 @@ absl::Status ValidateOptions(const CudaBackendOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "first_batch_copies (", o.first_batch_copies, ") must be at most max_batch_copies (",
         o.max_batch_copies, "); 0 turns it off (--cuda_first_batch_copies)"));
+  }
+  if (o.issue_threads < 1 || o.issue_threads > kMaxIssueThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("issue_threads must be 1..", kMaxIssueThreads,
+                                                   ", not ", o.issue_threads,
+                                                   " (--cuda_issue_threads)"));
+  }
+  if (o.parallel_issue_min_copies < 1) {
+    return absl::InvalidArgumentError(
+        "parallel_issue_min_copies must be at least 1 (--cuda_parallel_issue_min_copies)");
   }
   if (o.staging_idle_release < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("staging_idle_release must not be negative");
@@ -74,7 +87,10 @@ struct DeviceState {
 class CudaCopyBackend::Impl {
  public:
   Impl(const CudaBackendOptions& options, std::vector<std::string> uuids)
-      : options_(options), uuids_(std::move(uuids)), orphans_(nullptr, kPollInterval) {
+      : options_(options),
+        uuids_(std::move(uuids)),
+        issue_pool_(options.issue_threads - 1),
+        orphans_(nullptr, kPollInterval) {
     policy_.staging_chunk_bytes = options.staging_chunk_bytes;
     enqueue_.copy_sms = options.copy_sms;
     enqueue_.staging_chunk_bytes = options.staging_chunk_bytes;
@@ -83,6 +99,8 @@ class CudaCopyBackend::Impl {
     enqueue_.max_batch_copies = options.max_batch_copies;
     enqueue_.batch_overlap_hint = options.batch_overlap_hint;
     enqueue_.strided_min_rows = options.strided_min_rows;
+    enqueue_.issue_pool = &issue_pool_;
+    enqueue_.parallel_issue_min_copies = options.parallel_issue_min_copies;
   }
 
   ~Impl() {
@@ -265,7 +283,7 @@ class CudaCopyBackend::Impl {
       }
       memory->AddOpenedEvent(event);
     }
-    RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks));
+    RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks, options_.issue_threads - 1));
     memory->ReleaseStagingWhenIdle(options_.staging_idle_release);
     Log()->info(
         "opened worker on device {}: {} tensors in {} allocations, {} bytes per block, "
@@ -294,7 +312,7 @@ class CudaCopyBackend::Impl {
     RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
     auto memory = std::make_unique<CudaWorkerMemory>(this, state->device.get());
     memory->UseLocalEvents(events);
-    RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks));
+    RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks, options_.issue_threads - 1));
     memory->ReleaseStagingWhenIdle(options_.staging_idle_release);
     return std::unique_ptr<WorkerMemory>(std::move(memory));
   }
@@ -447,6 +465,7 @@ class CudaCopyBackend::Impl {
   std::map<int, DeviceState> devices_ ABSL_GUARDED_BY(devices_mu_);
   RegionPins regions_;
   std::atomic<bool> batch_unsupported_{false};
+  IssuePool issue_pool_;  // helpers of EnqueueCopyEngine, shared by every device
   EnqueueOptions enqueue_;
   CompletionQueue orphans_;  // jobs refused before their device is known
 };

@@ -100,6 +100,13 @@ struct CudaBackendOptions {
   // instead of being polled (poll_pacing.h). 0: every job is polled. Hidden flag
   // --cuda_stream_wake_min_bytes (benchmarks: tests/gpu_e2e/fixed_cost.py).
   uint64_t stream_wake_min_bytes = kStreamWakeMinBytes;
+  // Copy-engine path: threads that issue one job's copies, each on a stream of its own (the
+  // caller and issue_threads - 1 helpers, issue_pool.h), for a job of at least
+  // parallel_issue_min_copies copies per thread; 1: every job from one thread on one stream.
+  // Small random pages are bound by the host's issue rate (~0.5-0.9 µs a copy), not the link.
+  // Flags --cuda_issue_threads and (hidden) --cuda_parallel_issue_min_copies.
+  uint32_t issue_threads = 4;
+  uint64_t parallel_issue_min_copies = 1024;
 };
 
 // Validates options (INVALID_ARGUMENT) and finds the GPUs. UNAVAILABLE when there is no usable

@@ -69,6 +69,31 @@ TEST(CudaCopyBackendTest, RejectsBatchSizesOutsideTheBatchBound) {
   EXPECT_NE(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(CudaCopyBackendTest, RejectsIssueThreadsOutsideTheirBound) {
+  CudaBackendOptions options;
+  options.issue_threads = 0;
+  absl::Status s = CreateCudaCopyBackend(options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("issue_threads must be 1..16, not 0 (--cuda_issue_threads)"),
+            absl::string_view::npos)
+      << s;
+  options.issue_threads = 17;
+  EXPECT_EQ(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.issue_threads = 4;
+  options.parallel_issue_min_copies = 0;
+  s = CreateCudaCopyBackend(options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("parallel_issue_min_copies must be at least 1"),
+            absl::string_view::npos)
+      << s;
+  // One thread (no split) and the most threads are valid.
+  options.parallel_issue_min_copies = 1;
+  options.issue_threads = 1;
+  EXPECT_NE(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.issue_threads = 16;
+  EXPECT_NE(CreateCudaCopyBackend(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 class CudaCopyBackendGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {

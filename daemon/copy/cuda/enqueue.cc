@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -173,6 +174,15 @@ CopyKernelConfig KernelConfig(int sms) {
 
 // Copy engines only: every merged segment is one DMA (batched), every stretch of consecutive
 // blocks one 2D DMA per tensor (per registration chunk). No SM.
+// How many threads issue a job of `copies` segments: one per parallel_issue_min_copies, at most
+// the lane's streams and the pool's threads plus the caller.
+size_t IssueShares(size_t copies, const Lane& lane, const EnqueueOptions& options) {
+  if (options.issue_pool == nullptr || options.parallel_issue_min_copies == 0) return 1;
+  const size_t most = std::min({lane.issue.size(), lane.issued.size(),
+                                options.issue_pool->threads()}) + 1;
+  return std::clamp<size_t>(copies / options.parallel_issue_min_copies, 1, most);
+}
+
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
                                const EnqueueOptions& options) {
   CudaWorkerMemory* m = job.memory;
@@ -180,26 +190,80 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
   const bool store = job.direction == CopyDirection::kStore;
   Lane& lane = m->lane(job.direction);
   absl::MutexLock lock(&lane.mu);
-  absl::Status status;
-  CopyBatcher batcher(options.max_batch_copies, lane.dma, options.batch_unsupported,
-                      options.first_batch_copies, options.batch_overlap_hint);
+  std::vector<StridedSegment> segments;
+  VisitStridedSegments(job.table, 0, job.table.num_blocks, m->tensors(), options.strided_min_rows,
+                       [&](const StridedSegment& seg) { segments.push_back(seg); });
   uint8_t* base = job.region->base();
   const uint64_t chunk_bytes = job.region->chunk_bytes();
-  uint64_t strided_calls = 0;
-  VisitStridedSegments(
-      job.table, 0, job.table.num_blocks, m->tensors(), options.strided_min_rows,
-      [&](const StridedSegment& seg) {
-        if (!status.ok()) return;
-        status = seg.rows == 1
-                     ? AddRegionCopy(batcher, store, base, chunk_bytes, seg.host_offset,
-                                     reinterpret_cast<uint8_t*>(seg.gpu_address), seg.bytes)
-                     : AddRegionCopy2D(batcher, device, lane.dma, store, base, chunk_bytes, seg,
-                                       &strided_calls);
+  // One share of the segments, issued on `stream` by whichever thread runs it.
+  struct Share {
+    size_t begin = 0, end = 0;
+    cudaStream_t stream = nullptr;
+    absl::Status status;
+    uint64_t copies = 0, batches = 0;
+    int64_t first = 0;
+  };
+  auto issue = [&](Share& share) {
+    CopyBatcher batcher(options.max_batch_copies, share.stream, options.batch_unsupported,
+                        options.first_batch_copies, options.batch_overlap_hint);
+    uint64_t strided_calls = 0;
+    for (size_t i = share.begin; i < share.end && share.status.ok(); ++i) {
+      const StridedSegment& seg = segments[i];
+      share.status =
+          seg.rows == 1
+              ? AddRegionCopy(batcher, store, base, chunk_bytes, seg.host_offset,
+                              reinterpret_cast<uint8_t*>(seg.gpu_address), seg.bytes)
+              : AddRegionCopy2D(batcher, device, share.stream, store, base, chunk_bytes, seg,
+                                &strided_calls);
+    }
+    if (share.status.ok()) share.status = batcher.Flush();
+    share.first = batcher.first_flush_returned();
+    share.copies = batcher.copies() + strided_calls;
+    share.batches = batcher.batches();
+  };
+  const size_t k = IssueShares(segments.size(), lane, options);
+  std::vector<Share> shares(k);
+  for (size_t i = 0; i < k; ++i) {
+    shares[i].begin = segments.size() * i / k;
+    shares[i].end = segments.size() * (i + 1) / k;
+    shares[i].stream = i == 0 ? lane.dma : lane.issue[i - 1];
+  }
+  if (k == 1) {
+    issue(shares[0]);
+  } else {
+    const int ordinal = device->ordinal();
+    std::vector<std::function<void()>> tasks;
+    for (size_t i = 0; i < k; ++i) {
+      tasks.push_back([&, i, ordinal] {
+        Share& share = shares[i];
+        if (i > 0) share.status = CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice");
+        if (share.status.ok()) issue(share);
       });
-  if (status.ok()) status = batcher.Flush();
-  j->times.first = batcher.first_flush_returned();
-  j->times.copies = batcher.copies() + strided_calls;
-  j->times.batches = batcher.batches();
+    }
+    options.issue_pool->Run(std::move(tasks));
+    // Join every other stream into `dma`, where the completion is recorded: the job is reported
+    // only once all of its shares ended. A join that cannot be made waits for its stream here.
+    for (size_t i = 1; i < k; ++i) {
+      cudaEvent_t joined = lane.issued[i - 1];
+      if (cudaEventRecord(joined, shares[i].stream) != cudaSuccess ||
+          cudaStreamWaitEvent(lane.dma, joined, 0) != cudaSuccess) {
+        cudaGetLastError();
+        absl::Status synced = device->Check(cudaStreamSynchronize(shares[i].stream),
+                                            "cudaStreamSynchronize (an issuing stream)");
+        if (shares[i].status.ok()) shares[i].status = std::move(synced);
+      }
+    }
+  }
+  absl::Status status;
+  j->times.first = 0;
+  for (const Share& share : shares) {
+    if (status.ok() && !share.status.ok()) status = share.status;
+    if (share.first != 0 && (j->times.first == 0 || share.first < j->times.first)) {
+      j->times.first = share.first;
+    }
+    j->times.copies += share.copies;
+    j->times.batches += share.batches;
+  }
   EndJob(job, device, lane.dma, nullptr, false, j, &status);
   return status;
 }

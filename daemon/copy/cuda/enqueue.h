@@ -9,8 +9,10 @@
 // Each records the job's completion event in j->completion (or, if it cannot, waits for the
 // job's streams), so a job is never reported while its work runs.
 //
-// Thread-safety: each takes the job's lane mutex for as long as it enqueues. Ownership: borrows
-// the job, its memory and region; a staged or kernel job's descriptor buffer goes to j->buffer.
+// Thread-safety: each takes the job's lane mutex for as long as it enqueues (EnqueueCopyEngine's
+// issue-pool helpers use the lane's `issue` streams only while the caller holds it). Ownership:
+// borrows the job, its memory and region; a staged or kernel job's descriptor buffer goes to
+// j->buffer.
 #ifndef KVOFFLOAD_DAEMON_COPY_CUDA_ENQUEUE_H_
 #define KVOFFLOAD_DAEMON_COPY_CUDA_ENQUEUE_H_
 
@@ -26,6 +28,7 @@
 #include "daemon/copy/copy_plan.h"
 #include "daemon/copy/cuda/completion.h"
 #include "daemon/copy/cuda/device.h"
+#include "daemon/copy/cuda/issue_pool.h"
 #include "daemon/copy/cuda/worker_memory.h"
 #include "daemon/copy/descriptor_table.h"
 
@@ -56,6 +59,11 @@ struct EnqueueOptions {
   // Stretches of at least this many consecutive blocks go as 2D copies (VisitStridedSegments);
   // 0: never (every page its own copy, as before).
   uint64_t strided_min_rows = 2;
+  // Threads that issue one job's copies beside the caller (null: the caller alone), each on one
+  // of the lane's `issue` streams, for a job of at least parallel_issue_min_copies copies per
+  // thread (CudaBackendOptions::issue_threads).
+  IssuePool* issue_pool = nullptr;
+  uint64_t parallel_issue_min_copies = 1024;
 };
 
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,

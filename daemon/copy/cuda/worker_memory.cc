@@ -13,7 +13,7 @@ namespace {
 
 // What a lane leaves to release, taken out of it (a Lane holds a mutex and cannot move).
 struct LaneLeftovers {
-  cudaStream_t streams[3] = {nullptr, nullptr, nullptr};
+  std::vector<cudaStream_t> streams;
   std::vector<uint8_t*> staging;
   size_t staging_bytes = 0;
   std::vector<cudaEvent_t> events;
@@ -22,9 +22,9 @@ struct LaneLeftovers {
 LaneLeftovers TakeLane(Lane& lane) {
   LaneLeftovers out;
   absl::MutexLock lock(&lane.mu);
-  out.streams[0] = lane.kernel;
-  out.streams[1] = lane.dma;
-  out.streams[2] = lane.wake;
+  out.streams = {lane.kernel, lane.dma, lane.wake};
+  out.streams.insert(out.streams.end(), lane.issue.begin(), lane.issue.end());
+  out.events = lane.issued;
   for (uint32_t i = 0; i < kStagingBuffers; ++i) {
     if (lane.staging[i] != nullptr) out.staging.push_back(lane.staging[i]);
     if (lane.filled[i] != nullptr) out.events.push_back(lane.filled[i]);
@@ -80,7 +80,7 @@ CudaWorkerMemory::~CudaWorkerMemory() {
 }
 
 absl::Status CudaWorkerMemory::Finish(std::vector<TensorDescriptor> tensors,
-                                      uint64_t num_blocks) {
+                                      uint64_t num_blocks, uint32_t issue_streams) {
   if (tensors.size() > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError("too many tensors");
   }
@@ -111,6 +111,16 @@ absl::Status CudaWorkerMemory::Finish(std::vector<TensorDescriptor> tensors,
                                "cudaStreamCreateWithFlags"));
     RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&lane->wake, cudaStreamNonBlocking),
                                "cudaStreamCreateWithFlags"));
+    for (uint32_t i = 0; i < issue_streams; ++i) {
+      cudaStream_t s = nullptr;
+      RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                                 "cudaStreamCreateWithFlags"));
+      lane->issue.push_back(s);
+      cudaEvent_t e = nullptr;
+      RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                                 "cudaEventCreateWithFlags"));
+      lane->issued.push_back(e);
+    }
   }
   if (!device_->sm_paths()) return absl::OkStatus();  // copy engines need no device table
   const size_t bytes = kernel_tensors.size() * sizeof(KernelTensor);

@@ -45,6 +45,11 @@ struct Lane {
   // engines), a job's wake-up may wait behind an earlier job's on the other stream, at most
   // that job's remaining time (its own wake-up then queries every woken job).
   cudaStream_t wake = nullptr;
+  // Copy-engine path: the streams of a job's other issuing threads (IssuePool), and one event
+  // each that joins what was issued there back into `dma`, where the job's completion is
+  // recorded. Empty with one issuing thread.
+  std::vector<cudaStream_t> issue;
+  std::vector<cudaEvent_t> issued;
   uint8_t* staging[kStagingBuffers] = {};
   cudaEvent_t filled[kStagingBuffers] = {};
   cudaEvent_t drained[kStagingBuffers] = {};
@@ -74,9 +79,11 @@ class CudaWorkerMemory final : public WorkerMemory {
   void UseLocalEvents(const std::vector<cudaEvent_t>& events) { events_ = events; }
 
   // Tensor tables and streams, once the tensors are known (mappings opened; `num_blocks` is the
-  // minimum over tensors). The kernels' device copy of the table only where the device has SM
-  // paths. The current device is the worker's.
-  absl::Status Finish(std::vector<TensorDescriptor> tensors, uint64_t num_blocks);
+  // minimum over tensors); `issue_streams` more DMA streams per lane for a job's other issuing
+  // threads. The kernels' device copy of the table only where the device has SM paths. The
+  // current device is the worker's.
+  absl::Status Finish(std::vector<TensorDescriptor> tensors, uint64_t num_blocks,
+                      uint32_t issue_streams = 0);
   // Frees each lane's staging once unused for `idle` (checked about once a second by the
   // device); the next staged job allocates it again. Zero: never.
   void ReleaseStagingWhenIdle(absl::Duration idle);
