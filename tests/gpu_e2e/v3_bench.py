@@ -150,6 +150,8 @@ def thread_group(name):
     (common/thread_name.h); gRPC's and the CUDA driver's are grouped."""
     if name.startswith("kvo-"):
         return name
+    if name.startswith("nexting_thread"):  # gRPC's callback threads: sessions' reads and writes
+        return "grpc-callback"
     if name.startswith(("grpc", "default-execut", "event_engine", "resolver", "timer")):
         return "grpc"
     if name.startswith("cuda"):

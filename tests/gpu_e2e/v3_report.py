@@ -303,10 +303,11 @@ def render(meta, run, inter, extra, ceiling, torch_rows, throughput, cpu, latenc
                     "%.2f×"),
                 "%s %s" % (num(ref["torch_best_gbps"], "%.2f"), ref["torch_best_method"] or "")))
     if cpu:
-        L += ["", "**Daemon host CPU per store job** (utime + stime of the daemon from /proc "
-              "over many jobs, 4 KiB blocks, consecutive; one run of blocks, and the same "
-              "blocks as lists, and one block of the same bytes: its copy lasts as long, so "
-              "the difference is what the blocks cost; wall: submit → finished per job)", "",
+        L += ["", "**Daemon host CPU per store job** (the daemon's threads' run time from "
+              "/proc/PID/task/*/schedstat over many jobs, after the daemon went quiet; 4 KiB "
+              "blocks, consecutive; one run of blocks, the same blocks as lists, and one block of "
+              "the same bytes: its copy lasts as long, so the difference is what the blocks cost; "
+              "wall: submit → finished per job)", "",
               "| blocks | one run µs | wall µs | jobs | as lists µs | jobs | one block of the "
               "same bytes µs | wall µs |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in cpu:
@@ -315,6 +316,14 @@ def render(meta, run, inter, extra, ceiling, torch_rows, throughput, cpu, latenc
                 r.get("runs_jobs", "—"), num(r.get("us")), r.get("jobs", "—"),
                 num(r.get("one_block_us")) if r["blocks"] > 1 else "(the same)",
                 num(r.get("one_block_wall_us"), "%.0f")))
+        for r in cpu:
+            if r.get("runs_threads_us") and r["blocks"] in (1, max(x["blocks"] for x in cpu)):
+                L.append("")
+                L.append("%d block%s as one run, µs per job by thread group (sleeps per job): %s."
+                         % (r["blocks"], "" if r["blocks"] == 1 else "s", ", ".join(
+                             "%s %s (%s)" % (g, num(us), r.get("runs_sleeps", {}).get(g, "—"))
+                             for g, us in sorted(r["runs_threads_us"].items(),
+                                                 key=lambda kv: -kv[1]) if us >= 1)))
     if latency:
         L += ["", "**1-block job latency**, submit → finished, 4 KiB block: " + "; ".join(
             "%s p50 %s µs, p99 %s µs" % ("C++ (e2e_bench)" if k == "cpp" else
