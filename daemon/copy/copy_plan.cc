@@ -50,6 +50,37 @@ BlockShape ShapeOf(const std::vector<TensorDescriptor>& tensors, uint64_t bytes_
   return shape;
 }
 
+uint64_t EstimateCopies(const DescriptorTable& table, const std::vector<TensorDescriptor>& tensors,
+                        uint64_t min_rows) {
+  if (tensors.empty() || table.runs.empty()) return 0;
+  const BlockShape shape = ShapeOf(tensors, table.bytes_per_block);
+  if (shape.blocks_contiguous) return table.runs.size();
+  const uint64_t per_block = shape.block_contiguous ? 1 : tensors.size();
+  auto cost = [&](uint64_t blocks) {
+    return min_rows != 0 && blocks >= std::max<uint64_t>(min_rows, 2) ? per_block
+                                                                        : blocks * per_block;
+  };
+  uint64_t copies = 0;
+  uint64_t stretch = 0;
+  const RunDescriptor* previous = nullptr;
+  for (const RunDescriptor& r : table.runs) {
+    if (previous != nullptr && r.gpu_block == previous->gpu_block + previous->num_blocks) {
+      stretch += r.num_blocks;
+    } else {
+      copies += cost(stretch);
+      stretch = r.num_blocks;
+    }
+    previous = &r;
+  }
+  return copies + cost(stretch);
+}
+
+size_t IssueShares(uint64_t copies, size_t max_shares, uint64_t min_copies_per_share) {
+  if (min_copies_per_share == 0 || max_shares <= 1) return 1;
+  return static_cast<size_t>(
+      std::clamp<uint64_t>(copies / min_copies_per_share, 1, static_cast<uint64_t>(max_shares)));
+}
+
 uint64_t CountHostRuns(const DescriptorTable& table) {
   uint64_t runs = 0;
   uint64_t previous_end = kNever;

@@ -272,6 +272,20 @@ struct CopyPathPolicy {
   uint64_t staging_chunk_bytes = uint64_t{32} << 20;
 };
 
+// About how many copies the copy engines make of `table` (what VisitStridedSegments visits),
+// from its runs alone (O(runs), no visit): a stretch of runs that continue each other on the GPU
+// and is at least `min_rows` blocks long counts one (2D) copy per tensor, or one where a block's
+// pages are contiguous on the GPU; shorter stretches a copy per page (per block where its pages
+// are contiguous); workers whose blocks are contiguous on the GPU one per run. Exact for random
+// and for consecutive blocks at a regular pitch; an upper bound otherwise (adjacent pages that
+// merge across tensors count apart). Decides whether a job is split over issuing threads.
+uint64_t EstimateCopies(const DescriptorTable& table, const std::vector<TensorDescriptor>& tensors,
+                        uint64_t min_rows);
+
+// How many threads issue a job of `copies` copies: one per `min_copies_per_share`, at least one,
+// at most `max_shares` (min_copies_per_share 0: one).
+size_t IssueShares(uint64_t copies, size_t max_shares, uint64_t min_copies_per_share);
+
 // Picks the path for a job: kCopyEngine without SM paths; else by shape. Host work: as
 // VisitSegments when the worker has one tensor, O(tensors) otherwise (plus one pass over the
 // table's runs for the staged decision).

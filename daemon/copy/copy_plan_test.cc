@@ -373,6 +373,54 @@ TEST(VisitStridedSegmentsTest, BlockSpansStrideAsWholeBlocks) {
   EXPECT_EQ(got[0].bytes, 6 * bpb);
 }
 
+// The estimate from the runs alone is what the visit makes: random blocks a copy per page,
+// consecutive blocks cut into runs by rows one 2D copy per tensor, contiguous blocks a copy per
+// run; a stretch shorter than min_rows pages.
+TEST(EstimateCopiesTest, MatchesTheVisitForRandomAndConsecutiveBlocks) {
+  const uint64_t page = 4096;
+  std::vector<TensorDescriptor> per_layer;
+  for (uint64_t i = 0; i < 4; ++i) per_layer.push_back({(i + 1) << 32, page, page, i * page});
+  const uint64_t bpb = 4 * page;
+  CopyJob job;
+  job.blocks_per_row = 2;
+  job.slot_bytes = 2 * bpb;
+  job.row_bytes = 2 * bpb;
+  job.runs = {CopyRun{10, 4, 3}, CopyRun{13, 7, 1}, CopyRun{14, 8, 4}};  // one stretch of 8
+  auto table = BuildDescriptorTable(job, 64, bpb);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(EstimateCopies(*table, per_layer, 2), 4u);
+  EXPECT_EQ(EstimateCopies(*table, per_layer, 2),
+            Strided(*table, per_layer, 0, table->num_blocks, 2).size());
+  EXPECT_EQ(EstimateCopies(*table, per_layer, 0), 32u);  // no 2D copies: a copy per page
+  EXPECT_EQ(EstimateCopies(*table, per_layer, 9), 32u);  // a stretch too short for 2D
+  // Random GPU blocks into consecutive rows of a one-block-a-row engine: a copy per page.
+  job.blocks_per_row = 1;
+  job.slot_bytes = bpb;
+  job.row_bytes = bpb;
+  job.runs = RunsOfLists({7, 2, 40, 3, 19}, {0, 1, 2, 3, 4}, 1);
+  table = BuildDescriptorTable(job, 64, bpb);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(EstimateCopies(*table, per_layer, 2), 20u);
+  EXPECT_EQ(EstimateCopies(*table, per_layer, 2),
+            Strided(*table, per_layer, 0, table->num_blocks, 2).size());
+  // Blocks contiguous on the GPU (one cross-layer tensor): a copy per run at most.
+  std::vector<TensorDescriptor> packed = {{0x10000, bpb, bpb, 0}};
+  EXPECT_EQ(EstimateCopies(*table, packed, 2), table->runs.size());
+  EXPECT_EQ(EstimateCopies(DescriptorTable{}, per_layer, 2), 0u);
+  EXPECT_EQ(EstimateCopies(*table, {}, 2), 0u);
+}
+
+TEST(IssueSharesTest, OneSharePerMinimumUpToTheMost) {
+  EXPECT_EQ(IssueShares(16384, 4, 1024), 4u);
+  EXPECT_EQ(IssueShares(2048, 4, 1024), 2u);
+  EXPECT_EQ(IssueShares(2047, 4, 1024), 1u);
+  EXPECT_EQ(IssueShares(256, 4, 1024), 1u);
+  EXPECT_EQ(IssueShares(0, 4, 1024), 1u);
+  EXPECT_EQ(IssueShares(16384, 1, 1024), 1u);
+  EXPECT_EQ(IssueShares(16384, 4, 0), 1u);
+  EXPECT_EQ(IssueShares(5, 16, 1), 5u);
+}
+
 TEST(CountHostRunsTest, AdjacentRowsMerge) {
   EXPECT_EQ(CountHostRuns(Table(100, {})), 0u);
   EXPECT_EQ(CountHostRuns(Table(100, {{5, 0}, {3, 100}, {9, 200}})), 1u);

@@ -174,15 +174,6 @@ CopyKernelConfig KernelConfig(int sms) {
 
 // Copy engines only: every merged segment is one DMA (batched), every stretch of consecutive
 // blocks one 2D DMA per tensor (per registration chunk). No SM.
-// How many threads issue a job of `copies` segments: one per parallel_issue_min_copies, at most
-// the lane's streams and the pool's threads plus the caller.
-size_t IssueShares(size_t copies, const Lane& lane, const EnqueueOptions& options) {
-  if (options.issue_pool == nullptr || options.parallel_issue_min_copies == 0) return 1;
-  const size_t most = std::min({lane.issue.size(), lane.issued.size(),
-                                options.issue_pool->threads()}) + 1;
-  return std::clamp<size_t>(copies / options.parallel_issue_min_copies, 1, most);
-}
-
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
                                const EnqueueOptions& options) {
   CudaWorkerMemory* m = job.memory;
@@ -190,14 +181,12 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
   const bool store = job.direction == CopyDirection::kStore;
   Lane& lane = m->lane(job.direction);
   absl::MutexLock lock(&lane.mu);
-  std::vector<StridedSegment> segments;
-  VisitStridedSegments(job.table, 0, job.table.num_blocks, m->tensors(), options.strided_min_rows,
-                       [&](const StridedSegment& seg) { segments.push_back(seg); });
   uint8_t* base = job.region->base();
   const uint64_t chunk_bytes = job.region->chunk_bytes();
-  // One share of the segments, issued on `stream` by whichever thread runs it.
+  // One share: the job's blocks [begin, end), visited and issued on `stream` by whichever thread
+  // runs it, so each share's first copies start while the rest of it is still being visited.
   struct Share {
-    size_t begin = 0, end = 0;
+    uint64_t begin = 0, end = 0;
     cudaStream_t stream = nullptr;
     absl::Status status;
     uint64_t copies = 0, batches = 0;
@@ -207,25 +196,36 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
     CopyBatcher batcher(options.max_batch_copies, share.stream, options.batch_unsupported,
                         options.first_batch_copies, options.batch_overlap_hint);
     uint64_t strided_calls = 0;
-    for (size_t i = share.begin; i < share.end && share.status.ok(); ++i) {
-      const StridedSegment& seg = segments[i];
-      share.status =
-          seg.rows == 1
-              ? AddRegionCopy(batcher, store, base, chunk_bytes, seg.host_offset,
-                              reinterpret_cast<uint8_t*>(seg.gpu_address), seg.bytes)
-              : AddRegionCopy2D(batcher, device, share.stream, store, base, chunk_bytes, seg,
-                                &strided_calls);
-    }
+    VisitStridedSegments(
+        job.table, share.begin, share.end, m->tensors(), options.strided_min_rows,
+        [&](const StridedSegment& seg) {
+          if (!share.status.ok()) return;
+          share.status =
+              seg.rows == 1
+                  ? AddRegionCopy(batcher, store, base, chunk_bytes, seg.host_offset,
+                                  reinterpret_cast<uint8_t*>(seg.gpu_address), seg.bytes)
+                  : AddRegionCopy2D(batcher, device, share.stream, store, base, chunk_bytes, seg,
+                                    &strided_calls);
+        });
     if (share.status.ok()) share.status = batcher.Flush();
     share.first = batcher.first_flush_returned();
     share.copies = batcher.copies() + strided_calls;
     share.batches = batcher.batches();
   };
-  const size_t k = IssueShares(segments.size(), lane, options);
+  // Shares of equal blocks: where a job is worth splitting, its blocks are random, so copies
+  // spread evenly (a stretch cut at a share's edge is two 2D copies instead of one).
+  const size_t helpers = options.issue_pool == nullptr
+                             ? 0
+                             : std::min({lane.issue.size(), lane.issued.size(),
+                                         options.issue_pool->threads()});
+  const size_t k =
+      helpers == 0 ? 1
+                   : IssueShares(EstimateCopies(job.table, m->tensors(), options.strided_min_rows),
+                                 helpers + 1, options.parallel_issue_min_copies);
   std::vector<Share> shares(k);
   for (size_t i = 0; i < k; ++i) {
-    shares[i].begin = segments.size() * i / k;
-    shares[i].end = segments.size() * (i + 1) / k;
+    shares[i].begin = job.table.num_blocks * i / k;
+    shares[i].end = job.table.num_blocks * (i + 1) / k;
     shares[i].stream = i == 0 ? lane.dma : lane.issue[i - 1];
   }
   if (k == 1) {
@@ -255,7 +255,6 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
     }
   }
   absl::Status status;
-  j->times.first = 0;
   for (const Share& share : shares) {
     if (status.ok() && !share.status.ok()) status = share.status;
     if (share.first != 0 && (j->times.first == 0 || share.first < j->times.first)) {

@@ -6,7 +6,9 @@
 // Split over threads, each with a stream of its own, the same copies go out faster
 // (multi_issue_probe, docs/runs/2026-12-03-76254d3-diag: 4 KiB pages 4.9 → 10.1 GB/s with four
 // threads, 32 KiB loads 31.9 → 47.3). Large copies gain nothing (2 MiB: 55.0 → 53.9), so the
-// CUDA backend splits only jobs of many copies (EnqueueOptions::parallel_issue_min_copies).
+// CUDA backend splits only jobs of many copies (EnqueueOptions::parallel_issue_min_copies,
+// counted by EstimateCopies in copy_plan.h), into shares of equal blocks that each thread visits
+// and issues itself.
 //
 //   IssuePool pool(3);                        // the caller is the fourth issuer
 //   pool.Run({share0, share1, share2, share3});  // share0 on the caller; returns when all ran
