@@ -250,6 +250,12 @@ def run():
             original = next_logits(model, kv, src, prefix, last)
             loaded = next_logits(model, kv, dst_blocks, prefix, last)
             logits_bitwise = bool(torch.equal(original.view(torch.int16), loaded.view(torch.int16)))
+            # Whether the model itself gives the same bits twice from the same blocks: where it
+            # does not, no loader can make the logits bitwise (the blocks' bytes say it all).
+            again = next_logits(model, kv, src, prefix, last)
+            model_repeatable = bool(torch.equal(original.view(torch.int16),
+                                                again.view(torch.int16)))
+            del again
             link_ms = kv_bytes / (ceiling_gbps * 1e9) * 1e3
             emit(ttft={"tokens": tokens, "kv_bytes": kv_bytes,
                        "recompute_ms": round(recompute_ms, 2),
@@ -257,6 +263,7 @@ def run():
                        "inprocess_ms": round(inprocess_ms, 2), "link_ms": round(link_ms, 2),
                        "logits_bitwise": logits_bitwise and blocks_exact},
                  blocks_exact=blocks_exact, inprocess_exact=inprocess_exact,
+                 model_repeatable=model_repeatable,
                  first_token=int(loaded.argmax()),
                  matches_prefill_token=int(loaded.argmax()) == int(prefill_logits[0, -1].argmax()),
                  kvoffload_gbps=round(kv_bytes / kvoffload_ms / 1e6, 2),
@@ -270,6 +277,20 @@ def run():
         proc.wait(timeout=30)
 
 
+def bitwise_cell(r):
+    """The table's last cell: whether the first token's logits from the loaded blocks are the
+    original's bits, and, where not, whether the blocks' bytes were and the model repeats itself
+    (two runs from the same blocks: a model that does not repeat cannot be matched by a loader)."""
+    if r["logits_bitwise"]:
+        return "yes"
+    why = []
+    if r.get("blocks_exact"):
+        why.append("blocks byte-exact")
+    if r.get("model_repeatable") is False:
+        why.append("the model alone not repeatable")
+    return "NO" + (" (%s)" % "; ".join(why) if why else "")
+
+
 def merge(path, commit, date):
     """Adds the run's `ttft` rows (and `ttft_run`) to docs/benchmarks.json, keeping every other
     key, and writes its table into docs/benchmarks.md between the ttft markers."""
@@ -280,7 +301,8 @@ def merge(path, commit, date):
             continue
         r = json.loads(line)
         if "ttft" in r:
-            rows.append(r["ttft"])
+            rows.append(dict(r["ttft"], blocks_exact=r.get("blocks_exact"),
+                             model_repeatable=r.get("model_repeatable")))
         for key in ("device", "ceiling_h2d_gbps", "transformers", "torch", "daemon_gpu_mib",
                     "context_floor_mib"):
             if key in r:
@@ -310,7 +332,7 @@ def merge(path, commit, date):
             r["tokens"], r["kv_bytes"] >> 20, r["recompute_ms"], r["kvoffload_ms"],
             r["inprocess_ms"], r["link_ms"], r["kvoffload_ms"] / r["link_ms"],
             r["kvoffload_ms"] / r["inprocess_ms"], r["recompute_ms"] / r["kvoffload_ms"],
-            "yes" if r["logits_bitwise"] else "NO"))
+            bitwise_cell(r)))
     if run.get("daemon_gpu_mib"):
         lines += ["", "Daemon GPU memory after these jobs (nvidia-smi, the daemon's process): "
                   "%s MiB on device 0; a bare CUDA context (cudaFree(0) alone, lazy loading): "
