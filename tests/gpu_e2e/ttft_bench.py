@@ -282,7 +282,8 @@ def bitwise_cell(r):
     original's bits, and, where not, whether the blocks' bytes were and the model repeats itself
     (two runs from the same blocks: a model that does not repeat cannot be matched by a loader)."""
     if r["logits_bitwise"]:
-        return "yes"
+        return "yes" if r.get("model_repeatable", True) else \
+            "yes (but the model alone does not repeat its bits at this length)"
     why = []
     if r.get("blocks_exact"):
         why.append("blocks byte-exact")
