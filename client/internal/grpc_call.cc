@@ -81,6 +81,11 @@ absl::Time Watchdog::TEST_sleeping_until() const {
   return wake_at_;
 }
 
+bool Watchdog::TEST_fired() const {
+  absl::MutexLock lock(&mu_);
+  return fired_;
+}
+
 void Watchdog::Run() {
   absl::MutexLock lock(&mu_);
   while (!stop_) {

@@ -58,9 +58,11 @@ class Watchdog {
   // True when a deadline passed and the call was cancelled (ever, on this call).
   bool Disarm();
 
-  // Tests: how often the thread has woken, and until when it sleeps now.
+  // Tests: how often the thread has woken, until when it sleeps now, and whether a deadline
+  // passed (without disarming, as Disarm would).
   uint64_t TEST_wakeups() const;
   absl::Time TEST_sleeping_until() const;
+  bool TEST_fired() const;
 
  private:
   void Run();

@@ -55,24 +55,21 @@ uint64_t EstimateCopies(const DescriptorTable& table, const std::vector<TensorDe
   if (tensors.empty() || table.runs.empty()) return 0;
   const BlockShape shape = ShapeOf(tensors, table.bytes_per_block);
   if (shape.blocks_contiguous) return table.runs.size();
+  // As VisitStridedSegments: a whole block a row only where blocks do not overlap on the GPU.
+  const uint64_t per_row =
+      shape.block_contiguous && tensors.front().block_stride_bytes >= table.bytes_per_block
+          ? 1
+          : tensors.size();
   const uint64_t per_block = shape.block_contiguous ? 1 : tensors.size();
-  auto cost = [&](uint64_t blocks) {
-    return min_rows != 0 && blocks >= std::max<uint64_t>(min_rows, 2) ? per_block
-                                                                        : blocks * per_block;
-  };
   uint64_t copies = 0;
-  uint64_t stretch = 0;
-  const RunDescriptor* previous = nullptr;
-  for (const RunDescriptor& r : table.runs) {
-    if (previous != nullptr && r.gpu_block == previous->gpu_block + previous->num_blocks) {
-      stretch += r.num_blocks;
-    } else {
-      copies += cost(stretch);
-      stretch = r.num_blocks;
-    }
-    previous = &r;
-  }
-  return copies + cost(stretch);
+  ForEachStretch(table, 0, table.num_blocks,
+                 [&](uint64_t begin, uint64_t end, uint64_t, uint64_t, uint64_t) {
+                   const uint64_t rows = end - begin;
+                   copies += min_rows != 0 && rows >= std::max<uint64_t>(min_rows, 2)
+                                 ? per_row
+                                 : rows * per_block;
+                 });
+  return copies;
 }
 
 size_t IssueShares(uint64_t copies, size_t max_shares, uint64_t min_copies_per_share) {

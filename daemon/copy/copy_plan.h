@@ -146,14 +146,50 @@ struct StridedSegment {
   uint64_t rows = 1;
 };
 
-// As VisitSegments, but a stretch of at least `min_rows` blocks in job order that are
-// consecutive on the GPU and equally spaced in the region (consecutive blocks of a row, or the
-// same slot of consecutive rows: the pitch is bytes_per_block or row_bytes), across the table's
-// runs, is visited as strided segments of one row per block: one per tensor, or one for the whole
-// block when a block's pages are contiguous on the GPU. Everything else is visited as
-// VisitSegments would, as segments of rows == 1 (pitches 0). Not strided: workers whose blocks are
-// contiguous on the GPU (their stretches are already one segment), or min_rows == 0. Work:
-// O(runs + strided stretches × tensors), plus VisitSegments' for the rest.
+// The stretches of a table's blocks [first_block, last_block), in job order: maximal spans of
+// job blocks [begin, end) consecutive on the GPU (the first is GPU block gpu_block) whose region
+// offsets are equally spaced (block k at host + k × pitch; pitch 0 for a one-block stretch).
+// Within a run blocks are bytes_per_block apart; across runs at any pitch that keeps rows apart
+// (one block per stretch row, so no two rows overlap). Calls on(begin, end, gpu_block, host,
+// pitch) for each. O(runs).
+template <typename OnStretch>
+void ForEachStretch(const DescriptorTable& table, uint64_t first_block, uint64_t last_block,
+                    OnStretch&& on) {
+  const uint64_t bpb = table.bytes_per_block;
+  uint64_t begin = 0, end = 0, gpu_block = 0, host = 0, pitch = 0;
+  auto it = RunHolding(table, first_block);
+  for (; it != table.runs.end() && it->first_block < last_block; ++it) {
+    const uint64_t from = std::max(first_block, it->first_block);
+    const uint64_t to = std::min(last_block, it->first_block + it->num_blocks);
+    if (from >= to) continue;
+    const uint64_t g = it->gpu_block + (from - it->first_block);
+    const uint64_t h = it->host_offset + (from - it->first_block) * bpb;
+    const uint64_t rows = end - begin;
+    const uint64_t p = pitch != 0 ? pitch : (h > host ? h - host : 0);
+    if (rows > 0 && from == end && g == gpu_block + rows && p >= bpb &&
+        h == host + rows * p && (to - from == 1 || p == bpb)) {
+      end = to;
+      pitch = p;
+      continue;
+    }
+    if (rows > 0) on(begin, end, gpu_block, host, pitch);
+    begin = from;
+    end = to;
+    gpu_block = g;
+    host = h;
+    pitch = to - from > 1 ? bpb : 0;
+  }
+  if (end > begin) on(begin, end, gpu_block, host, pitch);
+}
+
+// As VisitSegments, but a stretch (ForEachStretch) of at least `min_rows` blocks in job order
+// that are consecutive on the GPU and equally spaced in the region (consecutive blocks of a row,
+// or the same slot of consecutive rows: the pitch is bytes_per_block or row_bytes) is visited as
+// strided segments of one row per block: one per tensor, or one for the whole block when a
+// block's pages are contiguous on the GPU. Everything else is visited as VisitSegments would, as
+// segments of rows == 1 (pitches 0). Not strided: workers whose blocks are contiguous on the GPU
+// (their stretches are already one segment), or min_rows == 0. Work: O(runs + strided stretches
+// × tensors), plus VisitSegments' for the rest.
 template <typename Visit>
 void VisitStridedSegments(const DescriptorTable& table, uint64_t first_block, uint64_t last_block,
                           const std::vector<TensorDescriptor>& tensors, uint64_t min_rows,
@@ -168,10 +204,9 @@ void VisitStridedSegments(const DescriptorTable& table, uint64_t first_block, ui
     VisitSegments(table, first_block, last_block, tensors, plain);
     return;
   }
-  // The open stretch: job blocks [begin, end), the first at GPU block gpu_block and region
-  // offset host, block k of it at host + k × pitch (pitch 0 while it has one block).
-  uint64_t begin = 0, end = 0, gpu_block = 0, host = 0, pitch = 0;
-  auto close = [&] {
+  ForEachStretch(table, first_block, last_block, [&](uint64_t begin, uint64_t end,
+                                                     uint64_t gpu_block, uint64_t host,
+                                                     uint64_t pitch) {
     const uint64_t rows = end - begin;
     if (rows >= std::max<uint64_t>(min_rows, 2)) {
       // A whole block a row only where blocks do not overlap on the GPU (tensors may alias each
@@ -187,35 +222,10 @@ void VisitStridedSegments(const DescriptorTable& table, uint64_t first_block, ui
                                rows});
         }
       }
-    } else if (rows > 0) {
+    } else {
       VisitSegments(table, begin, end, tensors, plain);
     }
-  };
-  auto it = RunHolding(table, first_block);
-  for (; it != table.runs.end() && it->first_block < last_block; ++it) {
-    const uint64_t from = std::max(first_block, it->first_block);
-    const uint64_t to = std::min(last_block, it->first_block + it->num_blocks);
-    if (from >= to) continue;
-    const uint64_t g = it->gpu_block + (from - it->first_block);
-    const uint64_t h = it->host_offset + (from - it->first_block) * bpb;
-    const uint64_t rows = end - begin;
-    // Within a run blocks are bytes_per_block apart; across runs at any pitch that keeps rows
-    // apart (one block per stretch row, so no two rows overlap).
-    const uint64_t p = pitch != 0 ? pitch : (h > host ? h - host : 0);
-    if (rows > 0 && from == end && g == gpu_block + rows && p >= bpb &&
-        h == host + rows * p && (to - from == 1 || p == bpb)) {
-      end = to;
-      pitch = p;
-      continue;
-    }
-    close();
-    begin = from;
-    end = to;
-    gpu_block = g;
-    host = h;
-    pitch = to - from > 1 ? bpb : 0;
-  }
-  close();
+  });
 }
 
 // Number of maximal contiguous host runs of a table (adjacent blocks merge).
@@ -273,12 +283,12 @@ struct CopyPathPolicy {
 };
 
 // About how many copies the copy engines make of `table` (what VisitStridedSegments visits),
-// from its runs alone (O(runs), no visit): a stretch of runs that continue each other on the GPU
-// and is at least `min_rows` blocks long counts one (2D) copy per tensor, or one where a block's
-// pages are contiguous on the GPU; shorter stretches a copy per page (per block where its pages
-// are contiguous); workers whose blocks are contiguous on the GPU one per run. Exact for random
-// and for consecutive blocks at a regular pitch; an upper bound otherwise (adjacent pages that
-// merge across tensors count apart). Decides whether a job is split over issuing threads.
+// from its stretches alone (ForEachStretch: O(runs), no page visited): a stretch of at least
+// `min_rows` blocks counts one (2D) copy per tensor, or one where a block's pages are contiguous
+// on the GPU; a shorter one a copy per page (per block where a block's pages are contiguous);
+// workers whose blocks are contiguous on the GPU one per run. An upper bound: pages adjacent on
+// both sides that VisitSegments merges count apart. Decides whether a job is split over issuing
+// threads.
 uint64_t EstimateCopies(const DescriptorTable& table, const std::vector<TensorDescriptor>& tensors,
                         uint64_t min_rows);
 

@@ -410,6 +410,61 @@ TEST(EstimateCopiesTest, MatchesTheVisitForRandomAndConsecutiveBlocks) {
   EXPECT_EQ(EstimateCopies(*table, {}, 2), 0u);
 }
 
+// Random jobs (runs of random length at random or following GPU blocks, into random or
+// following region blocks, one to four blocks a row, a slot of a two-slot row): the estimate is
+// the visit's count exactly where no two pages merge (per-layer tensors, a page never adjacent to
+// another on both sides), for 2D copies from 2 or 3 blocks and for none.
+TEST(EstimateCopiesTest, EqualsTheVisitOnRandomJobsWherePagesNeverMerge) {
+  const uint64_t page = 4096;
+  std::vector<TensorDescriptor> per_layer;
+  for (uint64_t i = 0; i < 3; ++i) per_layer.push_back({(i + 1) << 32, page, page, i * page});
+  const uint64_t bpb = 3 * page;
+  std::mt19937_64 rng(17);
+  for (int round = 0; round < 2000; ++round) {
+    CopyJob job;
+    job.blocks_per_row = 1 + rng() % 4;
+    job.slot_bytes = job.blocks_per_row * bpb;
+    job.row_bytes = 2 * job.slot_bytes;
+    job.slot = rng() % 2;
+    uint64_t gpu = rng() % 64, region = rng() % 64;
+    for (int r = 0, n = 1 + rng() % 12; r < n; ++r) {
+      const uint64_t blocks = 1 + rng() % 6;
+      job.runs.push_back(CopyRun{gpu, region, blocks});
+      gpu = rng() % 2 ? gpu + blocks : rng() % 512;        // often following on the GPU
+      region = rng() % 2 ? region + blocks : rng() % 512;  // and in the region
+    }
+    auto table = BuildDescriptorTable(job, 1024, bpb);
+    ASSERT_TRUE(table.ok()) << table.status();
+    for (uint64_t min_rows : {0, 2, 3}) {
+      ASSERT_EQ(EstimateCopies(*table, per_layer, min_rows),
+                Strided(*table, per_layer, 0, table->num_blocks, min_rows).size())
+          << "round " << round << " min_rows " << min_rows;
+    }
+  }
+}
+
+// A block whose pages are contiguous on the GPU (K and V stacked, blocks apart) counts as one
+// copy, and a stretch of such blocks as one 2D copy of whole blocks, as the visit makes them.
+TEST(EstimateCopiesTest, CountsAContiguousBlockAsOneCopy) {
+  const uint64_t page = 4096;
+  std::vector<TensorDescriptor> stacked = {{0x10000, 4 * page, page, 0},
+                                           {0x10000 + page, 4 * page, page, page}};
+  CopyJob job;
+  job.blocks_per_row = 1;
+  job.slot_bytes = 2 * page;
+  job.row_bytes = 2 * page;
+  job.runs = RunsOfLists({9, 2, 40}, {0, 1, 2}, 1);
+  auto table = BuildDescriptorTable(job, 64, 2 * page);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(Strided(*table, stacked, 0, table->num_blocks, 2).size(), 3u);
+  EXPECT_EQ(EstimateCopies(*table, stacked, 2), 3u);
+  job.runs = {CopyRun{5, 0, 8}};
+  table = BuildDescriptorTable(job, 64, 2 * page);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(Strided(*table, stacked, 0, table->num_blocks, 2).size(), 1u);
+  EXPECT_EQ(EstimateCopies(*table, stacked, 2), 1u);
+}
+
 TEST(IssueSharesTest, OneSharePerMinimumUpToTheMost) {
   EXPECT_EQ(IssueShares(16384, 4, 1024), 4u);
   EXPECT_EQ(IssueShares(2048, 4, 1024), 2u);

@@ -415,6 +415,11 @@ class CudaCopyBackend::Impl {
     }
     // Only the SM kernels take a pair per block; the copy engines walk the table's runs.
     if (out->path != CopyPath::kCopyEngine) out->blocks = ExpandBlocks(out->table);
+    // The copy engines' copies, for how many threads issue them (an SM path falls back to them
+    // when it finds no room).
+    if (options_.issue_threads > 1) {
+      out->estimated_copies = EstimateCopies(out->table, m->tensors(), options_.strided_min_rows);
+    }
     if (out->path == CopyPath::kStaged) {
       ASSIGN_OR_RETURN(out->staged,
                        PlanStagedChunks(out->blocks, out->table.bytes_per_block,

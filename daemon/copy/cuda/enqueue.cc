@@ -218,10 +218,11 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
                              ? 0
                              : std::min({lane.issue.size(), lane.issued.size(),
                                          options.issue_pool->threads()});
-  const size_t k =
-      helpers == 0 ? 1
-                   : IssueShares(EstimateCopies(job.table, m->tensors(), options.strided_min_rows),
-                                 helpers + 1, options.parallel_issue_min_copies);
+  // At most a share per block: a job of few blocks and many tensors has nothing to split.
+  const size_t k = helpers == 0 ? 1
+                                : IssueShares(job.estimated_copies,
+                                              std::min<uint64_t>(helpers + 1, job.table.num_blocks),
+                                              options.parallel_issue_min_copies);
   std::vector<Share> shares(k);
   for (size_t i = 0; i < k; ++i) {
     shares[i].begin = job.table.num_blocks * i / k;
@@ -236,7 +237,7 @@ absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
     for (size_t i = 0; i < k; ++i) {
       tasks.push_back([&, i, ordinal] {
         Share& share = shares[i];
-        if (i > 0) share.status = CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice");
+        if (i > 0) share.status = device->Check(cudaSetDevice(ordinal), "cudaSetDevice");
         if (share.status.ok()) issue(share);
       });
     }

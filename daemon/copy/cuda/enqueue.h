@@ -45,6 +45,9 @@ struct PreparedJob {
   // (ExpandBlocks(table)); empty on the copy-engine path, which walks the table's runs.
   std::vector<BlockDescriptor> blocks;
   StagedPlan staged;               // path == kStaged
+  // The copy engines' copies (EstimateCopies), counted at planning, outside the lane's mutex:
+  // how many threads issue the job.
+  uint64_t estimated_copies = 0;
   cudaEvent_t load_event = nullptr;  // loads: the worker's event, recorded after the copy
 };
 
