@@ -55,6 +55,23 @@ std::vector<Segment> PageByPage(const DescriptorTable& t, const std::vector<Tens
   return got;
 }
 
+// vLLM's per-layer caches: `n` tensors of `page`-byte pages (stride = page), each in an
+// allocation of its own, a block's pages back to back in the region.
+std::vector<TensorDescriptor> PerLayer(uint64_t n, uint64_t page) {
+  std::vector<TensorDescriptor> v;
+  for (uint64_t i = 0; i < n; ++i) v.push_back({(i + 1) << 32, page, page, i * page});
+  return v;
+}
+
+// A one-slot engine of two blocks a row (rows back to back), no runs yet.
+CopyJob TwoBlocksARow(uint64_t bpb) {
+  CopyJob job;
+  job.blocks_per_row = 2;
+  job.slot_bytes = 2 * bpb;
+  job.row_bytes = 2 * bpb;
+  return job;
+}
+
 std::vector<StridedSegment> Strided(const DescriptorTable& t,
                                     const std::vector<TensorDescriptor>& ts, uint64_t first,
                                     uint64_t last, uint64_t min_rows) {
@@ -277,13 +294,9 @@ TEST(VisitSegmentsTest, RandomVersusConsecutiveBlocks) {
 // two-slot engine strides by the row; random blocks stay pages; a short stretch stays pages.
 TEST(VisitStridedSegmentsTest, PerLayerStretchesAreOneStridedSegmentPerTensor) {
   const uint64_t page = 4096;
-  std::vector<TensorDescriptor> per_layer;
-  for (uint64_t i = 0; i < 4; ++i) per_layer.push_back({(i + 1) << 32, page, page, i * page});
+  const std::vector<TensorDescriptor> per_layer = PerLayer(4, page);
   const uint64_t bpb = 4 * page;
-  CopyJob job;
-  job.blocks_per_row = 2;
-  job.slot_bytes = 2 * bpb;
-  job.row_bytes = 2 * bpb;
+  CopyJob job = TwoBlocksARow(bpb);
   // GPU blocks 10..17 into region blocks 4..11 (rows 2..5), cut into three runs.
   job.runs = {CopyRun{10, 4, 3}, CopyRun{13, 7, 1}, CopyRun{14, 8, 4}};
   auto table = BuildDescriptorTable(job, 64, bpb);
@@ -378,13 +391,9 @@ TEST(VisitStridedSegmentsTest, BlockSpansStrideAsWholeBlocks) {
 // run; a stretch shorter than min_rows pages.
 TEST(EstimateCopiesTest, MatchesTheVisitForRandomAndConsecutiveBlocks) {
   const uint64_t page = 4096;
-  std::vector<TensorDescriptor> per_layer;
-  for (uint64_t i = 0; i < 4; ++i) per_layer.push_back({(i + 1) << 32, page, page, i * page});
+  const std::vector<TensorDescriptor> per_layer = PerLayer(4, page);
   const uint64_t bpb = 4 * page;
-  CopyJob job;
-  job.blocks_per_row = 2;
-  job.slot_bytes = 2 * bpb;
-  job.row_bytes = 2 * bpb;
+  CopyJob job = TwoBlocksARow(bpb);
   job.runs = {CopyRun{10, 4, 3}, CopyRun{13, 7, 1}, CopyRun{14, 8, 4}};  // one stretch of 8
   auto table = BuildDescriptorTable(job, 64, bpb);
   ASSERT_TRUE(table.ok()) << table.status();
@@ -416,8 +425,7 @@ TEST(EstimateCopiesTest, MatchesTheVisitForRandomAndConsecutiveBlocks) {
 // another on both sides), for 2D copies from 2 or 3 blocks and for none.
 TEST(EstimateCopiesTest, EqualsTheVisitOnRandomJobsWherePagesNeverMerge) {
   const uint64_t page = 4096;
-  std::vector<TensorDescriptor> per_layer;
-  for (uint64_t i = 0; i < 3; ++i) per_layer.push_back({(i + 1) << 32, page, page, i * page});
+  const std::vector<TensorDescriptor> per_layer = PerLayer(3, page);
   const uint64_t bpb = 3 * page;
   std::mt19937_64 rng(17);
   for (int round = 0; round < 2000; ++round) {
