@@ -106,7 +106,10 @@ absl::StatusOr<ValidPart> ValidatePart(const JobPart& part, const common::Geomet
     if (count > 0) AppendRows(&valid.rows, RowRun{first, count, ticket});
   };
   auto check_gpu = [&](uint64_t gpu_block, uint64_t n) -> absl::Status {
-    if (gpu_block + n <= bounds.worker_blocks) return absl::OkStatus();  // checked: no overflow
+    // n ≤ worker_blocks first: gpu_block + n wraps for gpu_block near 2^64.
+    if (n <= bounds.worker_blocks && gpu_block <= bounds.worker_blocks - n) {
+      return absl::OkStatus();
+    }
     return absl::OutOfRangeError(absl::StrCat(who, ": gpu block ",
                                               std::max(gpu_block, bounds.worker_blocks),
                                               " >= registered ", bounds.worker_blocks, " blocks"));

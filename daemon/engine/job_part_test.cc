@@ -163,6 +163,60 @@ TEST(JobPartTest, EveryRuleHasItsCode) {
   }
 }
 
+// Every wire integer of a part at the extremes (0, 2^32±1, 2^63, 2^64-1 and the bounds' edges):
+// a part is refused, or every copy it makes lies inside the worker's blocks and the region. A
+// wrapped bound check (gpu_block + 1 == 0 for 2^64-1) used to let such a part through.
+TEST(JobPartTest, ExtremeIntegersNeverPassOutOfBounds) {
+  const std::vector<uint64_t> extremes = {0,          1,          7,          8,
+                                          15,         16,         (1ull << 32) - 1,
+                                          1ull << 32, (1ull << 32) + 1,       1ull << 63,
+                                          UINT64_MAX - 1, UINT64_MAX};
+  const common::Geometry g = TwoBlockRows();
+  const uint64_t region_blocks = g.num_rows * g.blocks_per_row;
+  int accepted = 0;
+  int checked = 0;
+  auto expect_in_bounds = [&](const JobPart& p) {
+    ++checked;
+    absl::StatusOr<ValidPart> v = Check(p, PartBounds{42, 16, 4, 100});
+    if (!v.ok()) {
+      EXPECT_TRUE(v.status().code() == Code::kInvalidArgument ||
+                  v.status().code() == Code::kOutOfRange)
+          << v.status();
+      return;
+    }
+    ++accepted;
+    for (const CopyRun& r : v->runs) {
+      EXPECT_LE(r.num_blocks, 16u);
+      EXPECT_LE(r.gpu_block, 16 - r.num_blocks) << r.gpu_block << "+" << r.num_blocks;
+      EXPECT_LE(r.num_blocks, region_blocks);
+      EXPECT_LE(r.region_block, region_blocks - r.num_blocks);
+    }
+  };
+  for (uint64_t a : extremes) {
+    // A listed block, in either position of the row, and a listed row.
+    expect_in_bounds(Store({a, 1}, {0}));
+    expect_in_bounds(Store({0, a}, {0}));
+    expect_in_bounds(Store({0, 1}, {a}));
+    for (uint64_t b : extremes) {
+      expect_in_bounds(Part(CopyDirection::kLoad, {Rows(a, b, 1)}));
+      expect_in_bounds(Part(CopyDirection::kLoad, {Rows(0, a, b)}));
+      expect_in_bounds(Part(CopyDirection::kLoad, {Range(a, b, 0, 1)}));
+      expect_in_bounds(Part(CopyDirection::kLoad, {Range(a, 0, 1, b)}));
+      expect_in_bounds(Part(CopyDirection::kLoad, {Range(0, a, 1, b)}));
+      expect_in_bounds(Part(CopyDirection::kStore, {Rows(a, 0, b)}));
+    }
+    JobPart event = Store({0, 1}, {0});
+    event.event_index = static_cast<int64_t>(a);
+    expect_in_bounds(event);
+  }
+  // The exact case: 2^64-1 as a listed block is OUT_OF_RANGE, as 16 is.
+  const absl::Status s = Check(Store({UINT64_MAX, 1}, {0})).status();
+  EXPECT_EQ(s.code(), Code::kOutOfRange) << s;
+  EXPECT_THAT(s.message(), HasSubstr("gpu block 18446744073709551615 >= registered 16"));
+  EXPECT_GT(accepted, 10);  // the sweep also reaches parts that are valid
+  EXPECT_EQ(checked, 12 * 4 + 12 * 12 * 6);
+}
+
 // The shape comes first: a bad run is INVALID_ARGUMENT even in a part of another epoch.
 TEST(JobPartTest, ShapeIsCheckedBeforeTheEpoch) {
   JobPart p = Part(CopyDirection::kStore, {Range(0, 1, 0, 1)});

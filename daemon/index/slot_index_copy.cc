@@ -121,10 +121,15 @@ absl::Status SlotIndex::CheckRowsLocked(CopyDirection direction,
             " was handed to another key since this job was planned (ticket ", ticket,
             ", the row's is ", r.ticket, "): the part came late or again"));
       }
-      if (store && (r.copies > 0 || r.written)) {
+      // A failed store is done too (proto: in flight or done): its key is ended with
+      // CompleteStore(false) and stored again, never vouched for by a second job.
+      if (store && (r.copies > 0 || r.written || r.store_failed)) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "store copy: row ", row, r.copies > 0 ? " has a store job in flight" : " was written",
-            " already; a row takes one store job"));
+            "store copy: row ", row,
+            r.copies > 0 ? " has a store job in flight"
+                         : (r.written ? " was written already" : "'s store job failed"),
+            "; a row takes one store job (end a failed store with CompleteStore(false) and "
+            "store the key again)"));
       }
     }
   }

@@ -1031,9 +1031,9 @@ class Model {
       if (owner_[row].empty() || keys.at(owner_[row]).state != wanted) {
         return Code::kFailedPrecondition;
       }
-      // One store job per row: none in flight, none done.
+      // One store job per row: none in flight, none done (written or failed).
       if (direction == CopyDirection::kStore &&
-          (copies_[row] > 0 || keys.at(owner_[row]).written)) {
+          (copies_[row] > 0 || keys.at(owner_[row]).written || keys.at(owner_[row]).failed)) {
         return Code::kFailedPrecondition;
       }
     }
@@ -1418,6 +1418,12 @@ TEST(SlotIndexTest, FailedStoreIsNeverPublished) {
   EXPECT_NE(published.message().find("failed"), std::string::npos);
   EXPECT_EQ(idx.Lookup({"a", "b"}),
             std::vector<SlotIndex::KeyState>(2, SlotIndex::KeyState::kHitPending));
+  // A second store job on a row whose store failed is refused (one store job a row; the proto's
+  // "in flight or done"), and changes nothing: the key is ended with CompleteStore(false).
+  const absl::Status second = idx.BeginCopy(CopyDirection::kStore, store->rows);
+  EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition) << second;
+  EXPECT_NE(second.message().find("store job failed"), std::string::npos) << second;
+  EXPECT_EQ(idx.counts().copies_in_flight, 0u);
   ASSERT_TRUE(idx.CompleteStore({"a", "b"}, false).ok());
   EXPECT_EQ(idx.Lookup({"a"})[0], SlotIndex::KeyState::kMiss);
   // The mark goes with the failed store: a new store of the same rows can be published.
