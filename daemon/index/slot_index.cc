@@ -535,14 +535,16 @@ absl::StatusOr<std::vector<uint64_t>> SlotIndex::PrepareLoad(const std::vector<s
       ++rows_reading_;
     }
     ++r.readers;
+    if (track_pins_) ++member_pins_[member][row];
     if (r.member != member) ++members_[member].counts.cross_member_loads;
   }
   members_[member].counts.loads += scratch_rows_.size();
   return rows;
 }
 
-absl::Status SlotIndex::CompleteLoad(const std::vector<std::string>& keys) {
+absl::Status SlotIndex::CompleteLoad(const std::vector<std::string>& keys, uint32_t member) {
   constexpr absl::string_view kOp = "CompleteLoad";
+  KVO_CHECK(member < kMaxMembers, "member tag ", member, " out of range");
   absl::MutexLock lock(&mu_);
   absl::Status status =
       ResolvePresentKeys(kOp, keys, [&](size_t i, uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -555,14 +557,19 @@ absl::Status SlotIndex::CompleteLoad(const std::vector<std::string>& keys) {
       });
   if (!status.ok()) return status;
   for (auto it = scratch_rows_.rbegin(); it != scratch_rows_.rend(); ++it) {
-    Row& r = rows_[*it];
-    if (--r.readers > 0) continue;
-    r.state = RowState::kReady;
-    --rows_reading_;
-    ++rows_ready_;
-    if (r.copies == 0) LruPushMostRecent(*it);
+    if (track_pins_) ForgetPin(*it, member);
+    DropReader(*it);
   }
   return absl::OkStatus();
+}
+
+void SlotIndex::DropReader(uint32_t row) {
+  Row& r = rows_[row];
+  if (--r.readers > 0) return;
+  r.state = RowState::kReady;
+  --rows_reading_;
+  ++rows_ready_;
+  if (r.copies == 0) LruPushMostRecent(row);
 }
 
 absl::Status SlotIndex::Touch(const std::vector<std::string>& keys) {

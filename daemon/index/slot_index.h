@@ -171,8 +171,7 @@ class SlotIndex {
   static constexpr uint32_t kMaxTicket = (uint32_t{1} << 31) - 1;
 
   // A snapshot of the index. Rows: free + quarantined + writing + ready + reading + not_ready +
-  // offline ==
-  // num_rows.
+  // offline == num_rows; without offline, they add up to rows_online().
   struct Counts {
     uint64_t num_rows = 0;
     uint64_t rows_not_ready = 0;    // at or above the readiness watermark: memory not ready yet
@@ -190,7 +189,10 @@ class SlotIndex {
     uint64_t misses = 0;           // Lookup: absent
     uint64_t evictions = 0;        // keys evicted by PrepareStore (Reset is not counted)
     uint64_t commits_dropped = 0;  // recorded commits whose store failed or never came
-    uint64_t rows_offline = 0;     // FREE rows of offline segments (pools); not in num_rows' sum
+    uint64_t rows_offline = 0;     // FREE rows of offline segments (pools)
+
+    // The rows of the index's online segments, ready or not (a private index: num_rows).
+    uint64_t rows_online() const { return num_rows - rows_offline; }
   };
 
   // ---- Pools (see the file comment). -----------------------------------------------------
@@ -272,9 +274,16 @@ class SlotIndex {
   struct SegmentDrain {
     uint64_t keys_dropped = 0;  // idle READY keys dropped now
     uint64_t rows_pending = 0;  // rows still in use, parked as each becomes idle
+    uint64_t stores_ended = 0;  // the member's prepared stores ended as CompleteStore(false)
+    uint64_t pins_dropped = 0;  // the member's PrepareLoad pins ended as CompleteLoad
   };
-  // Takes an online segment offline (see the file comment). OUT_OF_RANGE / FAILED_PRECONDITION
-  // (already offline). O(segment_rows + free rows).
+  // Takes an online segment offline (see the file comment) and ends what its member (the tag
+  // equal to the segment) left unfinished, wherever in the pool: its WRITING keys as
+  // CompleteStore(false) would (a row quarantined while a copy is in flight) — except a
+  // committed key whose store job is in flight, which that job ends (READY, or dropped when it
+  // fails) — and its PrepareLoad pins as CompleteLoad would. Nobody else will end them, and
+  // until they end no segment they touch can drain. OUT_OF_RANGE / FAILED_PRECONDITION (already
+  // offline). O(num_rows + free rows).
   absl::StatusOr<SegmentDrain> TakeSegmentOffline(uint32_t segment);
   // True when every row of an offline segment is parked: no copy can touch its memory again.
   bool SegmentDrained(uint32_t segment) const;
@@ -332,7 +341,9 @@ class SlotIndex {
   //   INVALID_ARGUMENT     a key of invalid length or a duplicate
   //   NOT_FOUND            a key is not in the index
   //   FAILED_PRECONDITION  a key is not READING
-  absl::Status CompleteLoad(const std::vector<std::string>& keys);
+  // `member` (pools): the caller's tag; the pin dropped is its own (another member's when it
+  // holds none on that row).
+  absl::Status CompleteLoad(const std::vector<std::string>& keys, uint32_t member = 0);
 
   // Makes the present, READY and idle keys most recently used (keys[0] the most recent). Keys
   // not in the index, WRITING, or pinned are ignored, as vLLM's touch does.
@@ -539,6 +550,12 @@ class SlotIndex {
   void LruLinkAfter(uint32_t row, uint32_t after) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a WRITING row's key and frees (or quarantines) the row; returns the key.
   std::string DropWritingKey(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One reader fewer on READING `row`; READY again (or parked) when it was the last.
+  void DropReader(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pools: forgets one of `member`'s pins on `row` (another member's when it has none).
+  void ForgetPin(uint32_t row, uint32_t member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends `member`'s prepared stores and pins (TakeSegmentOffline).
+  void EndMemberWork(uint32_t member, SegmentDrain* drain) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t num_rows_;
   const uint32_t sentinel_;           // == num_rows_: head/tail of the LRU list
@@ -580,6 +597,12 @@ class SlotIndex {
   // Rows [0, segment_ready_[s]) of an online segment have been handed to the free list.
   std::array<uint32_t, kMaxMembers> segment_ready_ ABSL_GUARDED_BY(mu_){};
   uint32_t segments_offline_ ABSL_GUARDED_BY(mu_) = 0;
+  // Pools only (CreatePool): each member's PrepareLoad pins, row → count, so that a member that
+  // leaves without CompleteLoad does not pin rows for ever. Allocates under the lock as pins are
+  // taken; a private index tracks nothing (its engine and index go together).
+  bool track_pins_ ABSL_GUARDED_BY(mu_) = false;
+  std::array<absl::flat_hash_map<uint32_t, uint32_t>, kMaxMembers> member_pins_
+      ABSL_GUARDED_BY(mu_);
   uint64_t rows_offline_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t store_seq_ ABSL_GUARDED_BY(mu_) = 0;    // next PrepareStore sequence number (wraps)
   uint32_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;  // 1..kMaxTicket, then 1 again

@@ -14,7 +14,13 @@ SlotIndex::Counts SlotIndex::counts() const {
   absl::ReaderMutexLock lock(&mu_);
   Counts c;
   c.num_rows = num_rows_;
-  c.rows_not_ready = num_rows_ - ready_end_;
+  // A pool parks the rows of an online segment that are not ready yet as it parks an offline
+  // segment's: they count as not ready, not offline (online rows add up without them).
+  uint64_t pool_not_ready = 0;
+  for (uint32_t s = 0; track_pins_ && s < num_segments_; ++s) {
+    if (!segment_offline_[s]) pool_not_ready += segment_rows_ - segment_ready_[s];
+  }
+  c.rows_not_ready = num_rows_ - ready_end_ + pool_not_ready;
   c.rows_free = rows_free_;
   c.rows_quarantined = rows_quarantined_;
   c.rows_writing = rows_writing_;
@@ -28,7 +34,7 @@ SlotIndex::Counts SlotIndex::counts() const {
   c.evictions = evictions_;
   c.commits_pending = committed_since_.size();
   c.commits_dropped = commits_dropped_;
-  c.rows_offline = rows_offline_;
+  c.rows_offline = rows_offline_ - pool_not_ready;
   return c;
 }
 

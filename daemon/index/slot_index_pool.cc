@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -36,7 +37,38 @@ absl::StatusOr<std::unique_ptr<SlotIndex>> SlotIndex::CreatePool(const PoolShape
   }
   index->segments_offline_ = shape.num_segments;
   index->rows_offline_ = num_rows;
+  index->track_pins_ = true;
   return index;
+}
+
+void SlotIndex::ForgetPin(uint32_t row, uint32_t member) {
+  auto drop = [row](absl::flat_hash_map<uint32_t, uint32_t>& pins) {
+    auto it = pins.find(row);
+    if (it == pins.end()) return false;
+    if (--it->second == 0) pins.erase(it);
+    return true;
+  };
+  if (drop(member_pins_[member])) return;
+  for (auto& pins : member_pins_) {
+    if (drop(pins)) return;
+  }
+}
+
+void SlotIndex::EndMemberWork(uint32_t member, SegmentDrain* drain) {
+  // A pinned row is READING, never WRITING: the two loops touch different rows.
+  absl::flat_hash_map<uint32_t, uint32_t> pins;
+  pins.swap(member_pins_[member]);
+  for (const auto& [row, count] : pins) {
+    for (uint32_t i = 0; i < count; ++i) DropReader(row);
+    drain->pins_dropped += count;
+  }
+  for (uint32_t row = 0; row < num_rows_; ++row) {
+    const Row& r = rows_[row];
+    if (r.state != RowState::kWriting || r.member != member) continue;
+    if (r.committed && r.copies > 0) continue;  // its store job in flight ends it
+    DropWritingKey(row);
+    ++drain->stores_ended;
+  }
 }
 
 void SlotIndex::Park(uint32_t row) {
@@ -100,6 +132,8 @@ absl::StatusOr<SlotIndex::SegmentDrain> SlotIndex::TakeSegmentOffline(uint32_t s
   }
   segment_offline_[segment] = true;
   ++segments_offline_;
+  SegmentDrain drain;
+  EndMemberWork(segment, &drain);
   const uint32_t first = segment * segment_rows_;
   const uint32_t end = first + segment_rows_;
   // Its free rows leave the free list (one walk of the list).
@@ -113,7 +147,6 @@ absl::StatusOr<SlotIndex::SegmentDrain> SlotIndex::TakeSegmentOffline(uint32_t s
       link = &rows_[row].next;
     }
   }
-  SegmentDrain drain;
   for (uint32_t row = first; row < end; ++row) {
     Row& r = rows_[row];
     if (r.state != RowState::kReady || r.copies != 0) continue;  // in use: parked when idle

@@ -278,7 +278,9 @@ TEST(SlotIndexPoolTest, ASegmentServesOnlyTheRowsItsRegionHasReady) {
   auto index = Pool(4, 2);
   ASSERT_TRUE(index->BringSegmentOnline(0, /*ready_rows=*/1).ok());
   EXPECT_EQ(index->counts().rows_free, 1u);
-  EXPECT_EQ(index->counts().rows_offline, 7u);
+  EXPECT_EQ(index->counts().rows_not_ready, 3u);  // of the online segment
+  EXPECT_EQ(index->counts().rows_offline, 4u);    // the offline one
+  EXPECT_EQ(index->counts().rows_online(), 4u);
   auto store = index->PrepareStore(Keys(0, 1), 0);
   ASSERT_TRUE(store.ok());
   EXPECT_THAT(store->rows, ElementsAre(0));
@@ -291,14 +293,18 @@ TEST(SlotIndexPoolTest, ASegmentServesOnlyTheRowsItsRegionHasReady) {
   ASSERT_TRUE(store.ok());
   EXPECT_THAT(store->rows, ElementsAre(1, 2));
   ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
-  // Leaving before it was fully ready: its not-ready rows are parked already.
+  // Leaving before it was fully ready: its not-ready rows are parked already, and the store it
+  // left prepared (row 0) is ended with it.
   ASSERT_TRUE(index->CompleteStore(store->keys, false).ok());
-  ASSERT_TRUE(index->TakeSegmentOffline(0).ok());
-  EXPECT_FALSE(index->SegmentDrained(0));  // row 0 is still WRITING
-  index->MarkSegmentRowsReady(0, 4);       // offline: nothing changes
-  EXPECT_EQ(index->counts().rows_free, 0u);
-  ASSERT_TRUE(index->CompleteStore(Keys(0, 1), false).ok());
+  auto drain = index->TakeSegmentOffline(0);
+  ASSERT_TRUE(drain.ok());
+  EXPECT_EQ(drain->stores_ended, 1u);
   EXPECT_TRUE(index->SegmentDrained(0));
+  index->MarkSegmentRowsReady(0, 4);  // offline: nothing changes
+  EXPECT_EQ(index->counts().rows_free, 0u);
+  EXPECT_EQ(index->counts().rows_not_ready, 0u);
+  EXPECT_EQ(index->counts().rows_offline, 8u);
+  EXPECT_EQ(index->CompleteStore(Keys(0, 1), false).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 

@@ -150,7 +150,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
         "Rows of the engine's region by state: free (allocatable), writing (a store in "
         "progress), ready (stored, readable), reading (a load in progress), quarantined (freed, "
         "waiting for a copy still in flight), not_ready (memory still being populated and "
-        "registered). The states add up to the region's rows.",
+        "registered). The states add up to the region's rows (a pool member: the pool's rows "
+        "online, its members' regions).",
         kGauge);
     for (const EngineSnapshot& s : engines) {
       const std::pair<const char*, uint64_t> states[] = {

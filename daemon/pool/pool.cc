@@ -183,8 +183,11 @@ void Pool::Leave(uint32_t member) {
   s.draining = true;
   absl::StatusOr<SlotIndex::SegmentDrain> drain = index_->TakeSegmentOffline(member);
   KVO_CHECK(drain.ok(), "pool ", name_, ": member ", member, " leaves: ", drain.status().ToString());
-  Log()->info("pool {}: {} (member {}) left: {} keys dropped, {} rows in use drain later", name_,
-              s.engine, member, drain->keys_dropped, drain->rows_pending);
+  Log()->info(
+      "pool {}: {} (member {}) left: {} keys dropped, {} unfinished stores ended, {} pins "
+      "dropped, {} rows in use drain later",
+      name_, s.engine, member, drain->keys_dropped, drain->stores_ended, drain->pins_dropped,
+      drain->rows_pending);
 }
 
 absl::Status Pool::CheckLayout(const std::vector<uint64_t>& pages) {
@@ -248,7 +251,7 @@ PoolSnapshot Pool::Snapshot() const {
   snap.segment_rows = index_->segment_rows();
   snap.row_bytes = geometry_.row_bytes;
   snap.index = index_->counts();
-  snap.rows_online = snap.index.num_rows - snap.index.rows_offline;
+  snap.rows_online = snap.index.rows_online() - snap.index.rows_not_ready;  // usable now
   snap.reserved_bytes = reservation_.bytes();
   absl::MutexLock lock(&mu_);
   for (uint32_t m = 0; m < segments_.size(); ++m) {

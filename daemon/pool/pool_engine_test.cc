@@ -153,6 +153,17 @@ class PoolEngineTest : public ::testing::Test {
     return status;
   }
 
+  // The last member goes: the pool, its index and everything charged for them are released.
+  void DropLastMember(Replica& r, const std::string& engine_id) {
+    r.engine->Detach(r.session);
+    ASSERT_TRUE(registry_->Drop(engine_id, 0, /*force=*/true).ok());
+    r.engine.reset();
+    registry_->Maintain(absl::Now());
+    ASSERT_TRUE(env_.Settle());
+    EXPECT_TRUE(registry_->ListPools().empty());
+    EXPECT_EQ(env_.budget().reserved(), 0u);
+  }
+
   EngineTestEnv env_{256 << 20};
   std::unique_ptr<EngineRegistry> registry_;
   std::vector<std::unique_ptr<Replica>> replicas_;
@@ -270,14 +281,90 @@ TEST_F(PoolEngineTest, ADroppedMemberKeepsTheRowsOthersReadThenItsMemoryGoes) {
   EXPECT_EQ(env_.budget().reserved(), with_both - testing::ReservedFor(Member("a")));
   ASSERT_EQ(registry_->ListPools().size(), 1u);
   EXPECT_EQ(registry_->ListPools()[0]->Snapshot().members.size(), 1u);
-  // The last member goes: the pool and its index are released.
-  b.engine->Detach(b.session);
-  ASSERT_TRUE(registry_->Drop("b", 0, /*force=*/true).ok());
-  b.engine.reset();
-  registry_->Maintain(absl::Now());
-  ASSERT_TRUE(env_.Settle());
-  EXPECT_TRUE(registry_->ListPools().empty());
-  EXPECT_EQ(env_.budget().reserved(), 0u);
+  DropLastMember(b, "b");
+}
+
+// A member that leaves with work unfinished — stores prepared and never completed, a store job
+// in flight, keys pinned by PrepareLoad and never completed — leaks nothing: its writing keys
+// end as CompleteStore(false) would (misses for the others, storable again), its pins are
+// dropped, its segment drains, and with the last member the pool, its memory and its name go.
+class PoolLeaveTest : public PoolEngineTest {
+ protected:
+  // What A leaves behind, for every way of leaving: 2 prepared keys never submitted, 2
+  // submitted and held in the copy backend (uncommitted), 2 of B's keys pinned.
+  void LeaveWorkUnfinished(Replica& a, Replica& b) {
+    SlotIndex& index = a.engine->index();
+    Store(b, Keys(100, 4), 0);
+    auto idle = index.PrepareStore(Keys(0, 2), a.engine->index_member());
+    ASSERT_TRUE(idle.ok());
+    env_.backend().AddRule({.fault = Fault::kHold, .direction = CopyDirection::kStore});
+    auto copying = index.PrepareStore(Keys(2, 2), a.engine->index_member());
+    ASSERT_TRUE(copying.ok());
+    Submit(a, CopyDirection::kStore, {4, 5},
+           Handles(copying->rows, std::vector<uint32_t>(2, copying->ticket)));
+    ASSERT_TRUE(env_.backend().WaitForHeld(1, absl::Seconds(10)));
+    auto pinned = index.PrepareLoad(Keys(100, 2), nullptr, a.engine->index_member());
+    ASSERT_TRUE(pinned.ok());
+    EXPECT_THAT(index.Lookup(Keys(0, 4), b.engine->index_member()),
+                ElementsAre(KS::kHitPending, KS::kHitPending, KS::kHitPending, KS::kHitPending));
+  }
+  // After A left: the held copy ends, A's keys are misses and storable by B, B's pinned keys
+  // are evictable again, and A's segment drained.
+  void ExpectNothingLeft(Replica& b, uint64_t reserved_with_b_only) {
+    SlotIndex& index = b.engine->index();
+    EXPECT_THAT(index.Lookup(Keys(0, 4), b.engine->index_member()),
+                ElementsAre(KS::kMiss, KS::kMiss, KS::kMiss, KS::kMiss));
+    env_.backend().ReleaseAllHeld();
+    ASSERT_TRUE(env_.Settle());
+    registry_->Maintain(absl::Now());
+    ASSERT_TRUE(env_.Settle());
+    EXPECT_EQ(index.counts().rows_writing, 0u);
+    EXPECT_EQ(index.counts().rows_reading, 0u);
+    EXPECT_EQ(index.counts().rows_quarantined, 0u);
+    EXPECT_EQ(index.counts().copies_in_flight, 0u);
+    ASSERT_EQ(registry_->ListPools().size(), 1u);
+    EXPECT_EQ(registry_->ListPools()[0]->Snapshot().members.size(), 1u);  // A drained
+    EXPECT_EQ(env_.budget().reserved(), reserved_with_b_only);
+    auto again = index.PrepareStore(Keys(0, 4), b.engine->index_member());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->keys.size(), 4u);
+    ASSERT_TRUE(index.CompleteStore(again->keys, false).ok());
+    ASSERT_TRUE(CheckSlotIndexInvariants(index).ok()) << CheckSlotIndexInvariants(index);
+    DropLastMember(b, "b");  // the pool's name goes with it too
+    common::EngineSpec other = Member("c");
+    other.model_identity = "another model";
+    auto reused = registry_->Open(other);
+    EXPECT_TRUE(reused.ok()) << reused.status();
+  }
+};
+
+TEST_F(PoolLeaveTest, DroppedWithStoresPreparedCopiesInFlightAndPins) {
+  Replica& a = Open(Member("a"), 1);
+  Replica& b = Open(Member("b"), 2);
+  const uint64_t with_both = env_.budget().reserved();
+  LeaveWorkUnfinished(a, b);
+  a.engine->Detach(a.session);
+  ASSERT_TRUE(registry_->Drop("a", 0, /*force=*/true).ok());
+  a.engine.reset();
+  ExpectNothingLeft(b, with_both - testing::ReservedFor(Member("a")));
+}
+
+// The member's processes are killed instead: nobody drops it; the idle TTL closes it.
+TEST_F(PoolLeaveTest, KilledMemberClosedByTheIdleTtl) {
+  RegistryOptions options;
+  options.idle_engine_ttl = absl::Seconds(30);
+  options.pools.max_members = 4;
+  options.pools.member_floor = 0;
+  registry_ = std::make_unique<EngineRegistry>(env_.deps(), options);
+  Replica& a = Open(Member("a"), 1);
+  Replica& b = Open(Member("b"), 2);
+  const uint64_t with_both = env_.budget().reserved();
+  LeaveWorkUnfinished(a, b);
+  a.engine->Detach(a.session);  // the worker process died
+  a.engine.reset();
+  registry_->Maintain(absl::Now() + absl::Seconds(31));
+  EXPECT_EQ(registry_->List().size(), 1u);
+  ExpectNothingLeft(b, with_both - testing::ReservedFor(Member("a")));
 }
 
 TEST_F(PoolEngineTest, NonMembersOtherModelsOtherPoolsAndPrivateEnginesReadNothing) {
@@ -349,7 +436,13 @@ TEST(PoolReadinessTest, AMembersRowsComeOnlineAsItsRegionIsPinned) {
   ASSERT_TRUE(a.ok()) << a.status();
   SlotIndex& index = a->engine->index();
   // Never more of the segment online than the member's region has ready.
-  EXPECT_LE(index.counts().num_rows - index.counts().rows_offline, a->engine->region_ready_rows());
+  const SlotIndex::Counts counts = index.counts();
+  EXPECT_LE(counts.rows_online() - counts.rows_not_ready, a->engine->region_ready_rows());
+  // The states add up to the rows online (the member's region), not-ready ones included.
+  EXPECT_EQ(counts.rows_online(), kNumRows);
+  EXPECT_EQ(counts.rows_free + counts.rows_quarantined + counts.rows_writing + counts.rows_ready +
+                counts.rows_reading + counts.rows_not_ready,
+            kNumRows);
   for (int i = 0; i < 10000 && a->engine->region_ready_rows() < kNumRows; ++i) {
     absl::SleepFor(absl::Milliseconds(1));
   }

@@ -69,7 +69,7 @@ void ToProto(const EngineSnapshot& s, v1::EngineStats* p) {
   p->set_engine_id(s.spec.engine_id);
   p->set_dp_rank(s.spec.dp_rank);
   GeometryToProto(s.geometry, p->mutable_geometry());
-  p->set_num_rows(s.index.num_rows);
+  p->set_num_rows(s.index.rows_online());  // a pool member: the pool's rows online
   p->set_rows_free(s.index.rows_free);
   p->set_rows_writing(s.index.rows_writing);
   p->set_rows_ready(s.index.rows_ready);

@@ -1,5 +1,5 @@
 // The Submit edge: the wire's lists and runs become one JobPart as sent, nothing expanded (the
-// rules are ValidatePart's, engine/job_part_test.cc).
+// rules are ValidatePart's, engine/job_part_test.cc); EngineStats' row states add up.
 #include "daemon/service/convert.h"
 
 #include <cstdint>
@@ -55,6 +55,45 @@ TEST(ConvertSubmitTest, DirectionMustBeStoreOrLoad) {
   auto part = FromProto(s);
   EXPECT_EQ(part.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(part.status().message(), HasSubstr("direction"));
+}
+
+// EngineStats' states add up to num_rows: for a pool member, the pool's rows online (its
+// members' regions, rows still being pinned among them), not the pool's maximum capacity.
+TEST(ConvertStatsTest, RowStatesAddUpToNumRows) {
+  struct Case {
+    const char* what;
+    SlotIndex::Counts counts;
+    uint64_t num_rows;
+  };
+  auto counts = [](uint64_t num_rows, uint64_t offline, uint64_t not_ready) {
+    SlotIndex::Counts c;
+    c.num_rows = num_rows;
+    c.rows_offline = offline;
+    c.rows_not_ready = not_ready;
+    c.rows_free = 3;
+    c.rows_quarantined = 1;
+    c.rows_writing = 2;
+    c.rows_ready = 4;
+    c.rows_reading = 1;
+    c.rows_free += num_rows - offline - not_ready - 11;
+    return c;
+  };
+  const Case cases[] = {
+      {"a private engine", counts(64, 0, 0), 64},
+      {"a private engine being pinned", counts(64, 0, 40), 64},
+      {"a pool of 2 of 8 members, one being pinned", counts(8 * 16, 6 * 16, 10), 32},
+  };
+  for (const Case& c : cases) {
+    EngineSnapshot snap;
+    snap.index = c.counts;
+    v1::EngineStats stats;
+    ToProto(snap, &stats);
+    EXPECT_EQ(stats.num_rows(), c.num_rows) << c.what;
+    EXPECT_EQ(stats.rows_free() + stats.rows_quarantined() + stats.rows_writing() +
+                  stats.rows_ready() + stats.rows_reading() + stats.rows_not_ready(),
+              stats.num_rows())
+        << c.what;
+  }
 }
 
 }  // namespace

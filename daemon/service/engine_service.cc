@@ -133,7 +133,8 @@ grpc::Status EngineService::CompleteLoad(grpc::ServerContext* context,
                                  request->dp_rank(), request->region_epoch(),
                                  request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
-  return ToGrpcStatus(req->engine->index().CompleteLoad(req->keys));
+  return ToGrpcStatus(
+      req->engine->index().CompleteLoad(req->keys, req->engine->index_member()));
 }
 
 grpc::Status EngineService::Touch(grpc::ServerContext* context, const v1::KeysRequest* request,

@@ -123,6 +123,22 @@ absl::Status SlotIndex::CheckInvariants() const {
                 " reading ", reading, "/", rows_reading_);
   }
   if (offline != rows_offline_) return fail(offline, " parked rows, counter says ", rows_offline_);
+  // Pools: the members' recorded pins are READING rows' readers, all of them.
+  if (track_pins_) {
+    std::vector<uint64_t> pins(num_rows_, 0);
+    for (const auto& member : member_pins_) {
+      for (const auto& [row, count] : member) {
+        if (row >= num_rows_ || count == 0) return fail("pin record of row ", row, " x", count);
+        pins[row] += count;
+      }
+    }
+    for (uint32_t row = 0; row < num_rows_; ++row) {
+      if (pins[row] != rows_[row].readers) {
+        return fail("row ", row, " has ", rows_[row].readers, " readers, members pin it ",
+                    pins[row], " times");
+      }
+    }
+  }
   for (uint32_t m = 0; m < kMaxMembers; ++m) {
     if (held[m] != members_[m].counts.rows_held || evictable[m] != members_[m].evictable) {
       return fail("member ", m, ": ", held[m], " rows held / ", evictable[m],
