@@ -408,10 +408,16 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     status = absl::ResourceExhaustedError(absl::StrFormat(
         "%s: %d new keys need rows but only %d can be found (%d free, %d evictable); of %d rows "
         "%d are writing, %d reading, %d ready but busy or part of this request, %d quarantined, "
-        "%d offline, %d kept for other members' floors (%d rows each)",
+        "%d not ready yet, %d offline, %d kept for other members' floors (%d rows each)%s",
         kOp, needed, available, rows_free_, evictable, num_rows_, rows_writing_, rows_reading_,
-        rows_ready_ - (rows_evictable_ - protected_evictable), rows_quarantined_, rows_offline_,
-        rows_evictable_ - protected_evictable - evictable, member_floor_rows_));
+        rows_ready_ - (rows_evictable_ - protected_evictable), rows_quarantined_,
+        NotReadyRowsLocked(), rows_offline_ - PoolNotReadyRowsLocked(),
+        rows_evictable_ - protected_evictable - evictable, member_floor_rows_,
+        NotReadyRowsLocked() == 0
+            ? ""
+            : "; rows not ready yet come online as the region is populated and registered "
+              "(seconds per tens of GiB): retry when Stats' rows_not_ready is 0, or after a "
+              "wait-until-ready call"));
   }
   if (!status.ok()) {
     for (uint32_t row : scratch_rows_) rows_[row].marked = false;

@@ -480,6 +480,10 @@ class SlotIndex {
     MemberCounts counts;     // rows_held kept live
     uint64_t evictable = 0;  // READY rows with no copy this member stored (on the LRU list)
   };
+  // Rows not ready yet (the readiness watermark's, and a pool's online segments' still being
+  // pinned, which a pool parks), and the latter alone.
+  uint64_t NotReadyRowsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  uint64_t PoolNotReadyRowsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A row of an offline segment (cheap when none is offline).
   bool OfflineRow(uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return segments_offline_ != 0 && segment_offline_[row / segment_rows_];

@@ -16,6 +16,8 @@ namespace kvoffload::daemon {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
 using Keys = std::vector<std::string>;
 
 Keys MakeKeys(const std::string& prefix, int n) {
@@ -39,9 +41,14 @@ TEST(SlotIndexReadinessTest, RowsAboveTheWatermarkAreNeverHandedOut) {
   SlotIndex::Counts c = index->counts();
   EXPECT_EQ(c.rows_free, 2u);
   EXPECT_EQ(c.rows_not_ready, 6u);
-  // Three new keys, two usable rows and nothing to evict: refused, nothing changed.
-  EXPECT_EQ(index->PrepareStore(MakeKeys("k", 3)).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  // Three new keys, two usable rows and nothing to evict: refused, nothing changed; the message
+  // accounts for every row and says the rest are coming.
+  const absl::Status refused = index->PrepareStore(MakeKeys("k", 3)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), HasSubstr("of 8 rows 0 are writing, 0 reading, 0 ready but busy "
+                                           "or part of this request, 0 quarantined, 6 not ready "
+                                           "yet, 0 offline"));
+  EXPECT_THAT(refused.message(), HasSubstr("come online as the region is populated"));
   auto store = index->PrepareStore(MakeKeys("k", 2)).value();
   EXPECT_THAT(store.rows, ElementsAre(0u, 1u));
   ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, store.rows).ok());
@@ -72,6 +79,11 @@ TEST(SlotIndexReadinessTest, RowsAboveTheWatermarkAreNeverHandedOut) {
   EXPECT_LT(y.rows[0], 2u);
   EXPECT_EQ(index->PrepareStore({"z"}).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(index->MarkRowsReady(100), 0u);  // clamped
+  // Every row ready: a refusal no longer speaks of rows to come.
+  const absl::Status full = index->PrepareStore(MakeKeys("w", 9)).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("0 not ready yet"));
+  EXPECT_THAT(full.message(), Not(HasSubstr("come online")));
   EXPECT_EQ(index->ready_rows(), 8u);
   EXPECT_EQ(index->counts().rows_not_ready, 0u);
   ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
