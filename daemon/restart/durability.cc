@@ -115,10 +115,6 @@ Durability::Collected Durability::Collect(std::vector<InheritedFd> inherited) {
                           " bytes, the state describes ", adopted->geometry.capacity_bytes));
       continue;
     }
-    if (adopted->records_refused > 0) {
-      Log()->warn("engine {}: {} corrupted row records read as FREE", key,
-                  adopted->records_refused);
-    }
     Candidate c;
     c.state_name = state_name;
     c.region_name = region_it->second.name;

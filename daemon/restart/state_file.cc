@@ -294,12 +294,14 @@ absl::StatusOr<StateFile::Adopted> StateFile::Adopt(UniqueFd fd) {
                                                           h.region_epoch));
   StateFile& file = *adopted.file;
   // The layout the rows were stored with. Without a valid one no row may be served (a worker
-  // could split the same bytes differently), so every READY record is dropped below.
+  // could split the same bytes differently), so READY records refuse the file below.
   bool layout_ok = false;
+  bool layout_too_long = false;
   {
     LayoutHeader* lh = reinterpret_cast<LayoutHeader*>(base + h.header_bytes - kPage);
     const uint64_t* pairs = reinterpret_cast<const uint64_t*>(lh + 1);
     const uint32_t state = __atomic_load_n(&lh->state, __ATOMIC_ACQUIRE);
+    layout_too_long = state == kLayoutTooLong;
     if (state == kLayoutRecorded && lh->runs >= 1 && lh->runs <= kMaxLayoutRuns &&
         lh->checksum == LayoutChecksum(lh->runs, pairs)) {
       layout_ok = true;
@@ -316,10 +318,13 @@ absl::StatusOr<StateFile::Adopted> StateFile::Adopt(UniqueFd fd) {
     adopted.layout_recorded = layout_ok;
   }
   uint64_t max_seq = 0;
+  uint64_t refused = 0;
+  uint64_t in_use = 0;  // records not FREE
   for (uint64_t row = 0; row < h.num_rows; ++row) {
     Record* r = file.RecordOf(static_cast<uint32_t>(row));
     const uint32_t state = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
     if (state == 0) continue;
+    ++in_use;
     const absl::string_view key(KeyBytes(r), std::min<uint32_t>(r->key_size, h.key_capacity));
     const bool valid = state == kReadyState && r->key_size >= 1 &&
                        r->key_size <= h.key_capacity && r->ticket >= 1 &&
@@ -327,14 +332,28 @@ absl::StatusOr<StateFile::Adopted> StateFile::Adopt(UniqueFd fd) {
                        r->checksum == RecordChecksum(h.region_epoch, static_cast<uint32_t>(row),
                                                      r->ticket, key);
     if (!valid || !layout_ok) {
-      ++adopted.records_refused;
-      __atomic_store_n(&r->state, 0u, __ATOMIC_RELEASE);
+      ++refused;
       continue;
     }
     const uint64_t seq = __atomic_load_n(&r->seq, __ATOMIC_RELAXED);
     max_seq = std::max(max_seq, seq);
     adopted.rows.push_back(RestoredRow{static_cast<uint32_t>(row), std::string(key), r->ticket,
                                        seq});
+  }
+  if (refused > 0 && layout_too_long) {
+    // Not corruption: the layout did not fit its page, so these rows were never durable.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state descriptor: the workers' page layout has more than ", kMaxLayoutRuns,
+        " runs and was not recorded, so none of its ", in_use, " rows can be served after a "
+        "restart: the region is re-created under a new region epoch"));
+  }
+  if (refused > 0) {
+    // Nothing of a corrupted file is trusted (StateFile::Adopt): the engine starts empty under
+    // a new region epoch rather than with rows missing under its old one.
+    return absl::DataLossError(absl::StrCat(
+        "state descriptor: ", refused, " of ", in_use, " row records are corrupted",
+        layout_ok ? " (a checksum or field does not hold)" : " (the layout page does not verify)",
+        ": no row of it is restored and the region is re-created under a new region epoch"));
   }
   file.next_seq_ = max_seq + 1;
   return adopted;

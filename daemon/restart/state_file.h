@@ -27,10 +27,12 @@
 // is READY only after its row's bytes were written and committed (the index calls OnReady then),
 // and its state word is written last, with release order, after key, ticket and checksum. A row
 // is unpublished (state FREE, release store) before the index can hand it to another key, so
-// before any copy may write its bytes again. A record that is READY with a checksum or a field
-// that does not hold is treated as FREE (and rewritten FREE at Adopt). So a restored row is
-// always one whose bytes were complete and committed. The recency seq is written alone (an
-// aligned 8-byte store) and is not covered by the checksum: a stale seq only moves a row in LRU.
+// before any copy may write its bytes again. So a restored row is always one whose bytes were
+// complete and committed. A record that is READY with a checksum or a
+// field that does not hold can only come from corruption: Adopt refuses the whole file then
+// (DATA_LOSS; the engine starts empty with a new region epoch). The recency seq is written alone
+// (an aligned 8-byte store) and is not covered by the checksum: a stale seq only moves a row in
+// LRU.
 //
 // Record size: record_bytes = round_up(24 + key_capacity, 8); the default key capacity of 40
 // bytes (a 32-byte block hash, like vLLM's, fits with room) makes a record one 64-byte cache
@@ -95,7 +97,6 @@ class StateFile final : public RowJournal {
     std::vector<RestoredRow> rows;  // READY records whose checksum and fields hold
     uint32_t next_ticket = 1;
     uint64_t created_ns = 0;  // when the state was created (0: written by an older daemon)
-    uint64_t records_refused = 0;  // not FREE and not a valid READY record: now FREE
     // The per-tensor page sizes the rows were stored with (RecordLayout); empty when none was
     // recorded, and then `rows` is empty too: without it a worker could split the same bytes
     // differently and read another layout's rows.
@@ -104,8 +105,13 @@ class StateFile final : public RowJournal {
   };
   // Maps a state file a previous daemon wrote, validates it and collects its READY rows. Takes
   // ownership of `fd` (closed on failure). DATA_LOSS for a truncated or corrupted file (size,
-  // magic, header checksum, an unparsable spec); FAILED_PRECONDITION for another version or a
-  // spec whose geometry this daemon computes differently from the header.
+  // magic, header checksum, an unparsable spec) — and for a single record that is neither FREE
+  // nor a valid READY record, or READY records without a valid layout page: the engine then
+  // starts empty with a new region epoch, never with some rows missing under its old epoch,
+  // which tells clients that every row survived (docs/clients.md). No crash leaves such a
+  // record (see "Crash consistency"): only memory or file corruption does, and then nothing in
+  // the file is trusted. FAILED_PRECONDITION for another version or a spec whose geometry this
+  // daemon computes differently from the header.
   static absl::StatusOr<Adopted> Adopt(UniqueFd fd);
 
   ~StateFile() override;

@@ -94,7 +94,6 @@ TEST(StateFileTest, WhatIsWrittenComesBackThroughTheDescriptor) {
   EXPECT_EQ(adopted->next_ticket, 70000u);
   // Stamped at Create (wall clock): later than a time taken before this test ran.
   EXPECT_GT(adopted->created_ns, uint64_t{1700000000} * 1000000000);
-  EXPECT_EQ(adopted->records_refused, 0u);
   EXPECT_EQ(adopted->layout, (std::vector<uint64_t>{8192, 8192, 8192, 8192, 32768}));
   ASSERT_EQ(adopted->rows.size(), 2u);
   std::map<uint32_t, RestoredRow> by_row;
@@ -194,28 +193,40 @@ TEST_F(CorruptTest, NewerVersionIsRefused) {
   EXPECT_EQ(Adopt().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(CorruptTest, CorruptedRecordsAreFreeNeverWrong) {
-  Record(2)[24] ^= 1;      // a key byte: the checksum no longer holds
-  Record(3)[4] ^= 1;       // the ticket
-  Record(4)[0] = 0x01;     // a state word that is neither FREE nor READY
-  Record(5)[20] = 200;     // key_size beyond the capacity
-  std::memset(Record(6) + 8, 0xff, 8);  // seq: not covered, the row stays
-  auto a = Adopt();
-  ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(a->records_refused, 4u);
-  std::vector<uint32_t> rows;
-  for (const RestoredRow& r : a->rows) {
-    rows.push_back(r.row);
-    EXPECT_EQ(r.key, absl::StrCat("k", r.row));
+// A record no crash can leave (only corruption can) means nothing of the file is trusted: the
+// engine starts empty under a new region epoch (DATA_LOSS here), never with some rows missing
+// under the old epoch, which would tell clients that every row survived. The recency seq is not
+// covered: a stale one only moves a row in LRU.
+TEST_F(CorruptTest, ACorruptedRecordRefusesTheWholeFile) {
+  std::memset(Record(6) + 8, 0xff, 8);  // seq
+  auto intact = Adopt();
+  ASSERT_TRUE(intact.ok()) << intact.status();
+  EXPECT_EQ(intact->rows.size(), 10u);
+  intact->file.reset();
+  struct Corruption {
+    uint32_t row;
+    size_t offset;
+    uint8_t value;  // XOR-ed in
+    const char* what;
+  };
+  const Corruption corruptions[] = {
+      {2, 24, 1, "a key byte: the checksum no longer holds"},
+      {3, 4, 1, "the ticket"},
+      {4, 0, 0x02, "a state word that is neither FREE nor READY"},
+      {5, 20, 0xc8, "key_size beyond the capacity"},
+  };
+  for (const Corruption& c : corruptions) {
+    Record(c.row)[c.offset] ^= c.value;
+    auto a = Adopt();
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss) << c.what;
+    EXPECT_THAT(a.status().message(), HasSubstr("1 of 10 row records are corrupted")) << c.what;
+    EXPECT_THAT(a.status().message(), HasSubstr("new region epoch")) << c.what;
+    Record(c.row)[c.offset] ^= c.value;
   }
-  std::sort(rows.begin(), rows.end());
-  EXPECT_EQ(rows, (std::vector<uint32_t>{0, 1, 6, 7, 8, 9}));
-  // Refused records were rewritten FREE: the next adoption finds nothing to refuse.
-  a->file.reset();
-  auto b = Adopt();
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->records_refused, 0u);
-  EXPECT_EQ(b->rows.size(), 6u);
+  // Nothing was rewritten: with the bytes back, every record verifies again.
+  auto again = Adopt();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->rows.size(), 10u);
 }
 
 TEST_F(CorruptTest, AnotherDaemonsGeometryIsRefused) {
@@ -230,21 +241,29 @@ TEST_F(CorruptTest, AnotherDaemonsGeometryIsRefused) {
   EXPECT_THAT(a.status().message(), HasSubstr("geometry"));
 }
 
-// Without a valid layout no row comes back: a worker could split the same bytes differently.
+// Without a valid layout no row comes back (a worker could split the same bytes differently):
+// READY records under a corrupted layout page refuse the file like a corrupted record.
 TEST_F(CorruptTest, NoRowWithoutItsLayout) {
   data_[4096 + 16] ^= 1;  // a layout run: its checksum no longer holds
   auto a = Adopt();
-  ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_FALSE(a->layout_recorded);
-  EXPECT_TRUE(a->layout.empty());
-  EXPECT_TRUE(a->rows.empty());
-  EXPECT_EQ(a->records_refused, 10u);
-  a->file.reset();
-  data_[4096 + 16] ^= 1;  // the layout is back, but the records were rewritten FREE
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(a.status().message(),
+              HasSubstr("10 of 10 row records are corrupted (the layout page does not verify)"));
+  data_[4096 + 16] ^= 1;
   auto b = Adopt();
   ASSERT_TRUE(b.ok());
   EXPECT_TRUE(b->layout_recorded);
-  EXPECT_TRUE(b->rows.empty());
+  EXPECT_EQ(b->rows.size(), 10u);
+}
+
+// No layout and no READY record is a state no worker joined yet: adopted, empty, layout open.
+TEST(StateFileTest, NoLayoutAndNoRowsIsAFreshState) {
+  auto file = StateFile::Create(Identity(), GeometryOf(Spec()), StateFile::kDefaultKeyCapacity);
+  ASSERT_TRUE(file.ok());
+  auto a = StateFile::Adopt(Keep(**file));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(a->layout_recorded);
+  EXPECT_TRUE(a->rows.empty());
 }
 
 TEST(StateFileTest, LayoutsOfTooManyRunsAreNotRecorded) {
@@ -255,10 +274,10 @@ TEST(StateFileTest, LayoutsOfTooManyRunsAreNotRecorded) {
   for (int i = 0; i < 300; ++i) pages.push_back(4096 * (1 + i % 2));  // 300 runs
   (*file)->RecordLayout(pages);
   (*file)->OnReady(0, "k", 1);
+  // Its rows were never durable: the engine starts empty under a new epoch, as when corrupted.
   auto a = StateFile::Adopt(Keep(**file));
-  ASSERT_TRUE(a.ok());
-  EXPECT_FALSE(a->layout_recorded);
-  EXPECT_TRUE(a->rows.empty());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(a.status().message(), HasSubstr("none of its 1 rows can be served"));
 }
 
 TEST(StateFileTest, NotAStateFileIsDataLoss) {

@@ -7,7 +7,8 @@
 //   - an upgrade to a second binary on the same path does the same;
 //   - SIGKILL at random points of a store/load soak: 0 wrong rows, committed rows restored;
 //     and of a soak that evicts (stores past the region's rows): 0 wrong rows;
-//   - a corrupted or truncated state descriptor is refused, its engine starts empty, the
+//   - a corrupted (header, one row record, the layout page) or truncated state descriptor is
+//     refused, its engine starts empty under a new region epoch, the
 //     others are restored; a dropped engine's descriptors leave the store.
 // Figures (restart times, rows, rates) are printed as "restart-figure name=value" lines.
 #include <fcntl.h>
@@ -584,11 +585,16 @@ bool HasEvent(const SupervisedDaemon& daemon, const std::string& prefix) {
 TEST(RestartTest, CorruptedOrTruncatedStateIsRefusedAndTheOthersRestored) {
   auto daemon = SupervisedDaemon::Start({"--max_region_bytes=256MiB"});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
-  std::vector<TestEngine> engines(3);
-  const char* names[] = {"corrupt", "truncated", "intact"};
+  // Refused (the first four): a header, a truncation, one row record, the layout page; then one
+  // intact. A refused engine starts empty under a new epoch: the same epoch would tell clients
+  // that every row survived.
+  constexpr int kEngines = 5;
+  constexpr int kRefused = 4;
+  std::vector<TestEngine> engines(kEngines);
+  const char* names[] = {"corrupt", "truncated", "record", "layout", "intact"};
   std::vector<uint64_t> epochs;
   std::vector<Batch> batches;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kEngines; ++i) {
     engines[i].engine_id = names[i];
     engines[i].num_blocks = 32;
     auto worker = StartWorker(**daemon, engines[i]);
@@ -618,11 +624,36 @@ TEST(RestartTest, CorruptedOrTruncatedStateIsRefusedAndTheOthersRestored) {
     ASSERT_EQ(ftruncate(tfd, st.st_size / 2), 0);
     close(tfd);
   }
+  // One key byte of the first READY row record (state_file.h: records from header_bytes, the
+  // u32 at offset 12; key bytes at +24), and one byte of the layout page (the header's last).
+  for (const char* name : {"record", "layout"}) {
+    const std::string path = StatePath((*daemon)->pid(), absl::StrCat(name, "/0"));
+    ASSERT_FALSE(path.empty()) << name;
+    const int fd = open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint32_t header_bytes = 0;
+    ASSERT_EQ(pread(fd, &header_bytes, 4, 12), 4);
+    ASSERT_GE(header_bytes, 8192u);
+    off_t at = header_bytes - 4096 + 16;  // a layout run
+    if (std::string(name) == "record") {
+      for (at = header_bytes;; at += 64) {
+        uint32_t state = 0;
+        ASSERT_EQ(pread(fd, &state, 4, at), 4);
+        if (state != 0) break;
+      }
+      at += 24;
+    }
+    uint8_t byte = 0;
+    ASSERT_EQ(pread(fd, &byte, 1, at), 1);
+    byte ^= 1;
+    ASSERT_EQ(pwrite(fd, &byte, 1, at), 1);
+    close(fd);
+  }
   ASSERT_TRUE((*daemon)->Kill9().ok());
   ASSERT_TRUE((*daemon)->WaitReady().ok());
-  EXPECT_EQ((*daemon)->fds_at_start(), 6);
+  EXPECT_EQ((*daemon)->fds_at_start(), 2 * kEngines);
   // The refused engines' descriptors leave the store (their memory is freed).
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kRefused; ++i) {
     const std::string engine_name = absl::StrCat(names[i], ".0");
     bool state_removed = false;
     bool region_removed = false;
@@ -639,10 +670,10 @@ TEST(RestartTest, CorruptedOrTruncatedStateIsRefusedAndTheOthersRestored) {
     EXPECT_TRUE(state_removed) << names[i];
     EXPECT_TRUE(region_removed) << names[i];
   }
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kEngines; ++i) {
     RawScheduler scheduler((*daemon)->data_socket(), engines[i]);
     auto same = scheduler.Open(epochs[i]);
-    if (i < 2) {
+    if (i < kRefused) {
       // Refused: the old region is gone, and a caller who knew it is told so.
       EXPECT_EQ(same.status().code(), absl::StatusCode::kFailedPrecondition) << names[i];
       auto fresh = scheduler.Open();
