@@ -1,8 +1,9 @@
 // Every field of EngineSpec, once, in the wire's order: the list that the proto conversion
-// (proto/spec_convert.cc), the C ABI conversion (client/c_abi/spec_c.cc), kvo_engine_spec_init,
+// (proto/spec_convert.cc), the C ABI conversion (client/c_abi/spec_from_c.cc), kvo_engine_spec_init,
 // EngineSpec::DebugString / operator== and the Python binding's field table
-// (python/kvoffload/_native.py SPEC_FIELDS, checked against this file) all walk. The proto is the
-// schema: proto/spec_fields_test sets every field of v1::EngineSpec through the descriptor and
+// (python/kvoffload/_native.py SPEC_FIELDS, checked against this file by
+// python/tests/test_constants.py) all walk. The proto is the schema:
+// client/c_abi/spec_from_c_test.cc sets every field of v1::EngineSpec through the descriptor and
 // requires it to come back from C unchanged, so a proto field missing here fails that test.
 //
 // Adding a field `foo`:
@@ -90,7 +91,8 @@ absl::StatusOr<E> EnumFromWire(absl::string_view what, int wire,
       absl::StrCat(what, " is ", wire, ", want one of ", accepted));
 }
 
-// Every enumerator is in each table (common/engine_spec_fields_test checks it): a miss stops.
+// Every enumerator must be in each table: a miss stops the process (CheckFailed, below). No test walks
+// every enumerator yet; client/c_abi/spec_from_c_test.cc round-trips each enum field.
 template <typename E>
 int EnumToWire(E value, absl::Span<const WireEnumValue<E>> table) {
   for (const WireEnumValue<E>& v : table) {

@@ -1,6 +1,6 @@
-// Named spdlog loggers, one per component (Envoy's logger.h). Callers never install sinks:
-// the daemon configures the default sink once in main; the client library logs to its own
-// logger that the host process may silence.
+// Named spdlog loggers, one per component (Envoy's logger.h), for the daemon and its tools.
+// Callers never install sinks: the daemon configures the default sink once in main. The client
+// library does not log at all (its errors are Status values the host process decides about).
 //
 //   static auto* log = kvoffload::common::Logger("region");
 //   log->info("region of {} bytes ready", bytes);

@@ -4,22 +4,26 @@
 // semantics. It also guards the copy path: the job engine checks and counts every copy against it,
 // so a row with a copy in flight is never evicted, reset or handed to another key.
 //
+// (slot_index_test.cc TheHeadersUsageExampleRuns runs this; the job engine uses the *Runs forms.)
+//
 //   ASSIGN_OR_RETURN(std::unique_ptr<SlotIndex> index, SlotIndex::Create(geometry.num_rows));
 //
 //   // Scheduler: store the keys that are not there yet.
 //   ASSIGN_OR_RETURN(SlotIndex::PrepareStoreResult store, index->PrepareStore(keys));
-//   // ... job engine, per worker copy of the store job:
+//   // ... job engine, once per store job (every worker's part is one job):
 //   RETURN_IF_ERROR(index->BeginCopy(CopyDirection::kStore, store.rows));
-//   // ... copy GPU → rows; when the copy has really finished (or will never touch them again):
-//   RETURN_IF_ERROR(index->EndCopy(store.rows));
-//   // ... when the job is done on this node:
-//   RETURN_IF_ERROR(index->CompleteStore(store.keys, job_status.ok()));
+//   // ... copy GPU → rows; when the job has ended on this node (every copy really finished):
+//   RETURN_IF_ERROR(index->EndStoreCopy(store.rows, job_ok));
+//   // ... scheduler, when the request's store is done (before or after the job ends):
+//   RETURN_IF_ERROR(index->CompleteStore(store.keys, job_ok));
 //
-//   // Scheduler: load what is there.
+//   // Scheduler: load what is there (hit_keys: the keys Lookup calls kHit).
 //   std::vector<SlotIndex::KeyState> states = index->Lookup(keys);
 //   ASSIGN_OR_RETURN(std::vector<uint64_t> rows, index->PrepareLoad(hit_keys));  // pinned
-//   // ... BeginCopy(kLoad, rows) / copy rows → GPU / EndCopy(rows) ...
-//   RETURN_IF_ERROR(index->CompleteLoad(hit_keys));                            // unpinned
+//   RETURN_IF_ERROR(index->BeginCopy(CopyDirection::kLoad, rows));
+//   // ... copy rows → GPU ...
+//   RETURN_IF_ERROR(index->EndCopy(rows));
+//   RETURN_IF_ERROR(index->CompleteLoad(hit_keys));  // unpinned
 //
 // Row life cycle:
 //

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "daemon/index/testing/slot_index_invariants.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -101,6 +102,46 @@ Keys EvictedByStoring(SlotIndex& index, const std::string& fresh) {
 }
 
 // ---- Creation --------------------------------------------------------------------------------
+
+// The usage example at the top of slot_index.h, as it is written there (keep the two equal): a
+// store as the scheduler and the job engine make it, then a load. The rows it stored read back.
+absl::Status HeaderUsageExample(const std::vector<std::string>& keys, bool job_ok,
+                                std::vector<SlotIndex::KeyState>* after) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SlotIndex> index, SlotIndex::Create(8));
+
+  // Scheduler: store the keys that are not there yet.
+  ASSIGN_OR_RETURN(SlotIndex::PrepareStoreResult store, index->PrepareStore(keys));
+  // ... job engine, once per store job (every worker's part is one job):
+  RETURN_IF_ERROR(index->BeginCopy(CopyDirection::kStore, store.rows));
+  // ... copy GPU → rows; when the job has ended on this node (every copy really finished):
+  RETURN_IF_ERROR(index->EndStoreCopy(store.rows, job_ok));
+  // ... scheduler, when the request's store is done (before or after the job ends):
+  RETURN_IF_ERROR(index->CompleteStore(store.keys, job_ok));
+
+  // Scheduler: load what is there.
+  std::vector<SlotIndex::KeyState> states = index->Lookup(keys);
+  std::vector<std::string> hit_keys;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (states[i] == SlotIndex::KeyState::kHit) hit_keys.push_back(keys[i]);
+  }
+  ASSIGN_OR_RETURN(std::vector<uint64_t> rows, index->PrepareLoad(hit_keys));  // pinned
+  RETURN_IF_ERROR(index->BeginCopy(CopyDirection::kLoad, rows));
+  // ... copy rows → GPU ...
+  RETURN_IF_ERROR(index->EndCopy(rows));
+  RETURN_IF_ERROR(index->CompleteLoad(hit_keys));  // unpinned
+
+  *after = index->Lookup(keys);
+  return CheckSlotIndexInvariants(*index);
+}
+
+TEST(SlotIndexTest, TheHeadersUsageExampleRuns) {
+  std::vector<SlotIndex::KeyState> after;
+  ASSERT_TRUE(HeaderUsageExample({"a", "b"}, /*job_ok=*/true, &after).ok());
+  EXPECT_THAT(after, ElementsAre(KeyState::kHit, KeyState::kHit));
+  // A failed job's keys are ended with CompleteStore(false): misses, and nothing to load.
+  ASSERT_TRUE(HeaderUsageExample({"a", "b"}, /*job_ok=*/false, &after).ok());
+  EXPECT_THAT(after, ElementsAre(KeyState::kMiss, KeyState::kMiss));
+}
 
 TEST(SlotIndexTest, CreateValidatesNumRows) {
   EXPECT_EQ(SlotIndex::Create(0).status().code(), Code::kInvalidArgument);

@@ -84,27 +84,27 @@ struct CudaBackendOptions {
   // when its call returns, so a small first batch starts them while the rest is issued (issue
   // 17: one call of a 512 MiB job's 256 descriptors takes ~230 µs on the H200 before any copy;
   // 8 first starts the engines ~200 µs sooner, stage fixed_cost). 0: every call takes up to
-  // max_batch_copies. Hidden flags --cuda_first_batch_copies and --cuda_max_batch_copies, for
-  // benchmarks (tests/gpu_e2e/fixed_cost.py).
+  // max_batch_copies. Benchmark flags --cuda_first_batch_copies and --cuda_max_batch_copies
+  // (listed by --helpfull and the flagfile, like every flag) (tests/gpu_e2e/fixed_cost.py).
   size_t first_batch_copies = 8;
   size_t max_batch_copies = 4096;
-  // Copy-engine path: the batches carry cudaMemcpyFlagPreferOverlapWithCompute (hidden flag
+  // Copy-engine path: the batches carry cudaMemcpyFlagPreferOverlapWithCompute (benchmark flag
   // --cuda_batch_overlap_hint; off only to measure what the hint does).
   bool batch_overlap_hint = true;
   // Copy-engine path: a stretch of at least this many consecutive GPU blocks into equally spaced
   // rows goes as one cudaMemcpy2DAsync per tensor (vLLM's per-layer pages reach the link from
-  // 16-32 KiB this way, where a DMA per page does not). 0: a DMA per page. Hidden flag
+  // 16-32 KiB this way, where a DMA per page does not). 0: a DMA per page. Benchmark flag
   // --cuda_2d_min_blocks (benchmarks: 0 measures the page-by-page path).
   uint64_t strided_min_rows = 2;
   // A job of at least this many bytes is woken by a host function on its lane's wake stream
-  // instead of being polled (poll_pacing.h). 0: every job is polled. Hidden flag
+  // instead of being polled (poll_pacing.h). 0: every job is polled. Benchmark flag
   // --cuda_stream_wake_min_bytes (benchmarks: tests/gpu_e2e/fixed_cost.py).
   uint64_t stream_wake_min_bytes = kStreamWakeMinBytes;
   // Copy-engine path: threads that issue one job's copies, each on a stream of its own (the
   // caller and issue_threads - 1 helpers, issue_pool.h), for a job of at least
   // parallel_issue_min_copies copies per thread; 1: every job from one thread on one stream.
   // Small random pages are bound by the host's issue rate (~0.5-0.9 µs a copy), not the link.
-  // Flags --cuda_issue_threads and (hidden) --cuda_parallel_issue_min_copies.
+  // Flags --cuda_issue_threads and (for benchmarks) --cuda_parallel_issue_min_copies.
   uint32_t issue_threads = 4;
   uint64_t parallel_issue_min_copies = 1024;
 };

@@ -51,22 +51,23 @@ struct PreparedJob {
   cudaEvent_t load_event = nullptr;  // loads: the worker's event, recorded after the copy
 };
 
+// Filled by the backend from CudaBackendOptions, where the defaults live (none is repeated here).
 struct EnqueueOptions {
-  int copy_sms = 4;                   // the staged path's gather/scatter grid
+  int copy_sms = 0;                   // the staged path's gather/scatter grid
   size_t staging_chunk_bytes = 0;     // the staged path's chunk
   std::atomic<bool>* batch_unsupported = nullptr;  // shared by the backend's CopyBatchers
   // The copy-engine path's batches (CudaBackendOptions; BatchSchedule).
-  size_t first_batch_copies = 8;
-  size_t max_batch_copies = 4096;
-  bool batch_overlap_hint = true;
+  size_t first_batch_copies = 0;
+  size_t max_batch_copies = 0;
+  bool batch_overlap_hint = false;
   // Stretches of at least this many consecutive blocks go as 2D copies (VisitStridedSegments);
   // 0: never (every page its own copy, as before).
-  uint64_t strided_min_rows = 2;
+  uint64_t strided_min_rows = 0;
   // Threads that issue one job's copies beside the caller (null: the caller alone), each on one
   // of the lane's `issue` streams, for a job of at least parallel_issue_min_copies copies per
   // thread (CudaBackendOptions::issue_threads).
   IssuePool* issue_pool = nullptr;
-  uint64_t parallel_issue_min_copies = 1024;
+  uint64_t parallel_issue_min_copies = 0;
 };
 
 absl::Status EnqueueCopyEngine(const PreparedJob& job, PendingJob* j,
