@@ -127,7 +127,9 @@ TEST_F(KvoffloadctlDaemonTest, EveryCommandOnAnEngine) {
   EXPECT_EQ(r.rc, kExitOk) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "{\"engine_id\":\"llama\",\"dp_rank\":0,\"num_rows\":128,"
                                        "\"rows_free\":125,\"rows_writing\":0,\"rows_ready\":3,"
-                                       "\"rows_reading\":0,\"region_bytes\":1048576,"))
+                                       "\"rows_reading\":0,\"rows_quarantined\":0,"
+                                       "\"rows_not_ready\":0,\"region_bytes\":1048576,"
+                                       "\"region_ready_bytes\":1048576,"))
       << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "\"replicated\":false,\"num_copies\":1,"
                                        "\"row_bytes\":8192}],\"pools\":[]}"))
@@ -136,7 +138,8 @@ TEST_F(KvoffloadctlDaemonTest, EveryCommandOnAnEngine) {
   r = Run({"stats"});
   EXPECT_EQ(r.rc, kExitOk) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "region bytes  1 MiB of 64 MiB node cap\n")) << r.out;
-  EXPECT_TRUE(absl::StrContains(r.out, "\nllama/0   128   125        0      3        0")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "\nllama/0   128   125        0      3        0"
+                                       "          0  1 MiB of 1 MiB")) << r.out;
 
   r = Run({"engines"});
   EXPECT_EQ(r.rc, kExitOk) << r.err;

@@ -26,7 +26,10 @@ std::string EngineJson(const v1::EngineStats& e) {
   json.Uint("rows_writing", e.rows_writing());
   json.Uint("rows_ready", e.rows_ready());
   json.Uint("rows_reading", e.rows_reading());
+  json.Uint("rows_quarantined", e.rows_quarantined());
+  json.Uint("rows_not_ready", e.rows_not_ready());
   json.Uint("region_bytes", e.region_bytes());
+  json.Uint("region_ready_bytes", e.region_ready_bytes());
   json.Uint("store_bytes", e.store_bytes());
   json.Uint("load_bytes", e.load_bytes());
   json.Uint("jobs_done", e.jobs_done());
@@ -168,6 +171,8 @@ std::string StatsText(const v1::StatsResponse& stats) {
                    {"writing"},
                    {"ready"},
                    {"reading"},
+                   {"not ready"},
+                   {"region ready"},
                    {"store bytes"},
                    {"load bytes"},
                    {"jobs done"},
@@ -182,6 +187,9 @@ std::string StatsText(const v1::StatsResponse& stats) {
     table.AddRow({absl::StrCat(e.engine_id(), "/", e.dp_rank()), absl::StrCat(e.num_rows()),
                   absl::StrCat(e.rows_free()), absl::StrCat(e.rows_writing()),
                   absl::StrCat(e.rows_ready()), absl::StrCat(e.rows_reading()),
+                  absl::StrCat(e.rows_not_ready()),
+                  absl::StrCat(FormatBytes(e.region_ready_bytes()), " of ",
+                               FormatBytes(e.region_bytes())),
                   FormatBytes(e.store_bytes()), FormatBytes(e.load_bytes()),
                   absl::StrCat(e.jobs_done()), absl::StrCat(e.jobs_failed()),
                   absl::StrCat(e.jobs_in_flight()), absl::StrCat(e.hits()),
@@ -199,7 +207,8 @@ std::string StatsUsage() {
   return "usage: kvoffloadctl [global flags] stats [--json]\n"
          "\n"
          "Node and per-engine statistics of kvoffloadd (Admin.Stats): backend, uptime, region\n"
-         "bytes against the node cap, GPU memory per device, then one row per engine, then\n"
+         "bytes against the node cap, GPU memory per device, then one row per engine (with its\n"
+         "readiness: rows not registered yet, region bytes ready of the region's), then\n"
          "one row per member of each pool (rows held, hits and loads, cross-member ones).\n"
          "\n"
          "  --json    one JSON object on one line instead of the table\n";

@@ -7,7 +7,8 @@
 //   {"backend", "uptime_seconds", "region_bytes", "max_region_bytes",
 //    "gpu_memory_bytes": {"<device>": bytes, ...},
 //    "engines": [{"engine_id", "dp_rank", "num_rows", "rows_free", "rows_writing",
-//                 "rows_ready", "rows_reading", "region_bytes", "store_bytes", "load_bytes",
+//                 "rows_ready", "rows_reading", "rows_quarantined", "rows_not_ready",
+//                 "region_bytes", "region_ready_bytes", "store_bytes", "load_bytes",
 //                 "jobs_done", "jobs_failed", "jobs_in_flight", "hits", "misses", "evictions",
 //                 "workers", "job_latency_p50_us", "job_latency_p99_us", "idle_seconds",
 //                 "replicated", "num_copies", "row_bytes"}, ...]}

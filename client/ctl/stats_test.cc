@@ -18,11 +18,14 @@ v1::EngineStats Llama() {
   e.mutable_geometry()->set_num_copies(1);
   e.mutable_geometry()->set_row_bytes(2 << 20);
   e.set_num_rows(4096);
-  e.set_rows_free(4000);
+  e.set_rows_free(2999);
   e.set_rows_writing(10);
   e.set_rows_ready(80);
   e.set_rows_reading(6);
+  e.set_rows_quarantined(1);
+  e.set_rows_not_ready(1000);  // 2000 MiB of the region still being pinned
   e.set_region_bytes(8ull << 30);
+  e.set_region_ready_bytes(6192ull << 20);
   e.set_store_bytes(3ull << 30);
   e.set_load_bytes(1536ull << 20);
   e.set_jobs_done(1234);
@@ -58,15 +61,17 @@ TEST(StatsJsonTest, ExactKeysAndValues) {
       "{\"backend\":\"cuda\",\"uptime_seconds\":93784.5,\"region_bytes\":8589934592,"
       "\"max_region_bytes\":68719476736,\"gpu_memory_bytes\":{\"0\":67108864,\"1\":100663296},"
       "\"engines\":["
-      "{\"engine_id\":\"llama\",\"dp_rank\":1,\"num_rows\":4096,\"rows_free\":4000,"
-      "\"rows_writing\":10,\"rows_ready\":80,\"rows_reading\":6,\"region_bytes\":8589934592,"
+      "{\"engine_id\":\"llama\",\"dp_rank\":1,\"num_rows\":4096,\"rows_free\":2999,"
+      "\"rows_writing\":10,\"rows_ready\":80,\"rows_reading\":6,\"rows_quarantined\":1,"
+      "\"rows_not_ready\":1000,\"region_bytes\":8589934592,\"region_ready_bytes\":6492782592,"
       "\"store_bytes\":3221225472,\"load_bytes\":1610612736,\"jobs_done\":1234,"
       "\"jobs_failed\":2,\"jobs_in_flight\":3,\"hits\":900,\"misses\":100,\"evictions\":17,"
       "\"workers\":8,\"job_latency_p50_us\":250.4,\"job_latency_p99_us\":1999.6,"
       "\"idle_seconds\":0,\"replicated\":true,\"num_copies\":1,\"row_bytes\":2097152},"
       "{\"engine_id\":\"tiny\",\"dp_rank\":0,\"num_rows\":0,\"rows_free\":0,"
-      "\"rows_writing\":0,\"rows_ready\":0,\"rows_reading\":0,\"region_bytes\":0,"
-      "\"store_bytes\":0,\"load_bytes\":0,\"jobs_done\":0,\"jobs_failed\":0,"
+      "\"rows_writing\":0,\"rows_ready\":0,\"rows_reading\":0,\"rows_quarantined\":0,"
+      "\"rows_not_ready\":0,\"region_bytes\":0,\"region_ready_bytes\":0,\"store_bytes\":0,"
+      "\"load_bytes\":0,\"jobs_done\":0,\"jobs_failed\":0,"
       "\"jobs_in_flight\":0,\"hits\":0,\"misses\":0,\"evictions\":0,\"workers\":0,"
       "\"job_latency_p50_us\":0,\"job_latency_p99_us\":0,\"idle_seconds\":0,"
       "\"replicated\":false,\"num_copies\":0,\"row_bytes\":0}],\"pools\":[]}");
@@ -101,12 +106,15 @@ TEST(StatsTextTest, HeaderAndOneRowPerEngine) {
             "region bytes  8 GiB of 64 GiB node cap\n"
             "gpu memory    cuda:0 64 MiB, cuda:1 96 MiB\n"
             "\n"
-            "engine   rows  free  writing  ready  reading  store bytes  load bytes  jobs done  "
-            "failed  in flight  hits  misses  evictions  workers  p50/p99 µs\n"
-            "llama/1  4096  4000       10     80        6        3 GiB    1536 MiB       1234  "
-            "     2          3   900     100         17        8    250/2000\n"
-            "tiny/0      0     0        0      0        0          0 B         0 B          0  "
-            "     0          0     0       0          0        0         0/0\n");
+            "engine   rows  free  writing  ready  reading  not ready       region ready  "
+            "store bytes  load bytes  jobs done  failed  in flight  hits  misses  evictions  "
+            "workers  p50/p99 µs\n"
+            "llama/1  4096  2999       10     80        6       1000  6192 MiB of 8 GiB  "
+            "      3 GiB    1536 MiB       1234       2          3   900     100         17  "
+            "      8    250/2000\n"
+            "tiny/0      0     0        0      0        0          0         0 B of 0 B  "
+            "        0 B         0 B          0       0          0     0       0          0  "
+            "      0         0/0\n");
 }
 
 v1::StatsResponse WithPool() {
