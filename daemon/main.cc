@@ -35,7 +35,8 @@ ABSL_FLAG(int64_t, job_timeout_s, 30,
           "Seconds a job may wait for votes and copies before it fails.");
 ABSL_FLAG(uint64_t, max_blocks_per_job, 1u << 20,
           "Largest job part (GPU blocks) a worker may submit; larger ones are INVALID_ARGUMENT. "
-          "Also sizes the gRPC message limit (20 bytes per block).");
+          "Also sizes the gRPC message limit (52 bytes per block: a run of one block with its "
+          "five fields at their longest; kMaxSubmitBytesPerBlock).");
 ABSL_FLAG(uint32_t, max_engines, 256,
           "Most engines (DP replicas) at once; one more is RESOURCE_EXHAUSTED.");
 ABSL_FLAG(uint32_t, pool_max_members, 8,
