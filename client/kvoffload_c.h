@@ -60,7 +60,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or signature below changes; see kvo_abi_version(). */
-#define KVO_ABI_VERSION 5
+#define KVO_ABI_VERSION 6
 
 /* ---- Status codes (absl::StatusCode values) ------------------------------------------------ */
 #define KVO_OK 0
@@ -424,6 +424,31 @@ int kvo_scheduler_complete_load(kvo_scheduler* scheduler, const uint8_t* const* 
 /* Marks keys recently used (LRU). */
 int kvo_scheduler_touch(kvo_scheduler* scheduler, const uint8_t* const* keys,
                         const size_t* key_lens, size_t n, char* err, size_t err_len);
+
+/* How far the engine's region is populated and registered (ABI 6; README "serve while
+ * pinning"): rows not ready yet are never handed out, so a prepare_store that needs them is
+ * KVO_RESOURCE_EXHAUSTED until they are. */
+typedef struct kvo_readiness {
+  uint64_t region_epoch;         /* the region these numbers are of */
+  uint64_t num_rows;             /* rows online (a pool member: the pool's) */
+  uint64_t rows_not_ready;       /* of them, not registered yet; 0 = ready */
+  uint64_t region_bytes;
+  uint64_t region_ready_bytes;   /* == region_bytes once fully ready */
+  double first_ready_seconds;    /* from opening the engine to its first ready chunk; -1: not yet */
+  double fully_ready_seconds;    /* ... to its last; -1: not yet */
+} kvo_readiness;
+
+/* The engine's readiness, from Admin.Stats on the daemon's admin socket (admin.sock beside the
+ * data socket, within call_timeout_ms): the caller must be able to connect to it (its group;
+ * KVO_PERMISSION_DENIED naming it otherwise) and administer the engine (its owner, root or the
+ * daemon's --admin_group: KVO_NOT_FOUND otherwise, as for an engine that is gone). ABI 6. */
+int kvo_scheduler_readiness(kvo_scheduler* scheduler, kvo_readiness* readiness_out, char* err,
+                            size_t err_len);
+/* Polls kvo_scheduler_readiness until every row is registered: KVO_OK; after timeout_ms (>= 0;
+ * 0: one look) KVO_DEADLINE_EXCEEDED saying how far it got ("N of M rows not ready yet, X of Y
+ * region bytes registered"); readiness's error at once. ABI 6. */
+int kvo_scheduler_wait_until_ready(kvo_scheduler* scheduler, int64_t timeout_ms, char* err,
+                                   size_t err_len);
 
 /* Frees the handle (the engine's region stays; it belongs to the daemon). NULL is ignored. */
 void kvo_scheduler_close(kvo_scheduler* scheduler);

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/host/host_kv_memory.h"
+#include "client/testing/readiness_daemon.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
@@ -459,6 +460,69 @@ TEST_F(KvoffloadCTest, UnknownEngineIsNotFound) {
   EXPECT_EQ(kvo_scheduler_lookup(scheduler, keys.ptrs(), keys.lens(), 1, states, err, sizeof(err)),
             KVO_NOT_FOUND);
   EXPECT_NE(std::string(err).find("no engine c-dropped/0"), std::string::npos) << err;
+}
+
+TEST_F(KvoffloadCTest, ReadinessOfAReadyEngineThenOfADroppedOne) {
+  const kvo_engine_spec spec = Spec("c-ready");
+  kvo_geometry geometry;
+  kvo_scheduler* scheduler = OpenScheduler(spec, &geometry);
+  ASSERT_NE(scheduler, nullptr);
+  char err[512] = "sentinel";
+  EXPECT_EQ(kvo_scheduler_wait_until_ready(scheduler, 10000, err, sizeof(err)), KVO_OK) << err;
+  EXPECT_STREQ(err, "");
+  kvo_readiness r;
+  ASSERT_EQ(kvo_scheduler_readiness(scheduler, &r, err, sizeof(err)), KVO_OK) << err;
+  uint64_t epoch = 0;
+  ASSERT_EQ(kvo_scheduler_region_epoch(scheduler, &epoch, err, sizeof(err)), KVO_OK) << err;
+  EXPECT_EQ(r.region_epoch, epoch);
+  EXPECT_EQ(r.num_rows, geometry.num_rows);
+  EXPECT_EQ(r.rows_not_ready, 0u);
+  EXPECT_EQ(r.region_bytes, geometry.num_rows * geometry.row_bytes);
+  EXPECT_EQ(r.region_ready_bytes, r.region_bytes);
+  EXPECT_GE(r.first_ready_seconds, 0);
+  EXPECT_GE(r.fully_ready_seconds, r.first_ready_seconds);
+
+  EXPECT_EQ(kvo_scheduler_wait_until_ready(scheduler, -1, err, sizeof(err)), KVO_INVALID_ARGUMENT);
+  EXPECT_STREQ(err, "timeout_ms is -1, want 0 or more");
+  EXPECT_EQ(kvo_scheduler_readiness(scheduler, nullptr, err, sizeof(err)), KVO_INVALID_ARGUMENT);
+  EXPECT_EQ(kvo_scheduler_readiness(nullptr, &r, err, sizeof(err)), KVO_INVALID_ARGUMENT);
+
+  {
+    grpc::ClientContext context;
+    v1::DropEngineRequest request;
+    request.set_engine_id("c-ready");
+    v1::Empty response;
+    ASSERT_TRUE(daemon_->AdminStub()->DropEngine(&context, request, &response).ok());
+  }
+  EXPECT_EQ(kvo_scheduler_readiness(scheduler, &r, err, sizeof(err)), KVO_NOT_FOUND);
+  EXPECT_TRUE(absl::StartsWith(err, "engine c-ready/0 is not in the Stats of kvoffloadd at ")) << err;
+  EXPECT_EQ(kvo_scheduler_wait_until_ready(scheduler, 30000, err, sizeof(err)), KVO_NOT_FOUND);
+}
+
+// A region that stays half pinned (a stand-in daemon: the real one cannot be held there).
+TEST(KvoffloadCReadinessTest, WaitEndsDeadlineExceededSayingHowFarItGot) {
+  auto fake = client::testing::ReadinessDaemon::Start("c-stuck", /*not_ready_answers=*/-1);
+  ASSERT_TRUE(fake.ok()) << fake.status();
+  const kvo_engine_spec spec = Spec("c-stuck");
+  kvo_scheduler* scheduler = nullptr;
+  char err[512];
+  ASSERT_EQ(kvo_scheduler_open((*fake)->data_socket().c_str(), &spec, &scheduler, nullptr, err,
+                               sizeof(err)),
+            KVO_OK)
+      << err;
+  kvo_readiness r;
+  ASSERT_EQ(kvo_scheduler_readiness(scheduler, &r, err, sizeof(err)), KVO_OK) << err;
+  EXPECT_EQ(r.rows_not_ready, 96u);
+  EXPECT_EQ(r.num_rows, 128u);
+  EXPECT_EQ(r.region_ready_bytes, 262144u);
+  EXPECT_EQ(r.region_bytes, 1048576u);
+  EXPECT_EQ(r.fully_ready_seconds, -1);
+  EXPECT_EQ(kvo_scheduler_wait_until_ready(scheduler, 100, err, sizeof(err)),
+            KVO_DEADLINE_EXCEEDED);
+  EXPECT_STREQ(err,
+               "engine c-stuck/0 not ready after 100ms: 96 of 128 rows not ready yet, 262144 of "
+               "1048576 region bytes registered");
+  kvo_scheduler_close(scheduler);
 }
 
 TEST_F(KvoffloadCTest, ErrorBufferIsTruncatedAndOptional) {

@@ -3,6 +3,7 @@
 //
 // Scheduler side (one per engine replica):
 //   ASSIGN_OR_RETURN(auto scheduler, SchedulerClient::Open("/run/kvoffload/kvoffload.sock", spec));
+//   RETURN_IF_ERROR(scheduler->WaitUntilReady(absl::Seconds(30)));  // optional: every row online
 //   ASSIGN_OR_RETURN(auto store, scheduler->PrepareStore(keys));   // rows for the new keys
 //   ... workers store, the job finishes ...
 //   RETURN_IF_ERROR(scheduler->CompleteStore(store.keys, /*success=*/true));
@@ -229,6 +230,21 @@ struct PreparedStore {
   uint64_t region_epoch = 0;      // the region the rows are in (pass it with the parts)
 };
 
+// How far an engine's region is populated and registered (serve while pinning, README): a new
+// region's rows come online chunk by chunk after OpenEngine returns; rows not ready yet are never
+// handed out, so a PrepareStore that needs them is RESOURCE_EXHAUSTED until they are.
+struct EngineReadiness {
+  uint64_t region_epoch = 0;        // the region these numbers are of
+  uint64_t num_rows = 0;            // rows online (a pool member: the pool's)
+  uint64_t rows_not_ready = 0;      // of them, not registered yet
+  uint64_t region_bytes = 0;
+  uint64_t region_ready_bytes = 0;  // == region_bytes once fully ready
+  // Seconds from opening the engine until its first / last chunk was ready; -1: not yet.
+  double first_ready_seconds = -1;
+  double fully_ready_seconds = -1;
+  bool ready() const { return rows_not_ready == 0; }
+};
+
 // The scheduler's handle on an engine's region and row index. Thread-safe. Every index request
 // names the region the client knows (the daemon refuses it, FAILED_PRECONDITION, when the engine
 // has another), so no call is ever answered from a region the client has not adopted. A call
@@ -279,6 +295,18 @@ class SchedulerClient {
                                                     uint64_t* region_epoch = nullptr);
   absl::Status CompleteLoad(const std::vector<std::string>& keys);
   absl::Status Touch(const std::vector<std::string>& keys);
+
+  // The engine's readiness, from Admin.Stats on the daemon's admin socket (admin.sock in the data
+  // socket's directory, bounded by call_timeout): the caller must be able to connect to it (its
+  // group, kvoffload-admin when installed; PERMISSION_DENIED naming the group otherwise) and to
+  // administer the engine (its owner, root or --admin_group: the daemon lists no other engine,
+  // so a member uid gets NOT_FOUND, as does an engine that is gone).
+  absl::StatusOr<EngineReadiness> Readiness();
+  // Polls Readiness until every row is registered: OK then; DEADLINE_EXCEEDED after `timeout`
+  // saying how far it got ("N of M rows not ready yet, X of Y bytes"); Readiness's error at once.
+  // Bounded: returns within about timeout + call_timeout. `poll` is the pause between calls.
+  absl::Status WaitUntilReady(absl::Duration timeout,
+                              absl::Duration poll = absl::Milliseconds(20));
 
  private:
   struct Impl;

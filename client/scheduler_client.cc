@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "client/daemon_socket.h"
 #include "client/internal/grpc_call.h"
 #include "client/kvoffload_client.h"
@@ -451,6 +452,62 @@ absl::Status SchedulerClient::Touch(const Keys& keys) {
         impl_->TouchOnce(c, Slice(keys, p * chunk, std::min(keys.size(), (p + 1) * chunk))));
   }
   return absl::OkStatus();
+}
+
+// ---- Readiness (Admin.Stats on the admin socket). --------------------------------------------
+
+namespace {
+
+// As daemon/daemon.h kAdminSocketName: the daemon puts both sockets in its runtime directory.
+constexpr char kAdminSocketName[] = "admin.sock";
+
+std::string AdminSocketBeside(const std::string& data_socket) {
+  const size_t slash = data_socket.rfind('/');
+  return slash == std::string::npos ? kAdminSocketName
+                                    : data_socket.substr(0, slash + 1) + kAdminSocketName;
+}
+
+}  // namespace
+
+absl::StatusOr<EngineReadiness> SchedulerClient::Readiness() {
+  const std::string admin_socket = AdminSocketBeside(impl_->socket_path);
+  RETURN_IF_ERROR(CheckDaemonSocket(admin_socket));
+  v1::StatsResponse response;
+  grpc::Status status = v1::Admin::NewStub(internal::Dial(admin_socket))
+                            ->Stats(impl_->Context().get(), v1::StatsRequest(), &response);
+  if (!status.ok()) {
+    return CallStatus(status, "Stats (readiness)", admin_socket, impl_->options.call_timeout);
+  }
+  const EngineSpec& spec = impl_->spec;
+  for (const v1::EngineStats& e : response.engines()) {
+    if (e.engine_id() != spec.engine_id || e.dp_rank() != spec.dp_rank) continue;
+    return EngineReadiness{e.region_epoch(),       e.num_rows(),
+                           e.rows_not_ready(),     e.region_bytes(),
+                           e.region_ready_bytes(), e.region_first_ready_seconds(),
+                           e.region_fully_ready_seconds()};
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "engine ", spec.engine_id, "/", spec.dp_rank, " is not in the Stats of kvoffloadd at ",
+      admin_socket, ": it is gone (dropped, idle TTL, a restart that did not keep it), or this "
+      "uid may not administer it (only its owner, root and the daemon's --admin_group see it)"));
+}
+
+absl::Status SchedulerClient::WaitUntilReady(absl::Duration timeout, absl::Duration poll) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    ASSIGN_OR_RETURN(const EngineReadiness r, Readiness());
+    if (r.ready()) return absl::OkStatus();
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      const EngineSpec& spec = impl_->spec;
+      return absl::DeadlineExceededError(absl::StrCat(
+          "engine ", spec.engine_id, "/", spec.dp_rank, " not ready after ",
+          absl::FormatDuration(timeout), ": ", r.rows_not_ready, " of ", r.num_rows,
+          " rows not ready yet, ", r.region_ready_bytes, " of ", r.region_bytes,
+          " region bytes registered"));
+    }
+    absl::SleepFor(std::max(absl::ZeroDuration(), std::min(poll, deadline - now)));
+  }
 }
 
 }  // namespace kvoffload::client

@@ -24,6 +24,7 @@ int main(void) {
   struct kvo_worker_info info;
   kvo_finished finished;
   kvo_geometry geometry;
+  kvo_readiness readiness;
   uint64_t block = 0, row = 0;
   size_t n = 0;
 
@@ -42,6 +43,8 @@ int main(void) {
   CHECK(kvo_worker_poll(NULL, &finished, 1, &n, err, sizeof err) == KVO_INVALID_ARGUMENT);
   CHECK(kvo_worker_wait(NULL, 1, 0, &finished, err, sizeof err) == KVO_INVALID_ARGUMENT);
   CHECK(kvo_scheduler_geometry(NULL, &geometry, err, sizeof err) == KVO_INVALID_ARGUMENT);
+  CHECK(kvo_scheduler_readiness(NULL, &readiness, err, sizeof err) == KVO_INVALID_ARGUMENT);
+  CHECK(kvo_scheduler_wait_until_ready(NULL, 0, err, sizeof err) == KVO_INVALID_ARGUMENT);
   spec.engine_id = NULL;
   CHECK(kvo_worker_connect_host("/nonexistent.sock", &spec, 0, NULL, 0, NULL, err, sizeof err) ==
         KVO_INVALID_ARGUMENT);

@@ -239,6 +239,33 @@ int kvo_scheduler_touch(kvo_scheduler* scheduler, const uint8_t* const* keys,
   });
 }
 
+int kvo_scheduler_readiness(kvo_scheduler* scheduler, kvo_readiness* readiness_out, char* err,
+                            size_t err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
+    if (absl::Status s = Required(readiness_out, "readiness_out"); !s.ok()) return s;
+    absl::StatusOr<kvo::EngineReadiness> r = scheduler->client->Readiness();
+    if (!r.ok()) return r.status();
+    *readiness_out = kvo_readiness{r->region_epoch,       r->num_rows,
+                                   r->rows_not_ready,     r->region_bytes,
+                                   r->region_ready_bytes, r->first_ready_seconds,
+                                   r->fully_ready_seconds};
+    return absl::OkStatus();
+  });
+}
+
+int kvo_scheduler_wait_until_ready(kvo_scheduler* scheduler, int64_t timeout_ms, char* err,
+                                   size_t err_len) {
+  return Guarded(err, err_len, [&]() -> absl::Status {
+    if (absl::Status s = CheckScheduler(scheduler); !s.ok()) return s;
+    if (timeout_ms < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("timeout_ms is ", timeout_ms, ", want 0 or more"));
+    }
+    return scheduler->client->WaitUntilReady(absl::Milliseconds(timeout_ms));
+  });
+}
+
 void kvo_scheduler_close(kvo_scheduler* scheduler) { delete scheduler; }
 
 }  // extern "C"

@@ -8,8 +8,9 @@ used).
 """
 
 from .client import (DEFAULT_CALL_TIMEOUT_S, DEFAULT_OPEN_TIMEOUT_S, Direction, EngineSpec,
-                     FinishedJob, Geometry, KeyState, KvoffloadError, PreparedStore, Scheduler,
-                     SessionPhase, SessionState, StatusCode, Worker, WorkerInfo, code_name, version)
+                     FinishedJob, Geometry, KeyState, KvoffloadError, PreparedStore, Readiness,
+                     Scheduler, SessionPhase, SessionState, StatusCode, Worker, WorkerInfo,
+                     code_name, version)
 from .host import HostAllocation, HostTensor
 from .staged import StagedWorker
 from .tensors import TensorView, kv_tensor_views
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_OPEN_TIMEOUT_S", "Direction", "EngineSpec", "FinishedJob", "Geometry",
     "HostAllocation", "HostTensor", "KeyState", "KvoffloadError", "LibraryNotFoundError",
-    "PreparedStore", "Scheduler", "SessionPhase", "SessionState", "StagedWorker", "StatusCode",
+    "PreparedStore", "Readiness", "Scheduler", "SessionPhase", "SessionState", "StagedWorker",
+    "StatusCode",
     "TensorView", "Worker", "WorkerInfo", "code_name", "kv_tensor_views", "version",
 ]

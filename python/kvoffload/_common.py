@@ -205,6 +205,24 @@ class Geometry:
 
 
 @dataclasses.dataclass(frozen=True)
+class Readiness:
+    """How far an engine's region is populated and registered (README "serve while pinning"):
+    rows not ready yet are never handed out, so a prepare_store that needs them raises
+    RESOURCE_EXHAUSTED until they are."""
+    region_epoch: int        # the region these numbers are of
+    num_rows: int            # rows online (a pool member: the pool's)
+    rows_not_ready: int      # of them, not registered yet
+    region_bytes: int
+    region_ready_bytes: int  # == region_bytes once fully ready
+    first_ready_seconds: float  # from opening the engine to its first ready chunk; -1: not yet
+    fully_ready_seconds: float  # ... to its last; -1: not yet
+
+    @property
+    def ready(self) -> bool:
+        return self.rows_not_ready == 0
+
+
+@dataclasses.dataclass(frozen=True)
 class WorkerInfo:
     """What the daemon answered at registration."""
     slot: int

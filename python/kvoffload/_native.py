@@ -8,7 +8,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 5  # KVO_ABI_VERSION this binding was written for
+ABI_VERSION = 6  # KVO_ABI_VERSION this binding was written for
 LIBRARY_NAME = "libkvoffload_c.so"
 ENV_LIBRARY = "KVOFFLOAD_LIB"
 
@@ -161,6 +161,18 @@ class c_session_state(ctypes.Structure):  # ABI 3
     ]
 
 
+class c_readiness(ctypes.Structure):  # ABI 6
+    _fields_ = [
+        ("region_epoch", ctypes.c_uint64),
+        ("num_rows", ctypes.c_uint64),
+        ("rows_not_ready", ctypes.c_uint64),
+        ("region_bytes", ctypes.c_uint64),
+        ("region_ready_bytes", ctypes.c_uint64),
+        ("first_ready_seconds", ctypes.c_double),
+        ("fully_ready_seconds", ctypes.c_double),
+    ]
+
+
 class c_finished(ctypes.Structure):
     _fields_ = [
         ("job_id", ctypes.c_uint64),
@@ -236,6 +248,8 @@ _PROTOTYPES = {
     "kvo_scheduler_prepare_load": (ctypes.c_int, _keys + [_P(ctypes.c_uint64)] + _err),
     "kvo_scheduler_complete_load": (ctypes.c_int, _keys + _err),
     "kvo_scheduler_touch": (ctypes.c_int, _keys + _err),
+    "kvo_scheduler_readiness": (ctypes.c_int, [_handle, _P(c_readiness)] + _err),  # ABI 6
+    "kvo_scheduler_wait_until_ready": (ctypes.c_int, [_handle, ctypes.c_int64] + _err),
     "kvo_scheduler_close": (None, [_handle]),
 }
 

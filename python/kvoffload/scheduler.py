@@ -6,8 +6,8 @@ import threading
 from typing import List, Optional
 
 from . import _native
-from ._common import (EngineSpec, Geometry, KeyState, KvoffloadError, PreparedStore, StatusCode,
-                      _client_options, _err_buffer, _Handle, _raise_for)
+from ._common import (EngineSpec, Geometry, KeyState, KvoffloadError, PreparedStore, Readiness,
+                      StatusCode, _client_options, _err_buffer, _Handle, _raise_for)
 
 
 class _Keys:
@@ -166,6 +166,32 @@ class Scheduler(_Handle):
         err = _err_buffer()
         _raise_for(self._lib.kvo_scheduler_touch(self._h(), k.ptrs, k.lens, k.n, err, len(err)),
                    err)
+
+    def readiness(self) -> Readiness:
+        """The engine's readiness, from Admin.Stats on the daemon's admin socket (admin.sock
+        beside the data socket, within call_timeout_s). The caller must be able to connect to it
+        (its group; PERMISSION_DENIED naming it otherwise) and administer the engine (its owner,
+        root or the daemon's --admin_group; NOT_FOUND otherwise, as for an engine that is gone)."""
+        r = _native.c_readiness()
+        err = _err_buffer()
+        _raise_for(self._lib.kvo_scheduler_readiness(self._h(), ctypes.byref(r), err, len(err)),
+                   err)
+        return Readiness(region_epoch=r.region_epoch, num_rows=r.num_rows,
+                         rows_not_ready=r.rows_not_ready, region_bytes=r.region_bytes,
+                         region_ready_bytes=r.region_ready_bytes,
+                         first_ready_seconds=r.first_ready_seconds,
+                         fully_ready_seconds=r.fully_ready_seconds)
+
+    def wait_until_ready(self, timeout_s: float) -> None:
+        """Returns once every row of the region is registered. Raises KvoffloadError
+        DEADLINE_EXCEEDED after timeout_s (>= 0; 0: one look) saying how far it got ("N of M rows
+        not ready yet, X of Y region bytes registered"), and readiness()'s errors at once."""
+        if timeout_s < 0:
+            raise KvoffloadError(StatusCode.INVALID_ARGUMENT,
+                                 "timeout_s is %r, want 0 or more" % (timeout_s,))
+        err = _err_buffer()
+        _raise_for(self._lib.kvo_scheduler_wait_until_ready(
+            self._h(), int(round(timeout_s * 1000)), err, len(err)), err)
 
     def _close_handle(self, handle) -> None:
         self._lib.kvo_scheduler_close(handle)

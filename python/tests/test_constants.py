@@ -135,6 +135,18 @@ class ConstantsAgreeWithTheCHeader(unittest.TestCase):
         for name, value in client.ATTENTIONS.items():
             self.assertEqual(value, self.c["KVO_ATTENTION_" + name.upper()], name)
 
+    def test_readiness_struct_is_the_headers(self):
+        header = repo_file("client", "kvoffload_c.h")
+        struct = re.search(r"typedef struct kvo_readiness \{(.*?)\} kvo_readiness;", header,
+                           re.S).group(1)
+        struct = re.sub(r"/\*.*?\*/", "", struct, flags=re.S)
+        c_types = {"uint64_t": ctypes.c_uint64, "double": ctypes.c_double}
+        want = [(name, c_types[t]) for t, name in re.findall(r"^\s*(\w+)\s+(\w+);", struct, re.M)]
+        self.assertEqual(len(want), 7)
+        self.assertEqual(list(_native.c_readiness._fields_), want)
+        self.assertEqual([f.name for f in client.dataclasses.fields(client.Readiness)],
+                         [name for name, _ in want])
+
     def test_default_deadlines(self):
         c = self.c
         self.assertEqual(client.DEFAULT_OPEN_TIMEOUT_S * 1000, c["KVO_DEFAULT_OPEN_TIMEOUT_MS"])
