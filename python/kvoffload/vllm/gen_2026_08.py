@@ -52,24 +52,21 @@ class KvoffloadManager(OffloadingManager):
     """The 2026-08 generation's OffloadingManager over core.ManagerCore.
 
     vLLM asks lookup() one key at a time, and touches the request's keys only after its
-    lookups. So that a request costs one daemon call per scheduling attempt rather than one per
-    block: the first lookup of a request (one vLLM announced with on_new_request) whose keys are
-    not known yet asks the daemon for that key; a hit is answered, and the rest of this
-    attempt's lookups answer RETRY without a call
-    (vLLM keeps scanning, then tries the request again next step). The touch that follows gives
-    the request's keys; the next attempt's first lookup looks up all of them from its position
-    in one call, and that attempt's later lookups are answered from it. Answers are kept only
+    lookups. Admission never costs a step: a key not known from a touch is looked up alone and
+    answered at once (HIT in the same scheduling step; never RETRY). Once a touch gave the
+    request's keys, the next attempt's first lookup looks up all of them from its position in
+    one call, and that attempt's later lookups are answered from it. Answers are kept only
     within one attempt (cleared by touch, by every store/load call and at the end of each
-    scheduler step), so they are never staler than the daemon's own answer would be in the
-    same step."""
+    scheduler step), so they are never staler than the daemon's own answer in the same step.
+    HIT_PENDING is answered only for a store vLLM has submitted: this generation calls
+    complete_store when the store job ends, so a pending key's copy is in flight and bounded
+    (PENDING_TIMEOUT_S)."""
 
     def __init__(self, core_):
         self.core = core_
         self._keys = {}        # req_id -> {key: position}, from the request's last touch
         self._key_lists = {}   # req_id -> [keys], same order
         self._states = {}      # req_id -> {key: KeyState}, this attempt's batched lookup
-        self._collecting = set()  # req_ids whose attempt answers RETRY until the next touch
-        self._live = set()        # req_ids between on_new_request and on_request_finished
 
     def _forget_states(self):
         self._states = {}
@@ -89,12 +86,7 @@ class KvoffloadManager(OffloadingManager):
             states = dict(zip(batch, self.core.lookup_many(batch)))
             self._states[rid] = states
             return _LOOKUP.get(states.get(key), LookupResult.MISS)
-        if rid is not None and rid in self._collecting:
-            return LookupResult.RETRY
-        state = self.core.lookup(key)
-        if rid in self._live and state in (KeyState.HIT, KeyState.HIT_PENDING):
-            self._collecting.add(rid)  # only for requests vLLM schedules, not for probes
-        return _LOOKUP.get(state, LookupResult.MISS)
+        return _LOOKUP.get(self.core.lookup(key), LookupResult.MISS)
 
     @gen_common.never_raises(lambda: KvoffloadLoadStoreSpec([], failed=True))
     def prepare_load(self, keys, req_context):
@@ -109,7 +101,6 @@ class KvoffloadManager(OffloadingManager):
             self._key_lists[rid] = keys
             self._keys[rid] = {k: i for i, k in enumerate(keys)}
             self._states.pop(rid, None)
-            self._collecting.discard(rid)
         self.core.touch(keys)
 
     @gen_common.never_raises(None)
@@ -129,17 +120,12 @@ class KvoffloadManager(OffloadingManager):
         self.core.complete_store(keys, success=success)
 
     def on_new_request(self, req_context):
-        rid = getattr(req_context, "req_id", None)
-        if rid is not None:
-            self._live.add(rid)
         return RequestOffloadingContext(policy=OffloadPolicy.BLOCK_LEVEL)
 
     def on_request_finished(self, req_context):
         rid = getattr(req_context, "req_id", None)
         for table in (self._keys, self._key_lists, self._states):
             table.pop(rid, None)
-        self._collecting.discard(rid)
-        self._live.discard(rid)
 
     @gen_common.never_raises(list)
     def take_events(self):
@@ -147,7 +133,6 @@ class KvoffloadManager(OffloadingManager):
 
     def on_schedule_end(self, context):
         self._states = {}
-        self._collecting = set()
 
     def has_pending_work(self):
         return False
@@ -155,7 +140,6 @@ class KvoffloadManager(OffloadingManager):
     @gen_common.never_raises(None)
     def reset_cache(self):
         self._forget_states()
-        self._collecting = set()
         self.core.reset()
 
     def get_stats(self):

@@ -25,6 +25,7 @@ MEDIUM = "KVOFFLOAD"    # LoadStoreSpec.medium() of kvoffload rows: routes trans
 EVENT_MEDIUM = "CPU"    # the medium of KV events: kvoffload rows are host memory
 _STORE_TYPE = ("GPU", MEDIUM)
 _LOAD_TYPE = (MEDIUM, "GPU")
+_OWN_PENDING_IS_MISS = True  # complete_store waits for the storing request to finish
 
 
 class KvoffloadLoadStoreSpec(gen_common.RowSpecMixin, BlockIDsLoadStoreSpec):
@@ -41,7 +42,12 @@ class KvoffloadManager(OffloadingManager):
 
     lookup() is called once per key, after a touch() of all the request's keys: the first
     lookup of a touched key looks up the rest of the touched keys in one daemon call, and later
-    lookups of the same request are answered from that (until any other manager call)."""
+    lookups of the same request are answered from that (until any other manager call).
+
+    Admission: vLLM 0.20 calls complete_store only when the storing request finishes, so a key
+    this manager prepared for a store and has not completed answers False (recompute now, as
+    vLLM's CPU manager does); None (ask again next step) only for a key being written by a
+    store that is already committed (its copy in flight, bounded by PENDING_TIMEOUT_S)."""
 
     def __init__(self, core_):
         self.core = core_
@@ -60,10 +66,11 @@ class KvoffloadManager(OffloadingManager):
             pos = self._touched.get(key)
             if pos is not None:
                 batch = self._touched_keys[pos:]
-                self._states = dict(zip(batch, self.core.lookup_many(batch)))
+                states = self.core.lookup_many(batch, _OWN_PENDING_IS_MISS)
+                self._states = dict(zip(batch, states))
                 state = self._states.get(key, KeyState.MISS)
             else:
-                state = self.core.lookup(key)
+                state = self.core.lookup(key, _OWN_PENDING_IS_MISS)
         if state == KeyState.HIT:
             return True
         if state == KeyState.HIT_PENDING:

@@ -128,12 +128,18 @@ class ManagerCore:
 
     # -- index calls -------------------------------------------------------------------------
 
-    def lookup(self, key):
+    def lookup(self, key, own_store_pending_is_miss=False):
         """KeyState of one key: HIT (readable), HIT_PENDING (being written) or MISS. Errors
         are a MISS (logged)."""
-        return self.lookup_many((key,))[0]
+        return self.lookup_many((key,), own_store_pending_is_miss)[0]
 
-    def lookup_many(self, keys):
+    def lookup_many(self, keys, own_store_pending_is_miss=False):
+        """KeyStates of the keys, in order. own_store_pending_is_miss: a generation whose
+        complete_store waits for the storing request to finish (vLLM 0.20) passes True, and a
+        key still pending because this manager prepared its store and has not completed it is
+        a MISS (vLLM recomputes at once, as its own CPU manager does) rather than HIT_PENDING,
+        which would hold the request until the storing request ends (docs/vllm.md,
+        admission)."""
         self._flush_commits()
         k = self._k(keys)
         try:
@@ -141,6 +147,9 @@ class ManagerCore:
         except Exception as e:  # noqa: BLE001 — never into vLLM
             self._log.warn("lookup", e)
             return [KeyState.MISS] * len(k)
+        if own_store_pending_is_miss and self._outstanding:
+            states = [KeyState.MISS if st == KeyState.HIT_PENDING and key in self._outstanding
+                      else st for key, st in zip(k, states)]
         return [self._aged(key, st) for key, st in zip(k, states)]
 
     def _aged(self, key, state):
