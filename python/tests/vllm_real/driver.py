@@ -5,7 +5,7 @@ files of a given vLLM generation) driving kvoffload.vllm.KvoffloadSpec against a
     PYTHONPATH=python KVOFFLOAD_DAEMON=... KVOFFLOAD_LIB=... \
         python3 python/tests/vllm_real/driver.py --src /work/vllm-src --gen v0_20_2 [--cuda]
 
---src holds one folder per generation (v0_20_2/, main_2026_08/), each materialised by
+--src holds one folder per generation (v0_20_2/, main_2026_08/, main_7cfb97e/), each made by
 prepare.sh from MANIFEST.tsv. The scheduler side runs in this process (a small vLLM-like
 engine: block pool with prefix cache, waiting/running queues, preemption, the connector calls
 in vLLM's order); each TP rank's worker side runs in its own process (spawned), receiving the
@@ -41,7 +41,7 @@ if os.path.join(REPO, "python") not in sys.path:
 
 import stubs  # noqa: E402
 
-GENERATIONS = ("v0_20_2", "main_2026_08")
+GENERATIONS = ("v0_20_2", "main_2026_08", "main_7cfb97e")
 CONNECTOR_MOD = "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector"
 
 
