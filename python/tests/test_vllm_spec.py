@@ -10,6 +10,7 @@ generation, against the real daemon on its host backend. No vLLM, no GPU.
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -120,7 +121,8 @@ class ImportTest(unittest.TestCase):
         self.assertEqual(lines[0], "['v0.20', '2026-08']")
         self.assertTrue(lines[1].startswith("ImportError kvoffload.vllm needs vLLM"), lines)
         self.assertIn("vLLM 0.20.2 (tag v0.20.2, commit bc150f5, 2026-05-07)", lines[1])
-        self.assertIn("vLLM main of 2026-08-17 (commit 017e9f4)", lines[1])
+        self.assertIn("vLLM main of 2026-08-17 (commit 017e9f4) to 2026-08-20 (commit 7cfb97e)",
+                      lines[1])
 
     def test_an_unsupported_vllm_gets_an_import_error_naming_the_supported_ones(self):
         d = tempfile.mkdtemp(prefix="kvo-vllm-", dir="/tmp")
@@ -138,6 +140,27 @@ class ImportTest(unittest.TestCase):
         self.assertTrue(lines[0].startswith("ImportError kvoffload.vllm supports vLLM 0.20.2"),
                         lines)
         self.assertIn("this vLLM (0.11.0) matches neither", lines[0])
+
+    def test_the_chunk_renamed_interface_gets_an_import_error_at_start(self):
+        """vLLM after the block-to-chunk rename (OffloadPolicy.CHUNK_LEVEL, no BLOCK_LEVEL):
+        refused at import, not an AttributeError in on_new_request later."""
+        d = tempfile.mkdtemp(prefix="kvo-vllm-", dir="/tmp")
+        self.addCleanup(subprocess.run, ["rm", "-rf", d])
+        shutil.copytree(os.path.join(HERE, "vllm_double", "main_2026_08", "vllm"),
+                        os.path.join(d, "vllm"))
+        base = os.path.join(d, "vllm", "v1", "kv_offload", "base.py")
+        with open(base) as f:
+            text = f.read()
+        with open(base, "w") as f:
+            f.write(text.replace("BLOCK_LEVEL", "CHUNK_LEVEL"))
+        lines = self.run_python(
+            "import kvoffload.vllm as kv\n"
+            "try:\n"
+            "    kv.KvoffloadSpec\n"
+            "except ImportError as e:\n"
+            "    print('ImportError', e)\n", extra_path=[d])
+        self.assertTrue(lines[0].startswith("ImportError kvoffload.vllm supports"), lines)
+        self.assertIn("OffloadPolicy.BLOCK_LEVEL", lines[0])
 
 
 def _v020_configs(extra, tp=1, pp=1, nnodes=1, executor="mp", use_mla=False, layers=LAYERS,

@@ -26,7 +26,7 @@ need no vLLM: kvoffload.vllm.config (EngineSpec and settings) and kvoffload.vllm
 
 SUPPORTED_VLLM = (
     ("v0.20", "vLLM 0.20.2 (tag v0.20.2, commit bc150f5, 2026-05-07)"),
-    ("2026-08", "vLLM main of 2026-08-17 (commit 017e9f4)"),
+    ("2026-08", "vLLM main of 2026-08-17 (commit 017e9f4) to 2026-08-20 (commit 7cfb97e)"),
 )
 PINNED_VLLM_VERSION = "0.20.2 and main 2026-08-17 (017e9f4)"  # what pip_install_test prints
 MEDIUM = "KVOFFLOAD"  # vLLM 0.20: LoadStoreSpec.medium() of kvoffload rows
@@ -88,6 +88,8 @@ def _check_2026_08():
          _fields(base.TransferResult), "TransferResult(job_id, success, transfer_size, "
          "transfer_time)"),
         ("policy" in _fields(base.RequestOffloadingContext), "RequestOffloadingContext(policy)"),
+        (hasattr(base.OffloadPolicy, "BLOCK_LEVEL"),
+         "OffloadPolicy.BLOCK_LEVEL (vLLM after the block-to-chunk rename is not supported)"),
         (hasattr(base.Medium, "CPU") and hasattr(base.LookupResult, "HIT_PENDING"),
          "Medium.CPU, LookupResult.HIT_PENDING"),
     ]
