@@ -108,6 +108,15 @@ class ImportTest(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         return out.stdout.splitlines()
 
+    def import_error(self, vllm_dir):
+        """The lines printed by importing KvoffloadSpec with vllm_dir first on sys.path."""
+        return self.run_python(
+            "import kvoffload.vllm as kv\n"
+            "try:\n"
+            "    kv.KvoffloadSpec\n"
+            "except ImportError as e:\n"
+            "    print('ImportError', e)\n", extra_path=[vllm_dir])
+
     def test_import_needs_no_vllm(self):
         lines = self.run_python(
             "import sys, kvoffload.vllm as kv\n"
@@ -131,12 +140,7 @@ class ImportTest(unittest.TestCase):
         for p in ("vllm", "vllm/v1", "vllm/v1/kv_offload"):
             with open(os.path.join(d, p, "__init__.py"), "w") as f:
                 f.write("__version__ = '0.11.0'\n" if p == "vllm" else "")
-        lines = self.run_python(
-            "import kvoffload.vllm as kv\n"
-            "try:\n"
-            "    kv.KvoffloadSpec\n"
-            "except ImportError as e:\n"
-            "    print('ImportError', e)\n", extra_path=[d])
+        lines = self.import_error(d)
         self.assertTrue(lines[0].startswith("ImportError kvoffload.vllm supports vLLM 0.20.2"),
                         lines)
         self.assertIn("this vLLM (0.11.0) matches neither", lines[0])
@@ -153,12 +157,7 @@ class ImportTest(unittest.TestCase):
             text = f.read()
         with open(base, "w") as f:
             f.write(text.replace("BLOCK_LEVEL", "CHUNK_LEVEL"))
-        lines = self.run_python(
-            "import kvoffload.vllm as kv\n"
-            "try:\n"
-            "    kv.KvoffloadSpec\n"
-            "except ImportError as e:\n"
-            "    print('ImportError', e)\n", extra_path=[d])
+        lines = self.import_error(d)
         self.assertTrue(lines[0].startswith("ImportError kvoffload.vllm supports"), lines)
         self.assertIn("OffloadPolicy.BLOCK_LEVEL", lines[0])
 
