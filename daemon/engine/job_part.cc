@@ -72,7 +72,7 @@ absl::StatusOr<ValidPart> ValidatePart(const JobPart& part, const common::Geomet
   if (part.region_epoch != common::kUncheckedRegionEpoch &&
       part.region_epoch != bounds.region_epoch) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: planned against region epoch %016x but the engine now has region epoch %016x: the "
+        "%s: planned against region epoch %x but the engine now has region epoch %x: the "
         "region was dropped and re-created, so rows stored before hold no data",
         who, part.region_epoch, bounds.region_epoch));
   }

@@ -39,12 +39,12 @@ uint64_t RandomEpoch() {
 std::string EpochMismatch(const std::string& key, uint64_t expected, uint64_t actual) {
   if (actual == 0) {
     return absl::StrFormat(
-        "engine %s: the region of epoch %016x no longer exists (dropped: idle TTL, an operator, "
+        "engine %s: the region of epoch %x no longer exists (dropped: idle TTL, an operator, "
         "or a daemon restart); its rows are gone. Open without an epoch to start afresh",
         key, expected);
   }
   return absl::StrFormat(
-      "engine %s: expected region epoch %016x but the region now has epoch %016x (re-created "
+      "engine %s: expected region epoch %x but the region now has epoch %x (re-created "
       "since; rows stored before hold no data)",
       key, expected, actual);
 }
