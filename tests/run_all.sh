@@ -103,7 +103,7 @@ if [[ $bazel_rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi  # a target that cr
 echo "gcc: $passed passed, $failed failed in $targets targets"
 stage_end
 
-echo "== GPU tests (tag gpu): skipped here, they run on the accelerator machine (tests/gpu/run_on_device.sh)"
+echo "== GPU tests (tag gpu): skipped here, they run on the accelerator machine (tests/gpu_e2e/run_on_device.sh)"
 for target in $(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null); do
   echo "SKIPPED (no GPU on this machine): $target"
 done
