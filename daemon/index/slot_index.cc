@@ -405,15 +405,16 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
                                  : rows_evictable_ - protected_evictable;
   const uint64_t available = rows_free_ + evictable;
   if (status.ok() && needed > available) {
+    const uint64_t not_ready = NotReadyRowsLocked();
     status = absl::ResourceExhaustedError(absl::StrFormat(
         "%s: %d new keys need rows but only %d can be found (%d free, %d evictable); of %d rows "
         "%d are writing, %d reading, %d ready but busy or part of this request, %d quarantined, "
         "%d not ready yet, %d offline, %d kept for other members' floors (%d rows each)%s",
         kOp, needed, available, rows_free_, evictable, num_rows_, rows_writing_, rows_reading_,
         rows_ready_ - (rows_evictable_ - protected_evictable), rows_quarantined_,
-        NotReadyRowsLocked(), rows_offline_ - PoolNotReadyRowsLocked(),
+        not_ready, rows_offline_ - PoolNotReadyRowsLocked(),
         rows_evictable_ - protected_evictable - evictable, member_floor_rows_,
-        NotReadyRowsLocked() == 0
+        not_ready == 0
             ? ""
             : "; rows not ready yet come online as the region is populated and registered "
               "(seconds per tens of GiB): retry when Stats' rows_not_ready is 0, or after a "
@@ -541,7 +542,7 @@ absl::StatusOr<std::vector<uint64_t>> SlotIndex::PrepareLoad(const std::vector<s
       ++rows_reading_;
     }
     ++r.readers;
-    if (track_pins_) ++member_pins_[member][row];
+    if (pool_) ++member_pins_[member][row];
     if (r.member != member) ++members_[member].counts.cross_member_loads;
   }
   members_[member].counts.loads += scratch_rows_.size();
@@ -563,7 +564,7 @@ absl::Status SlotIndex::CompleteLoad(const std::vector<std::string>& keys, uint3
       });
   if (!status.ok()) return status;
   for (auto it = scratch_rows_.rbegin(); it != scratch_rows_.rend(); ++it) {
-    if (track_pins_) ForgetPin(*it, member);
+    if (pool_) ForgetPin(*it, member);
     DropReader(*it);
   }
   return absl::OkStatus();

@@ -605,10 +605,11 @@ class SlotIndex {
   // Rows [0, segment_ready_[s]) of an online segment have been handed to the free list.
   std::array<uint32_t, kMaxMembers> segment_ready_ ABSL_GUARDED_BY(mu_){};
   uint32_t segments_offline_ ABSL_GUARDED_BY(mu_) = 0;
-  // Pools only (CreatePool): each member's PrepareLoad pins, row → count, so that a member that
-  // leaves without CompleteLoad does not pin rows for ever. Allocates under the lock as pins are
-  // taken; a private index tracks nothing (its engine and index go together).
-  bool track_pins_ ABSL_GUARDED_BY(mu_) = false;
+  // Made by CreatePool: its members' pins are tracked and its not-ready rows are parked.
+  bool pool_ ABSL_GUARDED_BY(mu_) = false;
+  // Pools only: each member's PrepareLoad pins, row → count, so that a member that leaves
+  // without CompleteLoad does not pin rows for ever. Allocates under the lock as pins are taken;
+  // a private index tracks nothing (its engine and index go together).
   std::array<absl::flat_hash_map<uint32_t, uint32_t>, kMaxMembers> member_pins_
       ABSL_GUARDED_BY(mu_);
   uint64_t rows_offline_ ABSL_GUARDED_BY(mu_) = 0;

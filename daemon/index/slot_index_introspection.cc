@@ -12,7 +12,7 @@ namespace kvoffload::daemon {
 
 uint64_t SlotIndex::PoolNotReadyRowsLocked() const {
   uint64_t rows = 0;
-  for (uint32_t s = 0; track_pins_ && s < num_segments_; ++s) {
+  for (uint32_t s = 0; pool_ && s < num_segments_; ++s) {
     if (!segment_offline_[s]) rows += segment_rows_ - segment_ready_[s];
   }
   return rows;
@@ -29,7 +29,7 @@ SlotIndex::Counts SlotIndex::counts() const {
   // A pool parks the rows of an online segment that are not ready yet as it parks an offline
   // segment's: they count as not ready, not offline (online rows add up without them).
   const uint64_t pool_not_ready = PoolNotReadyRowsLocked();
-  c.rows_not_ready = NotReadyRowsLocked();
+  c.rows_not_ready = num_rows_ - ready_end_ + pool_not_ready;
   c.rows_free = rows_free_;
   c.rows_quarantined = rows_quarantined_;
   c.rows_writing = rows_writing_;

@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<SlotIndex>> SlotIndex::CreatePool(const PoolShape
   }
   index->segments_offline_ = shape.num_segments;
   index->rows_offline_ = num_rows;
-  index->track_pins_ = true;
+  index->pool_ = true;
   return index;
 }
 

@@ -124,7 +124,7 @@ absl::Status SlotIndex::CheckInvariants() const {
   }
   if (offline != rows_offline_) return fail(offline, " parked rows, counter says ", rows_offline_);
   // Pools: the members' recorded pins are READING rows' readers, all of them.
-  if (track_pins_) {
+  if (pool_) {
     std::vector<uint64_t> pins(num_rows_, 0);
     for (const auto& member : member_pins_) {
       for (const auto& [row, count] : member) {
