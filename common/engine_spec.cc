@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/engine_spec_fields.h"
+#include "common/refusals.h"
 
 namespace kvoffload::common {
 namespace {
@@ -29,16 +30,16 @@ absl::StatusOr<Executor> ParseExecutor(absl::string_view name) {
   if (name == "mp") return Executor::kMp;
   if (name == "ray") return Executor::kRay;
   if (name == "external") return Executor::kExternal;
-  return absl::InvalidArgumentError(absl::StrCat("rule known_executor: unknown executor ",
-                                                 Quoted(name),
-                                                 "; expected one of uni, mp, ray, external"));
+  return SpecRule(absl::StatusCode::kInvalidArgument, "known_executor",
+                  absl::StrCat("unknown executor ", Quoted(name),
+                               "; expected one of uni, mp, ray, external"));
 }
 
 absl::StatusOr<Attention> ParseAttention(absl::string_view name) {
   if (name == "mha") return Attention::kMha;
   if (name == "mla") return Attention::kMla;
-  return absl::InvalidArgumentError(absl::StrCat("rule known_attention: unknown attention ",
-                                                 Quoted(name), "; expected one of mha, mla"));
+  return SpecRule(absl::StatusCode::kInvalidArgument, "known_attention",
+                  absl::StrCat("unknown attention ", Quoted(name), "; expected one of mha, mla"));
 }
 
 const char* ExecutorName(Executor e) {

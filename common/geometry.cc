@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/refusals.h"
 #include "common/status_macros.h"
 
 namespace kvoffload::common {
@@ -15,16 +16,12 @@ namespace {
 
 constexpr size_t kMaxEngineIdLength = 128;
 
-absl::Status RuleError(absl::StatusCode code, absl::string_view rule, absl::string_view message) {
-  return absl::Status(code, absl::StrCat("rule ", rule, ": ", message));
-}
-
 absl::Status InvalidRule(absl::string_view rule, absl::string_view message) {
-  return RuleError(absl::StatusCode::kInvalidArgument, rule, message);
+  return SpecRule(absl::StatusCode::kInvalidArgument, rule, message);
 }
 
 absl::Status UnsupportedRule(absl::string_view rule, absl::string_view message) {
-  return RuleError(absl::StatusCode::kFailedPrecondition, rule, message);
+  return SpecRule(absl::StatusCode::kFailedPrecondition, rule, message);
 }
 
 // a × b, or false when the product does not fit in 64 bits.
@@ -204,10 +201,10 @@ absl::StatusOr<Geometry> ComputeGeometry(const EngineSpec& spec) {
   g.row_bytes = (copies_bytes + kRowAlignment - 1) / kRowAlignment * kRowAlignment;
   g.num_rows = spec.budget_bytes / g.row_bytes;
   if (g.num_rows == 0) {
-    return RuleError(absl::StatusCode::kResourceExhausted, "budget_holds_a_row",
-                     absl::StrCat("budget_bytes ", spec.budget_bytes, " holds no row of ",
-                                  g.row_bytes, " bytes (", g.num_copies, " copies x ", g.slot_bytes,
-                                  " slot bytes, rounded up to ", kRowAlignment, ")"));
+    return SpecRule(absl::StatusCode::kResourceExhausted, "budget_holds_a_row",
+                    absl::StrCat("budget_bytes ", spec.budget_bytes, " holds no row of ",
+                                 g.row_bytes, " bytes (", g.num_copies, " copies x ", g.slot_bytes,
+                                 " slot bytes, rounded up to ", kRowAlignment, ")"));
   }
   g.capacity_bytes = g.num_rows * g.row_bytes;
   return g;

@@ -4,8 +4,9 @@
 //   ASSIGN_OR_RETURN(Geometry g, ComputeGeometry(spec));
 //   ASSIGN_OR_RETURN(uint32_t slot, SlotOf(spec, g, mp_rank));
 //
-// Every rejection is an absl::Status whose message starts with "rule <name>: " so operators and
-// tests can tell which rule failed. Nothing here allocates memory for a region.
+// Every rejection is common::SpecRule (common/refusals.h): reason spec_rule with metadata
+// rule=<name>, for clients and tests, and a message that starts with "rule <name>: " for
+// operators. Nothing here allocates memory for a region.
 #ifndef KVOFFLOAD_COMMON_GEOMETRY_H_
 #define KVOFFLOAD_COMMON_GEOMETRY_H_
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes docs/api.md, the gRPC API reference, from the comments of kvoffload.proto.
+"""Writes docs/api.md, the gRPC API reference, from the comments of kvoffload.proto and of
+error_info.proto (the error reasons).
 
   python3 proto/gen_api_doc.py            # rewrite docs/api.md
   python3 proto/gen_api_doc.py --check    # exit 1 if docs/api.md is stale (CI)
@@ -10,13 +11,23 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO = ROOT / "proto/kvoffload/v1/kvoffload.proto"
+ERRORS = ROOT / "proto/kvoffload/v1/error_info.proto"
 DOC = ROOT / "docs/api.md"
 
 
-def render(text: str) -> str:
+def render(text: str, errors: str = "") -> str:
     out = ["# kvoffload gRPC API (`kvoffload.v1`)", "",
-           "Generated from `proto/kvoffload/v1/kvoffload.proto` by `proto/gen_api_doc.py`; "
-           "edit the .proto comments, not this file.", ""]
+           "Generated from `proto/kvoffload/v1/kvoffload.proto` and `error_info.proto` by "
+           "`proto/gen_api_doc.py`; edit the .proto comments, not this file.", ""]
+    out.extend(render_file(text))
+    if errors:
+        out.extend(["", "## Errors (`error_info.proto`)", ""])
+        out.extend(render_file(errors))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_file(text: str) -> list:
+    out: list[str] = []
     lines = text.splitlines()
     comment: list[str] = []
     header_done = False
@@ -95,11 +106,11 @@ def render(text: str) -> str:
             if raw.startswith("}"):
                 flush_block()
     flush_block()
-    return "\n".join(out).rstrip() + "\n"
+    return out
 
 
 def main() -> int:
-    doc = render(PROTO.read_text())
+    doc = render(PROTO.read_text(), ERRORS.read_text())
     if "--check" in sys.argv:
         if not DOC.exists() or DOC.read_text() != doc:
             print("docs/api.md is stale: run python3 proto/gen_api_doc.py", file=sys.stderr)
