@@ -41,7 +41,10 @@ if os.path.join(REPO, "python") not in sys.path:
 
 import stubs  # noqa: E402
 
-GENERATIONS = ("v0_20_2", "main_2026_08", "main_7cfb97e")
+# vLLM releases, oldest first, then the two main snapshots (MANIFEST.tsv has each one's files).
+# v0_22_1 and v0_25_1 are byte-identical to v0_22_0 and v0_25_0 for every file listed.
+GENERATIONS = ("v0_20_2", "v0_21_0", "v0_22_0", "v0_22_1", "v0_23_0", "v0_24_0", "v0_25_0",
+               "v0_25_1", "v0_26_0", "main_2026_08", "main_7cfb97e")
 CONNECTOR_MOD = "vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector"
 
 
@@ -65,6 +68,7 @@ class Cfg:
     events: bool = False
     use_mla: bool = False
     kv_load_failure_policy: str = "fail"  # vLLM's default
+    spec: str = "kvoffload"  # kvoffload | cpu (vLLM's own CPU manager, cpu_baseline.py)
     extra: dict = dataclasses.field(default_factory=dict)
 
     @property
@@ -89,6 +93,14 @@ def build_configs(cfg, rank):
              "cpu_bytes_to_use": cfg.budget_bytes, "socket_path": cfg.socket_path}
     if cfg.offload_block_size:
         extra["block_size"] = cfg.offload_block_size
+    if cfg.spec == "cpu":
+        factor = max(1, (cfg.offload_block_size or cfg.block_size) // cfg.block_size)
+        extra = {"spec_name": "HarnessCPUSpec", "spec_module_path": "cpu_baseline",
+                 "cpu_bytes_to_use": cfg.budget_bytes, "harness_factor": factor,
+                 "harness_events": cfg.events,  # vLLM's CPUOffloadingSpec rule:
+                 "harness_cpu_blocks": cfg.budget_bytes // (cfg.block_bytes * cfg.world * factor)}
+        if cfg.offload_block_size:
+            extra["block_size"] = cfg.offload_block_size
     extra.update(cfg.extra)
     par = S.ParallelConfig(tensor_parallel_size=cfg.world, rank=rank,
                            distributed_executor_backend="mp" if cfg.world > 1 else "uni")
@@ -517,6 +529,9 @@ class Engine:
         self.policy = cfg.kv_load_failure_policy
         self.events = []
         self.stepno = 0
+        self.arrived = {}  # req id -> stepno when added (its first chance is step arrived + 1)
+        self.admitted = {}  # req id -> (stepno, local, external tokens) of its first allocation
+        self.started = {}  # req id -> stepno it was first scheduled to compute
         self.wm_cls = None
         self.alive = self.conn is not None
         if self.conn is None:
@@ -544,6 +559,7 @@ class Engine:
         self.reqs[rid] = req
         self.blocks[rid] = []
         self.waiting.append(req)
+        self.arrived[rid] = self.stepno
         if hasattr(self.conn, "on_new_request"):
             self.calls("on_new_request", self.conn.on_new_request, req)
         return req
@@ -690,6 +706,7 @@ class Engine:
                 new = self._alloc(need) if need else []
                 self.blocks[rid].extend(new)
                 if fresh:
+                    self.admitted.setdefault(rid, (self.stepno, local, ext))
                     self.calls("update_state_after_alloc", self.conn.update_state_after_alloc,
                                req, self._kvblocks(rid), ext)
                 self.waiting.remove(req)
@@ -708,6 +725,7 @@ class Engine:
                 self.running.append(req)
                 n = req.num_tokens - req.num_computed_tokens
                 nst[rid] = n
+                self.started.setdefault(rid, self.stepno)
                 if resumed:
                     cached.req_ids.append(rid)
                     cached.resumed_req_ids.add(rid)
@@ -997,12 +1015,10 @@ class Engine:
     def lookup_keys(self, req):
         """The manager's lookup of each of req's offload keys (what vLLM would see)."""
         mgr = self.conn.connector_scheduler.manager
-        if self.cfg.gen == "v0_20_2":
-            abstract = sys.modules["vllm.v1.kv_offload.abstract"]
-            ctx = abstract.ReqContext(kv_transfer_params=None)
-        else:
-            abstract = sys.modules["vllm.v1.kv_offload.base"]
-            ctx = abstract.ReqContext(req_id=req.request_id)
+        abstract = (sys.modules.get("vllm.v1.kv_offload.abstract") or
+                    sys.modules["vllm.v1.kv_offload.base"])
+        fields = {f.name for f in dataclasses.fields(abstract.ReqContext)}
+        ctx = abstract.ReqContext(**({"req_id": req.request_id} if "req_id" in fields else {}))
         factor = max(1, (self.cfg.offload_block_size or self.bs) // self.bs)
         out = []
         for h in req.block_hashes[factor - 1::factor]:
@@ -1449,16 +1465,37 @@ def sc_pending_lookup(run, rep):
     names = sorted({getattr(x, "name", repr(x)) for x in st})
     rep.note("manager.lookup of a's 5 keys, store planned but not yet submitted: %s" % names)
     # 0.20 completes the store only when a finishes: a miss (recompute at once, as vLLM's CPU
-    # manager answers); 2026-08 completes it when the job ends: pending, bounded.
-    want = "False" if run.gen == "v0_20_2" else "HIT_PENDING"
-    rep.check("rows being written look up as %s, never as a hit" % want,
-              names == [want], str(names))
+    # manager answers); later generations complete it when its job ends: pending (bounded:
+    # None up to 0.24, HIT_PENDING from 0.25) or a miss, never a hit.
+    if "vllm.v1.kv_offload.abstract" in sys.modules:  # 0.20
+        want = {"False"}
+    elif hasattr(sys.modules["vllm.v1.kv_offload.base"], "LookupResult"):
+        want = {"HIT_PENDING", "MISS"}
+    else:
+        want = {"None", "False"}
+    rep.check("rows being written look up as one of %s, never as a hit" % sorted(want),
+              bool(names) and set(names) <= want, str(names))
+    cpu = _cpu_answer(run, rep, A)
+    if cpu is not None:
+        rep.note("vLLM's CPU manager on the same trace answers: %s" % cpu)
     e.drop_gpu_cache(in_use=True)
     e.add_request("b", A, max_tokens=2)
     rep.check("drained", e.drain(30))
     rep.note("b's lookups (local, external): %s" % e.hits.get("b"))
     e.verify_all()
     e.shutdown()
+
+
+def _cpu_answer(run, rep, A):
+    """What vLLM's own CPU manager answers in sc_pending_lookup's situation (None: this
+    generation has no CPU manager files)."""
+    e = run.engine(rep, "pending-cpu", spec="cpu")
+    e.add_request("a", A, max_tokens=6)
+    e.step()
+    names = sorted({getattr(x, "name", repr(x)) for x in e.lookup_keys(e.reqs["a"])})
+    e.drain(30)
+    e.shutdown()
+    return names
 
 
 def sc_shared_prefix_running(run, rep):
@@ -1487,6 +1524,85 @@ def sc_shared_prefix_running(run, rep):
     rep.check("drained", e.drain(60))
     e.verify_all()
     e.shutdown()
+
+
+def _admission_trace(e, tick):
+    """The trace of sc_admission_steps; returns the requests it measures."""
+    A = prompt(50, 5 * 16 + 5)
+    C = prompt(51, 6 * 16 + 5)
+    def settle():
+        for _ in range(200):
+            if e.idle() and not e._pending_jobs():
+                break
+            tick()
+        for _ in range(2):
+            tick()
+    e.add_request("a", A, max_tokens=3)
+    settle()
+    e.drop_gpu_cache()
+    e.add_request("b", A, max_tokens=2)  # every key READY: a hit, admitted at once
+    e.add_request("c", C, max_tokens=40)
+    for _ in range(3):
+        tick()  # c's prefill, its store planned and submitted, c decoding
+    e.drop_gpu_cache(in_use=True)
+    e.add_request("d", C, max_tokens=2)  # shares running c's prefix, c's store in flight/done
+    for _ in range(3):
+        tick()
+    e.drop_gpu_cache()
+    e.add_request("e1", A, max_tokens=2)  # two requests for one stored prefix in one step
+    e.add_request("e2", A, max_tokens=2)
+    settle()
+    e.drop_gpu_cache()
+    e.add_request("g", A[:48] + prompt(52, 40), max_tokens=2)  # 3 blocks of A, a new tail
+    settle()  # c finishes too: its store complete in every generation
+    e.drop_gpu_cache()
+    e.add_request("h", C, max_tokens=2)
+    settle()
+    return ["b", "d", "e1", "e2", "g", "h"]
+
+
+def sc_admission_steps(run, rep):
+    """The same trace on vLLM's own CPU offloading (the release's cpu/manager.py) and on
+    kvoffload: per request, the scheduling steps from its arrival to its admission (vLLM
+    allocated its blocks with the connector's answer: 1 = the first step after arrival) and to
+    its first computing step (after a load). Target: kvoffload's admission == vLLM's on every
+    request."""
+    got = {}
+    for spec in ("cpu", "kvoffload"):
+        try:
+            e = run.engine(rep, "admit-" + spec, spec=spec)
+        except ConnectorDown as ex:
+            rep.note("%s: %s" % (spec, ex))
+            got[spec] = collections.defaultdict(lambda: (None, None, None, None))
+            continue
+
+        def tick(e=e):
+            e.step()
+            time.sleep(0.02)
+        rids = _admission_trace(e, tick)
+        got[spec] = {}
+        for rid in rids:
+            st, local, ext = e.admitted.get(rid, (None, None, None))
+            got[spec][rid] = (None if st is None else st - e.arrived[rid],
+                              None if rid not in e.started else e.started[rid] - e.arrived[rid],
+                              local, ext)
+        e.verify_all()
+        e.shutdown()
+    rows = []
+    for rid in list(got["cpu"]):
+        c, k = got["cpu"][rid], got["kvoffload"][rid]
+        rows.append("%s: vLLM CPU admit %s run %s (local %s, ext %s) | kvoffload admit %s run %s "
+                    "(local %s, ext %s)" % ((rid,) + c + k))
+        rep.note("ADMISSION " + rows[-1])
+    same = [rid for rid in got["cpu"] if got["cpu"][rid][0] == got["kvoffload"][rid][0]]
+    rep.check("every request admitted by kvoffload in as many steps as by vLLM's CPU manager",
+              len(same) == len(got["cpu"]),
+              "differ: %s" % [r for r in got["cpu"] if r not in same])
+    rep.check("every request admitted (both)", all(v[0] is not None for g in got.values()
+                                                   for v in g.values()))
+    hits = [rid for rid in got["cpu"] if got["cpu"][rid][3]]
+    rep.check("vLLM's CPU manager hits on the trace (the measurement's coverage)",
+              len(hits) >= 3, str(hits))
 
 
 def sc_huge_request(run, rep):
@@ -1565,7 +1681,10 @@ def sc_decode_blocks(run, rep):
     e.add_request("b", turn2, max_tokens=2)
     rep.check("b drained", e.drain())
     local, ext = _hit(e, "b")
-    want = 112 if run.gen == "v0_20_2" else 80
+    cs_cfg = getattr(e.conn.connector_scheduler, "config", None)
+    # vLLM's offload_prompt_only (0.23 on: the spec's, default true); before it, every full block
+    prompt_only = bool(getattr(cs_cfg, "offload_prompt_only", False))
+    want = 80 if prompt_only else 112
     rep.check("b: %d tokens from kvoffload" % want, (local, ext) == (0, want),
               "local=%s external=%s" % (local, ext))
     e.verify_all()
@@ -1709,6 +1828,7 @@ SCENARIOS = collections.OrderedDict([
     ("abort_during_load", sc_abort_during_load),
     ("pending_lookup", sc_pending_lookup),
     ("shared_prefix_running", sc_shared_prefix_running),
+    ("admission_steps", sc_admission_steps),
     ("mla_tp2", sc_mla_tp2),
     ("stalled_daemon", sc_stalled_daemon),
     ("stress", sc_stress),

@@ -6,7 +6,8 @@
 #
 # Each SOURCE may be
 #   - a git directory or clone holding the commits (bare mirror: github eigen-hub/vllm has the
-#     v0.20.2 tag bc150f5, neuralmagic/vllm has main 017e9f4), read with `git show COMMIT:PATH`;
+#     v0.20.2 tag bc150f5, neuralmagic/vllm has main 017e9f4 and 7cfb97e, zh19990906/vllm has
+#     the tags v0.21.0 ... v0.26.0), read with `git show COMMIT:PATH`;
 #   - a folder laid out as DEST is (SOURCE/<generation>/<path>), e.g. an earlier DEST;
 #   - a plain vLLM checkout (SOURCE/<path>), used only when the file's sha256 matches.
 # Sources are tried in order for every file. Exits 1 naming each file it could not find or whose
@@ -80,10 +81,12 @@ if [ "$missing" -ne 0 ]; then
   echo "prepare.sh: $missing file(s) missing or wrong; $count ok" >&2
   exit 1
 fi
-cat >"$dest/README.txt" <<EOF
-vLLM files for kvoffload's real-source harness (python/tests/vllm_real), materialised by
-prepare.sh from MANIFEST.tsv; every sha256 checked. Not to be committed anywhere.
-v0_20_2:      vLLM tag v0.20.2, commit bc150f50299199599673614f80d12a196f377655 (2026-05-07)
-main_2026_08: vLLM main, commit 017e9f4448b700e85ee16023287b025693c72b9e (2026-08-17)
-EOF
+{
+  echo "vLLM files for kvoffload's real-source harness (python/tests/vllm_real), materialised by"
+  echo "prepare.sh from MANIFEST.tsv; every sha256 checked. Not to be committed anywhere."
+  echo "generation, commit, files:"
+  awk -F'\t' 'NR > 1 && $1 != "" { n[$1]++; c[$1] = $3; if (!($1 in o)) o[$1] = ++k }
+               END { for (g in o) printf "%d %-14s %s %d\n", o[g], g, c[g], n[g] }' "$manifest" |
+    sort -n | cut -d' ' -f2-
+} >"$dest/README.txt"
 echo "prepare.sh: $count files in $dest, sha256 verified"
