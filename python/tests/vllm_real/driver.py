@@ -785,6 +785,8 @@ class Engine:
             else:
                 self.known.pop(b, None)
         self.update_from_output(so, outs)
+        # Scheduler.make_stats: the scheduler side's connector stats every step
+        self.calls("get_kv_connector_stats", self.conn.get_kv_connector_stats)
         return so
 
     def _aggregate(self, outs):
@@ -988,6 +990,9 @@ class Engine:
         return False
 
     def _pending_jobs(self):
+        if hasattr(self.conn, "has_pending_push_work"):  # 0.24 on: Scheduler.has_requests
+            return bool(self.calls("has_pending_push_work", self.conn.has_pending_push_work,
+                                   default=False))
         cs = getattr(self.conn, "connector_scheduler", None)
         if cs is None:
             return False
@@ -1605,6 +1610,38 @@ def sc_admission_steps(run, rep):
               len(hits) >= 3, str(hits))
 
 
+def sc_reset_cache(run, rep):
+    """vLLM's reset_prefix_cache(reset_connector=True) calls the connector's reset_cache (0.22
+    on): no exception, and afterwards kvoffload serves what vLLM's own CPU manager serves on the
+    same trace (a hit or a miss, never wrong bytes)."""
+    got = {}
+    for spec in ("cpu", "kvoffload"):
+        e = run.engine(rep, "reset-" + spec, spec=spec)
+        if not hasattr(e.conn, "reset_cache"):
+            rep.note("this generation's connector has no reset_cache: not called")
+            e.shutdown()
+            return
+        A = prompt(60, 5 * 16 + 5)
+        e.add_request("a", A, max_tokens=2)
+        rep.check("%s: a drained" % spec, e.drain())
+        r = e.calls("reset_cache", e.conn.reset_cache)
+        e.drop_gpu_cache()
+        e.add_request("b", A, max_tokens=2)
+        rep.check("%s: b drained" % spec, e.drain())
+        e.add_request("c", prompt(61, 3 * 16 + 5), max_tokens=2)  # still stores afterwards
+        rep.check("%s: c drained" % spec, e.drain())
+        e.drop_gpu_cache()
+        e.add_request("c2", prompt(61, 3 * 16 + 5), max_tokens=2)
+        rep.check("%s: c2 drained" % spec, e.drain())
+        got[spec] = (r, _hit(e, "b"), _hit(e, "c2"))
+        rep.note("%s: reset_cache() -> %r; b (a's prompt after the reset): %s; c2: %s" % (
+            (spec,) + got[spec]))
+        e.verify_all()
+        e.shutdown()
+    rep.check("b and c2 served as vLLM's CPU manager serves them after a reset",
+              got["cpu"][1:] == got["kvoffload"][1:], str(got))
+
+
 def sc_huge_request(run, rep):
     """One request of 66,000 blocks (> 65,536 keys in one index call: store, touch, complete,
     lookup, load), tiny pages; stored, then hit and loaded byte-exact."""
@@ -1829,6 +1866,7 @@ SCENARIOS = collections.OrderedDict([
     ("pending_lookup", sc_pending_lookup),
     ("shared_prefix_running", sc_shared_prefix_running),
     ("admission_steps", sc_admission_steps),
+    ("reset_cache", sc_reset_cache),
     ("mla_tp2", sc_mla_tp2),
     ("stalled_daemon", sc_stalled_daemon),
     ("stress", sc_stress),
