@@ -69,6 +69,7 @@ class Cfg:
     use_mla: bool = False
     kv_load_failure_policy: str = "fail"  # vLLM's default
     spec: str = "kvoffload"  # kvoffload | cpu (vLLM's own CPU manager, cpu_baseline.py)
+    forward_s: float = 0.0  # the forward pass's time (a real one takes milliseconds)
     extra: dict = dataclasses.field(default_factory=dict)
 
     @property
@@ -346,6 +347,8 @@ def worker_main(conn, cfg, rank):
                 calls("start_load_kv", connector.start_load_kv, fwd)
                 for b, key, tag in writes:  # the forward pass
                     mem.write(b, content(key if key is not None else tag, crank, cfg.block_bytes))
+                if cfg.forward_s:
+                    time.sleep(cfg.forward_s)
                 if cfg.device == "cuda":
                     pass  # writes are on the current stream, which the store's event follows
                 calls("wait_for_save", connector.wait_for_save)
@@ -1531,6 +1534,12 @@ def sc_shared_prefix_running(run, rep):
     e.shutdown()
 
 
+# The forward pass in admission_steps: 5 ms (a small model's decode step; a prefill takes
+# longer). Without it a load submitted at start_load_kv is polled at get_finished microseconds
+# later, which no real step does, and "run" would measure the harness, not the copy.
+ADMISSION_FORWARD_S = 0.005
+
+
 def _admission_trace(e, tick):
     """The trace of sc_admission_steps; returns the requests it measures."""
     A = prompt(50, 5 * 16 + 5)
@@ -1575,7 +1584,7 @@ def sc_admission_steps(run, rep):
     got = {}
     for spec in ("cpu", "kvoffload"):
         try:
-            e = run.engine(rep, "admit-" + spec, spec=spec)
+            e = run.engine(rep, "admit-" + spec, spec=spec, forward_s=ADMISSION_FORWARD_S)
         except ConnectorDown as ex:
             rep.note("%s: %s" % (spec, ex))
             got[spec] = collections.defaultdict(lambda: (None, None, None, None))
