@@ -360,6 +360,9 @@ def worker_main(conn, cfg, rank):
                                            connector.get_block_ids_with_load_errors,
                                            default=set()) or ())
                 calls("get_kv_connector_stats", connector.get_kv_connector_stats)
+                if hasattr(connector, "get_kv_connector_kv_cache_events"):  # the runner mixin
+                    calls("get_kv_connector_kv_cache_events",
+                          connector.get_kv_connector_kv_cache_events)
                 if hasattr(connector, "build_connector_worker_meta"):
                     wm = calls("build_connector_worker_meta",
                                connector.build_connector_worker_meta)
