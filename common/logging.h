@@ -19,6 +19,9 @@ namespace kvoffload::common {
 // Thread-safe. The returned pointer stays valid for the life of the process.
 spdlog::logger* Logger(const std::string& component);
 
+// The level loggers start at (kvoffloadd --log_level's default).
+inline constexpr char kDefaultLogLevel[] = "info";
+
 // Sets the level of every logger ("trace", "debug", "info", "warn", "error", "off").
 absl::Status SetLogLevel(const std::string& level);
 

@@ -1,62 +1,85 @@
 #include "daemon/backend_factory.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
-#include "daemon/copy/cuda/cuda_copy_backend.h"
+#include "common/status_macros.h"
 #include "daemon/copy/host/host_copy_backend.h"
 
 namespace kvoffload::daemon {
+namespace {
 
-absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions& options) {
-  if (options.host_copy_threads <= 0 || options.copy_sms <= 0) {
-    return absl::InvalidArgumentError("--host_copy_threads and --copy_sms must be > 0");
+template <typename Enum, size_t N>
+absl::StatusOr<Enum> Parse(const char* flag, const std::pair<Enum, const char*> (&words)[N],
+                           absl::string_view word) {
+  for (const auto& [value, name] : words) {
+    if (word == name) return value;
   }
-  if (options.kind == "host") return CreateHostCopyBackend(options.host_copy_threads);
-  if (options.kind != "cuda" && options.kind != "auto") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend must be auto, cuda or host (got '", options.kind, "')"));
+  std::vector<const char*> names;
+  for (const auto& entry : words) names.push_back(entry.second);
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be ",
+                                                 absl::StrJoin(names, ", "), " (got '", word,
+                                                 "')"));
+}
+
+template <typename Enum, size_t N>
+const char* Name(const std::pair<Enum, const char*> (&words)[N], Enum value) {
+  for (const auto& entry : words) {
+    if (entry.first == value) return entry.second;
   }
-  cuda::CudaBackendOptions cuda_options;
-  cuda_options.copy_sms = options.copy_sms;
-  if (options.staging_mib_per_device > (uint64_t{1} << 24)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--staging_mib_per_device must be at most 16777216 (got ", options.staging_mib_per_device,
-        ")"));
+  return "?";
+}
+
+constexpr std::pair<BackendKind, const char*> kKinds[] = {
+    {BackendKind::kAuto, "auto"}, {BackendKind::kCuda, "cuda"}, {BackendKind::kHost, "host"}};
+constexpr std::pair<cuda::ForcedPath, const char*> kPaths[] = {
+    {cuda::ForcedPath::kAuto, "auto"},
+    {cuda::ForcedPath::kCopyEngine, "copy_engine"},
+    {cuda::ForcedPath::kStaged, "staged"},
+    {cuda::ForcedPath::kKernel, "kernel"}};
+constexpr std::pair<cuda::SmCopies, const char*> kSmCopies[] = {
+    {cuda::SmCopies::kIfMps, "if_mps"},
+    {cuda::SmCopies::kAlways, "always"},
+    {cuda::SmCopies::kNever, "never"}};
+
+}  // namespace
+
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view word) {
+  return Parse("backend", kKinds, word);
+}
+absl::StatusOr<cuda::ForcedPath> ParseCopyPath(absl::string_view word) {
+  return Parse("copy_path", kPaths, word);
+}
+absl::StatusOr<cuda::SmCopies> ParseSmCopies(absl::string_view word) {
+  return Parse("sm_copies", kSmCopies, word);
+}
+const char* BackendKindName(BackendKind kind) { return Name(kKinds, kind); }
+const char* CopyPathName(cuda::ForcedPath path) { return Name(kPaths, path); }
+const char* SmCopiesName(cuda::SmCopies sm_copies) { return Name(kSmCopies, sm_copies); }
+
+BackendOptions EffectiveBackendOptions(BackendOptions options) {
+  options.cuda.first_batch_copies =
+      std::min(options.cuda.first_batch_copies, options.cuda.max_batch_copies);
+  return options;
+}
+
+absl::Status ValidateBackendOptions(const BackendOptions& options) {
+  if (options.host_copy_threads <= 0) {
+    return absl::InvalidArgumentError("--host_copy_threads must be > 0");
   }
-  cuda_options.staging_bytes_per_device = options.staging_mib_per_device << 20;
-  // The default first call (8) must not make a smaller --cuda_max_batch_copies an error: the
-  // first call takes at most the largest.
-  cuda_options.first_batch_copies = std::min(options.first_batch_copies, options.max_batch_copies);
-  cuda_options.max_batch_copies = options.max_batch_copies;
-  cuda_options.batch_overlap_hint = options.batch_overlap_hint;
-  cuda_options.strided_min_rows = options.strided_min_rows;
-  cuda_options.stream_wake_min_bytes = options.stream_wake_min_bytes;
-  cuda_options.issue_threads = options.issue_threads;
-  cuda_options.parallel_issue_min_copies = options.parallel_issue_min_copies;
-  if (options.copy_path == "copy_engine") {
-    cuda_options.forced_path = cuda::ForcedPath::kCopyEngine;
-  } else if (options.copy_path == "staged") {
-    cuda_options.forced_path = cuda::ForcedPath::kStaged;
-  } else if (options.copy_path == "kernel") {
-    cuda_options.forced_path = cuda::ForcedPath::kKernel;
-  } else if (options.copy_path != "auto") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--copy_path must be auto, copy_engine, staged or kernel (got '", options.copy_path, "')"));
-  }
-  if (options.sm_copies == "if_mps") {
-    cuda_options.sm_copies = cuda::SmCopies::kIfMps;
-  } else if (options.sm_copies == "always") {
-    cuda_options.sm_copies = cuda::SmCopies::kAlways;
-  } else if (options.sm_copies == "never") {
-    cuda_options.sm_copies = cuda::SmCopies::kNever;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--sm_copies must be if_mps, always or never (got '", options.sm_copies, "')"));
-  }
-  absl::StatusOr<std::unique_ptr<CopyBackend>> backend = cuda::CreateCudaCopyBackend(cuda_options);
-  if (backend.ok() || options.kind == "cuda") return backend;
+  if (options.kind == BackendKind::kHost) return absl::OkStatus();
+  return cuda::ValidateCudaBackendOptions(EffectiveBackendOptions(options).cuda);
+}
+
+absl::StatusOr<std::unique_ptr<CopyBackend>> CreateBackend(const BackendOptions& given) {
+  RETURN_IF_ERROR(ValidateBackendOptions(given));
+  const BackendOptions options = EffectiveBackendOptions(given);
+  if (options.kind == BackendKind::kHost) return CreateHostCopyBackend(options.host_copy_threads);
+  absl::StatusOr<std::unique_ptr<CopyBackend>> backend = cuda::CreateCudaCopyBackend(options.cuda);
+  if (backend.ok() || options.kind == BackendKind::kCuda) return backend;
   if (backend.status().code() != absl::StatusCode::kUnavailable) return backend.status();
   // auto without a GPU: said once, loudly, so nobody mistakes it for a GPU node.
   common::Logger("daemon")->warn("no usable GPU ({}): using the host copy backend",

@@ -20,7 +20,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
-#include "daemon/engine/deferred_release.h"
+#include "daemon/lifetime/deferred_release.h"
 #include "daemon/engine/registry.h"
 #include "daemon/metrics/metrics_collector.h"
 #include "daemon/metrics/metrics_server.h"
@@ -150,10 +150,7 @@ struct Daemon::Impl {
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options,
                                                       std::unique_ptr<CopyBackend> backend,
                                                       RestartInputs restart) {
-  if (options.max_region_bytes == 0) {
-    return absl::InvalidArgumentError("max_region_bytes must be > 0 (the node-wide region cap)");
-  }
-  if (options.runtime_dir.empty()) return absl::InvalidArgumentError("runtime_dir is empty");
+  RETURN_IF_ERROR(ValidateDaemonOptions(options));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->backend_name = backend->name();
@@ -189,12 +186,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     Log()->info("file descriptor limit {}", *fd_limit);
   }
 
-  if (options.state_key_bytes < StateFile::kMinKeyCapacity ||
-      options.state_key_bytes > StateFile::kMaxKeyCapacity) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "state_key_bytes ", options.state_key_bytes, " is outside [", StateFile::kMinKeyCapacity,
-        ", ", StateFile::kMaxKeyCapacity, "]"));
-  }
   impl->fd_store = restart.fd_store != nullptr ? std::move(restart.fd_store)
                                                : std::make_unique<NoFdStore>();
   impl->durability =
@@ -206,27 +197,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   deps.budget = impl->budget.get();
   deps.release = impl->release.get();
   deps.region_options = options.region_options;
-  deps.job_timeout = options.job_timeout;
+  deps.jobs = options.jobs;
   deps.callbacks_running = impl->callbacks_running.get();
-  deps.max_blocks_per_job = options.max_blocks_per_job;
-  deps.max_jobs_per_engine = options.max_jobs_per_engine;
-  deps.max_jobs_per_session = options.max_jobs_per_session;
-  RegistryOptions registry_options;
-  registry_options.idle_engine_ttl = options.idle_engine_ttl;
-  registry_options.max_engines = options.max_engines;
-  registry_options.pools = options.pools;
-  registry_options.min_free_fds = options.min_free_fds;
+  RegistryOptions registry_options = options.registry;
   registry_options.durability = impl->durability.get();
   impl->registry = std::make_unique<EngineRegistry>(deps, registry_options);
   RestoreEngines(std::move(restart.inherited), impl->durability.get(), impl->registry.get());
   Log()->info("{}", impl->fd_store->Describe());
   impl->engine_service = std::make_unique<EngineService>(impl->registry.get(), impl->peers.get());
-  WorkerServiceOptions worker_options;
-  worker_options.max_sessions = options.max_worker_sessions;
-  worker_options.first_message_timeout = options.first_message_timeout;
-  worker_options.max_queued_verdicts = options.max_queued_verdicts;
   impl->worker_service =
-      std::make_unique<WorkerService>(impl->registry.get(), impl->peers.get(), worker_options);
+      std::make_unique<WorkerService>(impl->registry.get(), impl->peers.get(), options.workers);
   impl->admin_service =
       std::make_unique<AdminService>(impl->registry.get(), impl->backend.get(), impl->budget.get(),
                                      impl->peers.get(), options.access);
@@ -240,16 +220,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  // The largest legal request, and no more (limits.h has the arithmetic).
-  const uint64_t max_receive = MaxReceiveMessageBytes(options.max_blocks_per_job);
-  if (max_receive > static_cast<uint64_t>(INT32_MAX)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_blocks_per_job ", options.max_blocks_per_job,
-                     " needs messages of ", max_receive, " bytes, more than gRPC can take"));
-  }
+  // The largest legal request, and no more (limits.h has the arithmetic; validated above).
+  const uint64_t max_receive = MaxReceiveMessageBytes(options.jobs.max_blocks_per_job);
   // Every worker session holds a server thread; the quota is a backstop behind the session cap
   // (unary calls need threads too), refusing calls with RESOURCE_EXHAUSTED instead of spawning.
-  const int max_threads = static_cast<int>(options.max_worker_sessions) + 128;
+  const int max_threads = static_cast<int>(options.workers.max_sessions) + 128;
   auto build = [&](std::vector<grpc::Service*> services,
                    const char* quota_name) {
     // No listening port: the PeerAcceptor accepts and hands each connection over.

@@ -1,6 +1,6 @@
 // Daemon: the whole of kvoffloadd as a library object: the backend, node budget, engine registry,
 // and the gRPC servers on the data and admin Unix sockets of a runtime directory. main.cc only
-// turns flags into DaemonOptions; integration tests may run it in-process too.
+// turns flags into DaemonOptions (daemon_options.h); integration tests may run it in-process too.
 //
 //   ASSIGN_OR_RETURN(auto daemon, Daemon::Start(options, std::move(backend)));
 //   ... wait for a signal ...
@@ -19,42 +19,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/copy/copy_backend.h"
-#include "daemon/pool/pool.h"
-#include "daemon/engine/access.h"
-#include "daemon/region/region.h"
+#include "daemon/daemon_options.h"
 #include "daemon/restart/fd_store.h"
 #include "daemon/restart/state_file.h"
 
 namespace kvoffload::daemon {
-
-struct DaemonOptions {
-  std::string runtime_dir = "/run/kvoffload";
-  uint64_t max_region_bytes = 0;  // node-wide cap over all regions; must be > 0
-  absl::Duration idle_engine_ttl = absl::Minutes(10);
-  absl::Duration job_timeout = absl::Seconds(30);
-  // Admission and per-client bounds; see kvoffload.proto "Limits" for what each one refuses.
-  uint64_t max_blocks_per_job = 1u << 20;
-  uint32_t max_engines = 256;
-  PoolOptions pools;  // issue 18: --pool_max_members, --pool_member_floor
-  uint64_t min_free_fds = 256;
-  uint64_t max_jobs_per_engine = 8192;
-  uint64_t max_jobs_per_session = 4096;
-  uint32_t max_worker_sessions = 1024;
-  uint32_t max_queued_verdicts = 1024;
-  absl::Duration first_message_timeout = absl::Seconds(10);
-  RegionOptions region_options;
-  std::string metrics_address;  // host:port for Prometheus text metrics; empty disables
-  // Who may connect (file mode and group of each socket; unset group: the daemon's) and who
-  // administers every engine (README "Security model").
-  mode_t data_socket_mode = 0660;
-  std::optional<gid_t> data_socket_gid;
-  mode_t admin_socket_mode = 0660;
-  std::optional<gid_t> admin_socket_gid;
-  AccessPolicy access;
-  // Issue 19: key bytes a durable row record holds (StateFile); longer keys are served but come
-  // back as misses after a restart.
-  uint32_t state_key_bytes = StateFile::kDefaultKeyCapacity;
-};
 
 // What a restart hands the daemon (issue 19). main.cc fills it from the environment before any
 // thread starts; tests may pass a store of their own.

@@ -23,95 +23,106 @@
 #include "daemon/restart/fd_store.h"
 #include "daemon/restart/state_file.h"
 
-ABSL_FLAG(std::string, runtime_dir, "/run/kvoffload",
+namespace {
+// Every flag's default comes from the options structs, where it is written once
+// (daemon_options.h, backend_factory.h and the structs they embed).
+kvoffload::daemon::DaemonOptions D() { return {}; }
+kvoffload::daemon::BackendOptions B() { return {}; }
+int64_t Seconds(absl::Duration d) { return absl::ToInt64Seconds(d); }
+}  // namespace
+
+ABSL_FLAG(std::string, runtime_dir, D().runtime_dir,
           "Directory of the data socket (kvoffload.sock) and the admin socket (admin.sock).");
 ABSL_FLAG(std::string, max_region_bytes, "",
           "Node-wide cap over all regions, e.g. 64GiB. Empty: half of physical memory.");
-ABSL_FLAG(std::string, backend, "auto",
+ABSL_FLAG(std::string, backend, kvoffload::daemon::BackendKindName(B().kind),
           "Copy backend: auto (cuda when a GPU is present), cuda, host.");
-ABSL_FLAG(int64_t, idle_engine_ttl_s, 600,
+ABSL_FLAG(int64_t, idle_engine_ttl_s, Seconds(D().registry.idle_engine_ttl),
           "Seconds an engine without workers keeps its region before it is freed; 0 keeps it.");
-ABSL_FLAG(int64_t, job_timeout_s, 30,
+ABSL_FLAG(int64_t, job_timeout_s, Seconds(D().jobs.job_timeout),
           "Seconds a job may wait for votes and copies before it fails.");
-ABSL_FLAG(uint64_t, max_blocks_per_job, 1u << 20,
+ABSL_FLAG(uint64_t, max_blocks_per_job, D().jobs.max_blocks_per_job,
           "Largest job part (GPU blocks) a worker may submit; larger ones are INVALID_ARGUMENT. "
           "Also sizes the gRPC message limit (52 bytes per block: a run of one block with its "
           "five fields at their longest; kMaxSubmitBytesPerBlock).");
-ABSL_FLAG(uint32_t, max_engines, 256,
+ABSL_FLAG(uint32_t, max_engines, D().registry.max_engines,
           "Most engines (DP replicas) at once; one more is RESOURCE_EXHAUSTED.");
-ABSL_FLAG(uint32_t, pool_max_members, 8,
+ABSL_FLAG(uint32_t, pool_max_members, D().registry.pools.max_members,
           "Most engines one pool (EngineSpec.pool) holds, 1..16; its index reserves metadata "
           "for this many members' rows.");
-ABSL_FLAG(double, pool_member_floor, 0.25,
+ABSL_FLAG(double, pool_member_floor, D().registry.pools.member_floor,
           "Fraction of its own budget's rows each pool member keeps, of the rows it stored, "
           "against the other members' stores (0 disables; 1 = members never evict each other).");
-ABSL_FLAG(uint64_t, min_free_fds, 256,
+ABSL_FLAG(uint64_t, min_free_fds, D().registry.min_free_fds,
           "A new engine is refused unless this many file descriptors stay free below "
           "RLIMIT_NOFILE (raised to its hard limit at start), so clients can always connect.");
-ABSL_FLAG(uint64_t, max_jobs_per_engine, 8192,
+ABSL_FLAG(uint64_t, max_jobs_per_engine, D().jobs.max_jobs_per_engine,
           "Jobs in flight per engine; an excess submit is RESOURCE_EXHAUSTED.");
-ABSL_FLAG(uint64_t, max_jobs_per_session, 4096,
+ABSL_FLAG(uint64_t, max_jobs_per_session, D().jobs.max_jobs_per_session,
           "Jobs in flight per worker session; an excess submit is RESOURCE_EXHAUSTED.");
-ABSL_FLAG(uint32_t, max_worker_sessions, 1024,
+ABSL_FLAG(uint32_t, max_worker_sessions, D().workers.max_sessions,
           "Worker sessions at once (one daemon thread each); one more is RESOURCE_EXHAUSTED.");
-ABSL_FLAG(uint32_t, max_queued_verdicts, 1024,
+ABSL_FLAG(uint32_t, max_queued_verdicts, D().workers.max_queued_verdicts,
           "Messages queued for a worker that does not read them before its session is no longer "
           "read from (flow control pushes back on the worker).");
-ABSL_FLAG(int64_t, first_message_timeout_s, 10,
+ABSL_FLAG(int64_t, first_message_timeout_s, Seconds(D().workers.first_message_timeout),
           "Seconds a new worker session may take to send `register`; then it is cancelled.");
-ABSL_FLAG(int32_t, populate_threads, 8, "Threads that fault a new region in.");
-ABSL_FLAG(uint64_t, region_chunk_bytes, 128ull << 20,
+ABSL_FLAG(int32_t, populate_threads, D().region_options.populate_threads,
+          "Threads that fault a new region in.");
+ABSL_FLAG(uint64_t, region_chunk_bytes, kvoffload::daemon::kDefaultRegionChunkBytes,
           "Serve while pinning: a new or restored region is populated and registered in the "
           "background in chunks of about this many bytes (whole rows), each served as soon as it "
           "is ready; OpenEngine waits only for the first. 0: all of it before OpenEngine returns.");
-ABSL_FLAG(int32_t, region_numa_node, -1,
+ABSL_FLAG(int32_t, region_numa_node, D().region_options.numa_node,
           "Prefer this NUMA node for regions' pages (the node of the engines' GPUs on a host "
           "with several); -1: where they are first touched.");
-ABSL_FLAG(bool, huge_pages, false, "Try hugetlbfs pages for regions (falls back, with a note).");
-ABSL_FLAG(int32_t, host_copy_threads, 4, "Host backend: memcpy threads.");
-ABSL_FLAG(std::string, sm_copies, "if_mps",
+ABSL_FLAG(bool, huge_pages, D().region_options.huge_pages,
+          "Try hugetlbfs pages for regions (falls back, with a note).");
+ABSL_FLAG(int32_t, host_copy_threads, B().host_copy_threads, "Host backend: memcpy threads.");
+ABSL_FLAG(std::string, sm_copies, kvoffload::daemon::SmCopiesName(B().cuda.sm_copies),
           "CUDA: when the daemon may copy with kernels (the staged and kernel paths) instead of "
           "copy engines alone: if_mps (on a GPU where its context is an MPS client, so kernels "
           "share SMs with the model's instead of time-slicing it), always, or never.");
-ABSL_FLAG(int32_t, copy_sms, 8,
+ABSL_FLAG(int32_t, copy_sms, B().cuda.copy_sms,
           "CUDA, SM paths only: SMs of one short gather/scatter launch that reorders pages "
           "through device staging; the copy engines carry the bytes.");
-ABSL_FLAG(uint64_t, staging_mib_per_device, 1024,
+ABSL_FLAG(uint64_t, staging_mib_per_device, B().cuda.staging_bytes_per_device >> 20,
           "CUDA, SM paths only: device staging of all workers on one GPU together (each worker "
           "and direction takes 64 MiB while it stages, freed after 30 s idle); a job that finds "
           "no room goes by copy engines. 0: never stage.");
-ABSL_FLAG(std::string, copy_path, "auto",
+ABSL_FLAG(std::string, copy_path, kvoffload::daemon::CopyPathName(B().cuda.forced_path),
           "CUDA: auto (copy engines; with SM paths, the daemon picks per job), or force "
           "copy_engine, staged or kernel (diagnostics and benchmarks; staged and kernel turn "
           "the SM paths on).");
 ABSL_FLAG(
-    uint64_t, cuda_first_batch_copies, 8,
+    uint64_t, cuda_first_batch_copies, B().cuda.first_batch_copies,
     "CUDA, benchmarks only: copies of a job's first cudaMemcpyBatchAsync call on the "
     "copy-engine path; each later call takes twice as many (the engines start while the "
     "rest is issued). 0: every call takes up to --cuda_max_batch_copies.");
-ABSL_FLAG(uint64_t, cuda_max_batch_copies, 4096,
+ABSL_FLAG(uint64_t, cuda_max_batch_copies, B().cuda.max_batch_copies,
           "CUDA, benchmarks only: the most copies of one cudaMemcpyBatchAsync call (1..4096).");
-ABSL_FLAG(bool, cuda_batch_overlap_hint, true,
+ABSL_FLAG(bool, cuda_batch_overlap_hint, B().cuda.batch_overlap_hint,
           "CUDA, benchmarks only: the copy-engine path's cudaMemcpyBatchAsync calls carry "
           "cudaMemcpyFlagPreferOverlapWithCompute.");
-ABSL_FLAG(uint32_t, cuda_issue_threads, 4,
+ABSL_FLAG(uint32_t, cuda_issue_threads, B().cuda.issue_threads,
           "CUDA: threads (each with a stream of its own) that hand one job's copies to the driver "
           "on the copy-engine path when the job has many (vLLM's per-layer pages with random "
           "blocks): the host's issue rate, not the link, bounds such jobs. 1: one thread (1..16).");
-ABSL_FLAG(uint64_t, cuda_parallel_issue_min_copies, 1024,
+ABSL_FLAG(uint64_t, cuda_parallel_issue_min_copies, B().cuda.parallel_issue_min_copies,
           "CUDA, benchmarks only: a job is split over --cuda_issue_threads only with at least "
           "this many copies per thread.");
-ABSL_FLAG(uint64_t, cuda_stream_wake_min_bytes, uint64_t{32} << 20,
+ABSL_FLAG(uint64_t, cuda_stream_wake_min_bytes, B().cuda.stream_wake_min_bytes,
           "CUDA, benchmarks only: a job of at least this many bytes is woken by a host function "
           "after its copy instead of being polled. 0: every job is polled.");
-ABSL_FLAG(uint64_t, cuda_2d_min_blocks, 2,
+ABSL_FLAG(uint64_t, cuda_2d_min_blocks, B().cuda.strided_min_rows,
           "CUDA, benchmarks only: on the copy-engine path, a stretch of at least this many "
           "consecutive GPU blocks into equally spaced rows is one 2D copy per tensor "
           "(cudaMemcpy2DAsync). 0: one copy per page (the path before 2D copies).");
-ABSL_FLAG(int64_t, shutdown_grace_s, 10, "On SIGTERM, seconds running copies get to finish.");
-ABSL_FLAG(std::string, log_level, "info",
+ABSL_FLAG(int64_t, shutdown_grace_s, Seconds(D().shutdown_grace),
+          "On SIGTERM, seconds running copies get to finish.");
+ABSL_FLAG(std::string, log_level, kvoffload::common::kDefaultLogLevel,
           "trace, debug, info, warn, error or off. SIGHUP re-reads it.");
-ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9470",
+ABSL_FLAG(std::string, metrics_address, kvoffload::daemon::kDefaultMetricsAddress,
           "host:port for Prometheus text metrics (/metrics); empty disables.");
 ABSL_FLAG(std::string, socket_group, "",
           "Group (name or number) of the data socket (kvoffload.sock, mode 0660): processes in "
@@ -119,12 +130,12 @@ ABSL_FLAG(std::string, socket_group, "",
 ABSL_FLAG(std::string, admin_socket_group, "",
           "Group of the admin socket (admin.sock, mode 0660), separate from the data socket's. "
           "Empty: the daemon's group.");
-ABSL_FLAG(bool, durable_regions, true,
+ABSL_FLAG(bool, durable_regions, kvoffload::daemon::kDefaultDurableRegions,
           "Hand every engine's region and row state to the service manager's fd store "
           "(NOTIFY_SOCKET: systemd with FileDescriptorStoreMax=, or kvoffload-supervise) so that "
           "READY rows survive a restart, an upgrade or a crash. Without NOTIFY_SOCKET nothing is "
           "stored; false also releases what an earlier daemon stored.");
-ABSL_FLAG(uint32_t, state_key_bytes, kvoffload::daemon::StateFile::kDefaultKeyCapacity,
+ABSL_FLAG(uint32_t, state_key_bytes, D().state_key_bytes,
           "Key bytes a durable row record holds (8..256; 24 + this, rounded up to 8, bytes per "
           "row of state). Rows with longer keys are served but come back as misses after a "
           "restart.");
@@ -196,45 +207,24 @@ int main(int argc, char** argv) {
           absl::InvalidArgumentError(absl::StrCat("--max_region_bytes: ", cap.status().message())));
     options.max_region_bytes = *cap;
   }
-  if (absl::GetFlag(FLAGS_idle_engine_ttl_s) < 0 || absl::GetFlag(FLAGS_job_timeout_s) <= 0 ||
-      absl::GetFlag(FLAGS_shutdown_grace_s) < 0 ||
-      absl::GetFlag(FLAGS_first_message_timeout_s) <= 0) {
-    return Fail(absl::InvalidArgumentError(
-        "--idle_engine_ttl_s and --shutdown_grace_s must be >= 0, --job_timeout_s and "
-        "--first_message_timeout_s > 0"));
-  }
-  if (absl::GetFlag(FLAGS_max_engines) == 0 || absl::GetFlag(FLAGS_max_jobs_per_engine) == 0 ||
-      absl::GetFlag(FLAGS_max_jobs_per_session) == 0 ||
-      absl::GetFlag(FLAGS_max_worker_sessions) == 0 ||
-      absl::GetFlag(FLAGS_max_queued_verdicts) == 0 ||
-      absl::GetFlag(FLAGS_max_blocks_per_job) == 0) {
-    return Fail(absl::InvalidArgumentError(
-        "--max_engines, --max_jobs_per_engine, --max_jobs_per_session, --max_worker_sessions, "
-        "--max_queued_verdicts and --max_blocks_per_job must be > 0"));
-  }
-  options.idle_engine_ttl = absl::Seconds(absl::GetFlag(FLAGS_idle_engine_ttl_s));
-  options.job_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
-  options.max_blocks_per_job = absl::GetFlag(FLAGS_max_blocks_per_job);
-  options.max_engines = absl::GetFlag(FLAGS_max_engines);
-  options.pools.max_members = absl::GetFlag(FLAGS_pool_max_members);
-  options.pools.member_floor = absl::GetFlag(FLAGS_pool_member_floor);
-  if (options.pools.max_members == 0 ||
-      options.pools.max_members > kvoffload::daemon::SlotIndex::kMaxMembers ||
-      !(options.pools.member_floor >= 0 && options.pools.member_floor <= 1)) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--pool_max_members must be 1..",
-                                                        kvoffload::daemon::SlotIndex::kMaxMembers,
-                                                        " and --pool_member_floor in [0, 1]")));
-  }
-  options.min_free_fds = absl::GetFlag(FLAGS_min_free_fds);
-  options.max_jobs_per_engine = absl::GetFlag(FLAGS_max_jobs_per_engine);
-  options.max_jobs_per_session = absl::GetFlag(FLAGS_max_jobs_per_session);
-  options.max_worker_sessions = absl::GetFlag(FLAGS_max_worker_sessions);
-  options.max_queued_verdicts = absl::GetFlag(FLAGS_max_queued_verdicts);
-  options.first_message_timeout = absl::Seconds(absl::GetFlag(FLAGS_first_message_timeout_s));
+  options.registry.idle_engine_ttl = absl::Seconds(absl::GetFlag(FLAGS_idle_engine_ttl_s));
+  options.registry.max_engines = absl::GetFlag(FLAGS_max_engines);
+  options.registry.pools.max_members = absl::GetFlag(FLAGS_pool_max_members);
+  options.registry.pools.member_floor = absl::GetFlag(FLAGS_pool_member_floor);
+  options.registry.min_free_fds = absl::GetFlag(FLAGS_min_free_fds);
+  options.jobs.job_timeout = absl::Seconds(absl::GetFlag(FLAGS_job_timeout_s));
+  options.jobs.max_blocks_per_job = absl::GetFlag(FLAGS_max_blocks_per_job);
+  options.jobs.max_jobs_per_engine = absl::GetFlag(FLAGS_max_jobs_per_engine);
+  options.jobs.max_jobs_per_session = absl::GetFlag(FLAGS_max_jobs_per_session);
+  options.workers.max_sessions = absl::GetFlag(FLAGS_max_worker_sessions);
+  options.workers.max_queued_verdicts = absl::GetFlag(FLAGS_max_queued_verdicts);
+  options.workers.first_message_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_first_message_timeout_s));
   options.region_options.populate_threads = absl::GetFlag(FLAGS_populate_threads);
   options.region_options.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   options.region_options.ready_chunk_bytes = absl::GetFlag(FLAGS_region_chunk_bytes);
   options.region_options.numa_node = absl::GetFlag(FLAGS_region_numa_node);
+  options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   options.state_key_bytes = absl::GetFlag(FLAGS_state_key_bytes);
   d::RestartInputs restart;
@@ -266,21 +256,32 @@ int main(int argc, char** argv) {
     *f.out = *gid;
   }
 
+  if (auto s = d::ValidateDaemonOptions(options); !s.ok()) return Fail(s);
+
   d::BackendOptions backend_options;
-  backend_options.kind = absl::GetFlag(FLAGS_backend);
+  absl::StatusOr<d::BackendKind> kind = d::ParseBackendKind(absl::GetFlag(FLAGS_backend));
+  if (!kind.ok()) return Fail(kind.status());
+  absl::StatusOr<d::cuda::ForcedPath> path = d::ParseCopyPath(absl::GetFlag(FLAGS_copy_path));
+  if (!path.ok()) return Fail(path.status());
+  absl::StatusOr<d::cuda::SmCopies> sm = d::ParseSmCopies(absl::GetFlag(FLAGS_sm_copies));
+  if (!sm.ok()) return Fail(sm.status());
+  backend_options.kind = *kind;
   backend_options.host_copy_threads = absl::GetFlag(FLAGS_host_copy_threads);
-  backend_options.copy_sms = absl::GetFlag(FLAGS_copy_sms);
-  backend_options.copy_path = absl::GetFlag(FLAGS_copy_path);
-  backend_options.sm_copies = absl::GetFlag(FLAGS_sm_copies);
-  backend_options.staging_mib_per_device = absl::GetFlag(FLAGS_staging_mib_per_device);
-  backend_options.first_batch_copies = absl::GetFlag(FLAGS_cuda_first_batch_copies);
-  backend_options.max_batch_copies = absl::GetFlag(FLAGS_cuda_max_batch_copies);
-  backend_options.batch_overlap_hint = absl::GetFlag(FLAGS_cuda_batch_overlap_hint);
-  backend_options.stream_wake_min_bytes = absl::GetFlag(FLAGS_cuda_stream_wake_min_bytes);
-  backend_options.issue_threads = absl::GetFlag(FLAGS_cuda_issue_threads);
-  backend_options.parallel_issue_min_copies =
-      absl::GetFlag(FLAGS_cuda_parallel_issue_min_copies);
-  backend_options.strided_min_rows = absl::GetFlag(FLAGS_cuda_2d_min_blocks);
+  d::cuda::CudaBackendOptions& cuda = backend_options.cuda;
+  cuda.forced_path = *path;
+  cuda.sm_copies = *sm;
+  cuda.copy_sms = absl::GetFlag(FLAGS_copy_sms);
+  const uint64_t staging_mib = absl::GetFlag(FLAGS_staging_mib_per_device);
+  // Saturated, not wrapped: ValidateBackendOptions names the flag of a value past its bound.
+  cuda.staging_bytes_per_device = staging_mib > (UINT64_MAX >> 20) ? UINT64_MAX : staging_mib << 20;
+  cuda.first_batch_copies = absl::GetFlag(FLAGS_cuda_first_batch_copies);
+  cuda.max_batch_copies = absl::GetFlag(FLAGS_cuda_max_batch_copies);
+  cuda.batch_overlap_hint = absl::GetFlag(FLAGS_cuda_batch_overlap_hint);
+  cuda.stream_wake_min_bytes = absl::GetFlag(FLAGS_cuda_stream_wake_min_bytes);
+  cuda.issue_threads = absl::GetFlag(FLAGS_cuda_issue_threads);
+  cuda.parallel_issue_min_copies = absl::GetFlag(FLAGS_cuda_parallel_issue_min_copies);
+  cuda.strided_min_rows = absl::GetFlag(FLAGS_cuda_2d_min_blocks);
+  if (auto s = d::ValidateBackendOptions(backend_options); !s.ok()) return Fail(s);
   auto backend = d::CreateBackend(backend_options);
   if (!backend.ok()) return Fail(backend.status());
 
@@ -301,6 +302,6 @@ int main(int argc, char** argv) {
     break;
   }
   Notify("STOPPING=1");
-  (*daemon)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
+  (*daemon)->Shutdown(options.shutdown_grace);
   return 0;
 }

@@ -170,7 +170,8 @@ for c in deploy/verify_unit.sh deploy/install_test.sh "python3 proto/gen_api_doc
     "python3 tests/bench/restart_report.py --self_test" \
     "python3 tests/docs/check_metrics_doc.py" "python3 tests/docs/check_metrics_doc.py --self_test" \
     "python3 tests/docs/check_flagfile.py --kvoffloadd $kvoffloadd" \
-    "python3 tests/docs/check_flagfile.py --self_test --kvoffloadd $kvoffloadd"; do
+    "python3 tests/docs/check_flagfile.py --self_test --kvoffloadd $kvoffloadd" \
+    "python3 tests/docs/check_one_home.py" "python3 tests/docs/check_one_home.py --self_test"; do
   $c
   check "$c" $?
 done

@@ -38,7 +38,7 @@ class KvoffloadctlDaemonTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(path), nullptr);
     dir_ = path;
     daemon::BackendOptions backend_options;
-    backend_options.kind = "host";
+    backend_options.kind = daemon::BackendKind::kHost;
     backend_options.host_copy_threads = 2;
     auto backend = daemon::CreateBackend(backend_options);
     ASSERT_TRUE(backend.ok()) << backend.status();

@@ -18,14 +18,6 @@ spdlog::logger* Log() {
   return log;
 }
 
-JobLimits LimitsOf(const EngineDeps& deps) {
-  JobLimits limits;
-  limits.max_jobs = deps.max_jobs_per_engine;
-  limits.finished_remembered = deps.finished_jobs_remembered;
-  limits.job_timeout = deps.job_timeout;
-  return limits;
-}
-
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(const common::EngineSpec& spec,
@@ -70,7 +62,7 @@ Engine::Engine(const common::EngineSpec& spec, const common::Geometry& geometry,
       preparer_(std::move(resources.preparer)),
       rows_not_durable_(std::move(resources.rows_not_durable)),
       sessions_(geometry, spec.Key(), std::move(resources.layout)),
-      jobs_(VoteRule::For(geometry, spec), LimitsOf(deps), spec.Key()) {}
+      jobs_(VoteRule::For(geometry, spec), deps.jobs, spec.Key()) {}
 
 Engine::~Engine() {
   // Every copy holds a reference to the engine, so none is in flight here; no chunk is being
@@ -226,7 +218,7 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
           ValidPart valid,
           ValidatePart(part, part_geometry_,
                        PartBounds{region_epoch_, session->memory->num_blocks(),
-                                  session->memory->num_events(), deps_.max_blocks_per_job,
+                                  session->memory->num_events(), deps_.jobs.max_blocks_per_job,
                                   /*row_handles=*/!spec_.rows_assigned_by_engine},
                        absl::StrCat("job ", part.job_id, " of mp_rank ", mp_rank)));
       if (part.direction == CopyDirection::kStore && !session->writer &&
@@ -235,10 +227,10 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
             "job ", part.job_id, ": mp_rank ", mp_rank, " is not the writer of engine ", key(),
             ", whose spec says stores_by_writer_only: only mp_rank 0 submits stores"));
       }
-      if (session->jobs_in_flight >= deps_.max_jobs_per_session) {
+      if (session->jobs_in_flight >= deps_.jobs.max_jobs_per_session) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "job ", part.job_id, ": mp_rank ", mp_rank, " already has ", session->jobs_in_flight,
-            " jobs in flight (limit ", deps_.max_jobs_per_session,
+            " jobs in flight (limit ", deps_.jobs.max_jobs_per_session,
             " per session, --max_jobs_per_session); wait for verdicts"));
       }
       ASSIGN_OR_RETURN(Job * job, OpenOrJoin(*session, valid));
@@ -259,7 +251,7 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
         copy.blocks_per_row = geometry_.blocks_per_row;
         copy.runs = std::move(valid.runs);
         copy.event_index = valid.event_index;
-        copy.timeout = deps_.job_timeout;
+        copy.timeout = deps_.jobs.job_timeout;
       }
     }
     Deliver(verdicts);
@@ -405,10 +397,10 @@ void Engine::ExpireJobs(absl::Time now) {
   if (!spec_.rows_assigned_by_engine) {
     // Commits recorded for stores that never came (DESIGN.md §7): after a job timeout no part of
     // theirs can still be accepted as new work worth waiting for.
-    const uint64_t dropped = active_index_->DropStaleCommits(now - deps_.job_timeout);
+    const uint64_t dropped = active_index_->DropStaleCommits(now - deps_.jobs.job_timeout);
     if (dropped > 0) {
       Log()->warn("engine {}: dropped {} committed keys whose store job never arrived within {}",
-                  key(), dropped, absl::FormatDuration(deps_.job_timeout));
+                  key(), dropped, absl::FormatDuration(deps_.jobs.job_timeout));
     }
   }
   absl::ReaderMutexLock delivery(&delivery_mu_);

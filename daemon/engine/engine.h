@@ -44,6 +44,7 @@
 #include "daemon/copy/copy_backend.h"
 #include "daemon/engine/deferred_release.h"
 #include "daemon/engine/engine_resources.h"
+#include "daemon/engine/job_limits.h"
 #include "daemon/engine/job.h"
 #include "daemon/engine/job_part.h"
 #include "daemon/engine/job_table.h"
@@ -63,15 +64,7 @@ struct EngineDeps {
   MemoryBudget* budget = nullptr;
   DeferredRelease* release = nullptr;
   RegionOptions region_options;
-  absl::Duration job_timeout = absl::Seconds(30);
-  uint64_t max_blocks_per_job = 1u << 20;  // larger submits are INVALID_ARGUMENT
-  // Jobs accepted and not yet reported, per engine and per worker session; a part beyond either
-  // is refused with RESOURCE_EXHAUSTED and changes nothing (the session stays usable). They also
-  // bound the verdicts an engine can queue for a session, and the host backend's per-job
-  // descriptor tables (jobs × max_blocks_per_job × 16 bytes).
-  uint64_t max_jobs_per_engine = 8192;
-  uint64_t max_jobs_per_session = 4096;
-  size_t finished_jobs_remembered = 1u << 16;
+  JobLimits jobs;
   // Copy callbacks still running (incremented before a backend Submit, decremented as the
   // callback's last act): shutdown waits for zero before it frees what callbacks touch.
   std::atomic<int64_t>* callbacks_running = nullptr;
@@ -140,7 +133,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   const common::EngineSpec& spec() const { return spec_; }
   const common::Geometry& geometry() const { return geometry_; }
-  uint64_t max_blocks_per_job() const { return deps_.max_blocks_per_job; }
+  uint64_t max_blocks_per_job() const { return deps_.jobs.max_blocks_per_job; }
   std::string key() const { return spec_.Key(); }
   // The engine's row index: its own, or its pool's (issue 18) once it joined one.
   SlotIndex& index() { return *active_index_; }

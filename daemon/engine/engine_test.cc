@@ -548,7 +548,7 @@ TEST_F(EngineTest, CommitWhoseStoreNeverComesExpires) {
   engine_->ExpireJobs(absl::Now());
   EXPECT_EQ(engine_->index().Lookup(keys),
             std::vector<SlotIndex::KeyState>{SlotIndex::KeyState::kHitPending});
-  engine_->ExpireJobs(absl::Now() + env_.deps().job_timeout + absl::Seconds(1));
+  engine_->ExpireJobs(absl::Now() + env_.deps().jobs.job_timeout + absl::Seconds(1));
   EXPECT_EQ(engine_->index().Lookup(keys),
             std::vector<SlotIndex::KeyState>{SlotIndex::KeyState::kMiss});
   EXPECT_EQ(engine_->index().counts().rows_free, kNumRows);

@@ -92,10 +92,10 @@ absl::Status JobTable::CheckNew(const ValidPart& part, uint32_t mp_rank) const {
         "job ", part.job_id, " of engine ", engine_key_, " already finished (",
         done->status.ok() ? "OK" : done->status.ToString(), "); job ids must be unique"));
   }
-  if (jobs_.size() >= limits_.max_jobs) {
+  if (jobs_.size() >= limits_.max_jobs_per_engine) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "job ", part.job_id, ": engine ", engine_key_, " already has ", jobs_.size(),
-        " jobs in flight (limit ", limits_.max_jobs,
+        " jobs in flight (limit ", limits_.max_jobs_per_engine,
         " per engine, --max_jobs_per_engine); wait for verdicts"));
   }
   if (part.direction == CopyDirection::kStore && HasDuplicateRow(part.rows)) {

@@ -27,6 +27,7 @@
 #include "common/engine_spec.h"
 #include "common/geometry.h"
 #include "daemon/engine/job.h"
+#include "daemon/engine/job_limits.h"
 #include "daemon/engine/job_part.h"
 #include "daemon/engine/retired_jobs.h"
 
@@ -45,12 +46,6 @@ struct VoteRule {
   bool AllVoted(const Job& job) const;
   // Whether a job in `direction` waits for mp_rank's vote at all.
   bool NeedsVoteOf(CopyDirection direction, uint32_t mp_rank) const;
-};
-
-struct JobLimits {
-  uint64_t max_jobs = 8192;              // open jobs (EngineDeps::max_jobs_per_engine)
-  size_t finished_remembered = 1u << 16;  // RetiredJobs capacity
-  absl::Duration job_timeout = absl::Seconds(30);
 };
 
 // Totals of the jobs this table reported, and their bytes.

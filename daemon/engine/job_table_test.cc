@@ -23,7 +23,7 @@ ValidPart Part(uint64_t id, CopyDirection direction, std::vector<uint64_t> rows,
 
 JobLimits Limits(uint64_t max_jobs = 8, size_t remembered = 4) {
   JobLimits limits;
-  limits.max_jobs = max_jobs;
+  limits.max_jobs_per_engine = max_jobs;
   limits.finished_remembered = remembered;
   limits.job_timeout = absl::Seconds(30);
   return limits;

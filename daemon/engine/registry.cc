@@ -355,9 +355,9 @@ absl::Status EngineRegistry::Drop(const std::string& engine_id, uint32_t dp_rank
   engine->Close(absl::AbortedError("engine dropped by an operator"));
   // Return only once the engine's copies have ended and every session has its verdicts and was
   // told to end; the backend ends each copy by its job's deadline.
-  if (!engine->WaitClosed(absl::Now() + deps_.job_timeout + absl::Seconds(1))) {
+  if (!engine->WaitClosed(absl::Now() + deps_.jobs.job_timeout + absl::Seconds(1))) {
     Log()->warn("dropping engine {}: copies still running after {}", engine->key(),
-                absl::FormatDuration(deps_.job_timeout));
+                absl::FormatDuration(deps_.jobs.job_timeout));
   }
   CloseAndForget(std::move(engine), absl::AbortedError("engine dropped by an operator"));
   return absl::OkStatus();

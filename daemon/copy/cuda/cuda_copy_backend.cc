@@ -41,8 +41,17 @@ constexpr uint32_t kMaxIssueThreads = 16;
 // How often a device's completion thread looks at its jobs.
 constexpr absl::Duration kPollInterval = absl::Microseconds(10);
 
-absl::Status ValidateOptions(const CudaBackendOptions& o) {
-  if (o.copy_sms < 1) return absl::InvalidArgumentError("copy_sms must be at least 1");
+
+// Both of a device's objects; the queue goes first (its thread may use the device).
+struct DeviceState {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<CompletionQueue> queue;
+};
+
+}  // namespace
+
+absl::Status ValidateCudaBackendOptions(const CudaBackendOptions& o) {
+  if (o.copy_sms < 1) return absl::InvalidArgumentError("copy_sms must be at least 1 (--copy_sms)");
   if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes % 4096 != 0) {
     return absl::InvalidArgumentError("staging_chunk_bytes must be a positive multiple of 4096");
   }
@@ -65,6 +74,11 @@ absl::Status ValidateOptions(const CudaBackendOptions& o) {
     return absl::InvalidArgumentError(
         "parallel_issue_min_copies must be at least 1 (--cuda_parallel_issue_min_copies)");
   }
+  if (o.staging_bytes_per_device > kMaxStagingBytesPerDevice) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "staging_bytes_per_device must be at most ", kMaxStagingBytesPerDevice >> 20,
+        " MiB (--staging_mib_per_device)"));
+  }
   if (o.staging_idle_release < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("staging_idle_release must not be negative");
   }
@@ -74,14 +88,6 @@ absl::Status ValidateOptions(const CudaBackendOptions& o) {
   }
   return absl::OkStatus();
 }
-
-// Both of a device's objects; the queue goes first (its thread may use the device).
-struct DeviceState {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<CompletionQueue> queue;
-};
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 class CudaCopyBackend::Impl {
@@ -481,7 +487,7 @@ CudaCopyBackend::~CudaCopyBackend() = default;
 
 absl::StatusOr<std::unique_ptr<CudaCopyBackend>> CudaCopyBackend::Create(
     const CudaBackendOptions& options) {
-  RETURN_IF_ERROR(ValidateOptions(options));
+  RETURN_IF_ERROR(ValidateCudaBackendOptions(options));
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {

@@ -63,6 +63,9 @@ enum class SmCopies {
 // enables the SM paths on every device whatever `sm_copies` says (diagnostics and benchmarks).
 enum class ForcedPath { kAuto, kCopyEngine, kStaged, kKernel };
 
+// The most staging one device may hold (--staging_mib_per_device at most 16 TiB in MiB).
+inline constexpr uint64_t kMaxStagingBytesPerDevice = uint64_t{1} << 44;
+
 struct CudaBackendOptions {
   SmCopies sm_copies = SmCopies::kIfMps;
   ForcedPath forced_path = ForcedPath::kAuto;
@@ -108,6 +111,9 @@ struct CudaBackendOptions {
   uint32_t issue_threads = 4;
   uint64_t parallel_issue_min_copies = 1024;
 };
+
+// The range rules of CudaBackendOptions (INVALID_ARGUMENT naming the flag), without a GPU.
+absl::Status ValidateCudaBackendOptions(const CudaBackendOptions& options);
 
 // Validates options (INVALID_ARGUMENT) and finds the GPUs. UNAVAILABLE when there is no usable
 // driver or no GPU (cudaGetDeviceCount fails or returns 0); the message names the CUDA error.

@@ -91,7 +91,6 @@ EngineTestEnv::EngineTestEnv(uint64_t node_cap)
   deps_.release = release_.get();
   deps_.region_options.populate_threads = 1;
   deps_.region_options.transparent_huge_pages = false;
-  deps_.job_timeout = absl::Seconds(30);
   deps_.callbacks_running = &callbacks_running_;
 }
 
