@@ -51,7 +51,7 @@ struct EngineSpec {
   // the other local workers never submit store parts (vLLM's 2026-08 connector lets only rank 0
   // store). Loads still need every local worker. No effect on a per-rank layout.
   bool stores_by_writer_only = false;
-  // Further uids and groups allowed to use the engine besides its owner (daemon/engine/access.h).
+  // Further uids and groups allowed to use the engine besides its owner (daemon/access/access.h).
   // Only the creator's lists count; not compared by operator== (access, not layout).
   std::vector<uint32_t> member_uids;
   std::vector<uint32_t> member_gids;

@@ -42,16 +42,16 @@
 #include "common/engine_spec.h"
 #include "common/geometry.h"
 #include "daemon/copy/copy_backend.h"
-#include "daemon/engine/deferred_release.h"
 #include "daemon/engine/engine_resources.h"
-#include "daemon/engine/job_limits.h"
 #include "daemon/engine/job.h"
+#include "daemon/engine/job_limits.h"
 #include "daemon/engine/job_part.h"
 #include "daemon/engine/job_table.h"
 #include "daemon/engine/latency_histogram.h"
 #include "daemon/engine/verdicts.h"
 #include "daemon/engine/worker_sessions.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/lifetime/deferred_release.h"
 #include "daemon/pool/pool.h"
 #include "daemon/region/memory_budget.h"
 #include "daemon/region/region.h"
@@ -154,7 +154,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // chunk 0 are usable when the registration is answered. OK at once without a preparer.
   absl::Status WaitFirstRowsUsable(absl::Duration timeout);
   uint64_t region_epoch() const { return region_epoch_; }
-  // The uid whose call created the engine (daemon/engine/access.h). Set once by the registry
+  // The uid whose call created the engine (daemon/access/access.h). Set once by the registry
   // before the engine is published to other threads; read-only afterwards.
   void set_owner_uid(uint32_t uid) { owner_uid_ = uid; }
   uint32_t owner_uid() const { return owner_uid_; }

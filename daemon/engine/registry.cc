@@ -13,7 +13,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
-#include "daemon/engine/access.h"
+#include "daemon/access/access.h"
 
 namespace kvoffload::daemon {
 namespace {

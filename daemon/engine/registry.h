@@ -33,7 +33,7 @@
 #include "absl/time/time.h"
 #include "common/engine_spec.h"
 #include "common/geometry.h"
-#include "daemon/engine/caller.h"
+#include "daemon/access/caller.h"
 #include "daemon/engine/engine.h"
 #include "daemon/pool/pool_table.h"
 #include "daemon/restart/durability.h"

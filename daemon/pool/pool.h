@@ -43,9 +43,9 @@
 #include "absl/synchronization/mutex.h"
 #include "common/engine_spec.h"
 #include "common/geometry.h"
-#include "daemon/engine/caller.h"
-#include "daemon/engine/deferred_release.h"
+#include "daemon/access/caller.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/lifetime/deferred_release.h"
 #include "daemon/region/memory_budget.h"
 
 namespace kvoffload::daemon {

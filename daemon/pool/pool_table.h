@@ -22,8 +22,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/engine_spec.h"
 #include "common/geometry.h"
-#include "daemon/engine/caller.h"
-#include "daemon/engine/deferred_release.h"
+#include "daemon/access/caller.h"
+#include "daemon/lifetime/deferred_release.h"
 #include "daemon/pool/pool.h"
 #include "daemon/region/memory_budget.h"
 

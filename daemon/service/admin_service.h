@@ -1,7 +1,7 @@
 // Admin service (admin socket): Stats, ListEngines, DropEngine, Cleanup. Health checking and
 // reflection are gRPC's standard services, enabled by the server.
 //
-// Access (daemon/engine/access.h): whoever may connect to the admin socket sees node totals; the
+// Access (daemon/access/access.h): whoever may connect to the admin socket sees node totals; the
 // per-engine lines, DropEngine and Cleanup reset are for engines the kernel-verified caller may
 // administer (owner, root, --admin_group). Another uid's DropEngine or reset is PERMISSION_DENIED
 // and changes nothing; Cleanup drop_idle drops only the caller's own idle engines (all of them for
@@ -10,8 +10,8 @@
 #define KVOFFLOAD_DAEMON_SERVICE_ADMIN_SERVICE_H_
 
 #include "absl/time/time.h"
+#include "daemon/access/access.h"
 #include "daemon/copy/copy_backend.h"
-#include "daemon/engine/access.h"
 #include "daemon/engine/registry.h"
 #include "daemon/region/memory_budget.h"
 #include "daemon/service/peer_credentials.h"

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/limits.h"
-#include "daemon/engine/access.h"
+#include "daemon/access/access.h"
 #include "daemon/service/convert.h"
 
 namespace kvoffload::daemon {

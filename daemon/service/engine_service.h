@@ -1,7 +1,7 @@
 // Engine service (scheduler side): OpenEngine and the row index of each engine region.
 // Every call is made as its connection's kernel-verified caller (PeerTable): OpenEngine joins
 // only an engine the caller may use (a new one belongs to the caller's uid), and the index calls
-// of another uid's engine are PERMISSION_DENIED and change nothing (daemon/engine/access.h).
+// of another uid's engine are PERMISSION_DENIED and change nothing (daemon/access/access.h).
 #ifndef KVOFFLOAD_DAEMON_SERVICE_ENGINE_SERVICE_H_
 #define KVOFFLOAD_DAEMON_SERVICE_ENGINE_SERVICE_H_
 

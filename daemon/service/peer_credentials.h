@@ -22,7 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/engine/caller.h"
+#include "daemon/access/caller.h"
 #include "grpcpp/server_context.h"
 
 namespace kvoffload::daemon {

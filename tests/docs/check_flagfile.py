@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Checks that every flag in deploy/kvoffloadd.flags is one of kvoffloadd's, set to its default.
+"""Checks that every flag in deploy/kvoffloadd.flags is one of kvoffloadd's, set to its default,
+and that every default the docs state ("[--flag, VALUE]" or "`--flag` (default VALUE") is the
+code's.
 
 The defaults come from the binary itself (`kvoffloadd --helpfull`, which prints each flag of
 daemon/main.cc with `default: ...`), so a default changed in the code and not in the flagfile
@@ -87,6 +89,48 @@ def check(defaults, flagfile):
     return problems
 
 
+# Where defaults are written in prose: the proto's header, the docs and the README.
+DOC_FILES = ["README.md", "proto/kvoffload/v1/kvoffload.proto"] + [
+    os.path.join("docs", n) for n in sorted(os.listdir(os.path.join(ROOT, "docs")))
+    if n.endswith(".md")]
+DOC_DEFAULT = re.compile(r"\[--([a-z0-9_]+), ([^]]+)\]|`--([a-z0-9_]+)` \(default ([^)]+)\)")
+# Prose for a default the code computes at start (the flag itself is empty).
+COMPUTED = {"max_region_bytes": ("half of RAM", "half of physical memory")}
+UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def doc_value(text):
+    """A documented default as the code prints it: "2^20" -> "1048576", "128 MiB" ->
+    "134217728", "`/run/x`" -> "/run/x"; text after a comma is prose ("8, at most 16")."""
+    value = text.split(",")[0].strip().strip("`")
+    m = re.fullmatch(r"(\d+)\^(\d+)", value)
+    if m:
+        return str(int(m.group(1)) ** int(m.group(2)))
+    m = re.fullmatch(r"(\d+) ?(KiB|MiB|GiB)", value)
+    if m:
+        return str(int(m.group(1)) * UNITS[m.group(2)])
+    return value
+
+
+def check_docs(defaults, files):
+    problems = []
+    for name in files:
+        for number, line in enumerate(open(os.path.join(ROOT, name), encoding="utf-8"), 1):
+            for m in DOC_DEFAULT.finditer(line):
+                flag = m.group(1) or m.group(3)
+                said = (m.group(2) or m.group(4)).strip()
+                if flag not in defaults:
+                    problems.append("%s:%d: --%s is not a flag of kvoffloadd" % (name, number, flag))
+                elif flag in COMPUTED:
+                    if not said.startswith(COMPUTED[flag]):
+                        problems.append("%s:%d: --%s default said %r, the code computes %r" %
+                                        (name, number, flag, said, COMPUTED[flag][0]))
+                elif doc_value(said) != defaults[flag]:
+                    problems.append("%s:%d: --%s default said %r but the code's is %r" %
+                                    (name, number, flag, said, defaults[flag]))
+    return problems
+
+
 def self_test(kvoffloadd, flagfile):
     defaults = code_defaults(kvoffloadd)
     sysusers = open(os.path.join(ROOT, "deploy", "kvoffload.sysusers.conf"), encoding="utf-8").read()
@@ -117,7 +161,19 @@ def self_test(kvoffloadd, flagfile):
                                   kvoffloadd, "--flagfile", bad],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             assert rc == 1, (what, rc)
-    print("check_flagfile self test: OK (%d flags; 4 mismatches caught)" % len(defaults))
+    assert not check_docs(defaults, DOC_FILES), check_docs(defaults, DOC_FILES)
+    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+        doc = os.path.join(tmp, "doc.md")
+        for text, expected in [("[--max_engines, 255]", "--max_engines default said '255'"),
+                               ("`--pool_member_floor` (default 0.5)", "said '0.5'"),
+                               ("[--max_blocks_per_job, 2^21]", "said '2^21'"),
+                               ("[--max_region_bytes, all of RAM]", "the code computes"),
+                               ("[--no_such_flag, 1]", "--no_such_flag is not a flag")]:
+            open(doc, "w", encoding="utf-8").write("x " + text + " y\n")
+            found = check_docs(defaults, [os.path.relpath(doc, ROOT)])
+            assert any(expected in p for p in found), (text, found)
+    print("check_flagfile self test: OK (%d flags; 4 flagfile and 5 doc mismatches caught)" %
+          len(defaults))
 
 
 def main():
@@ -131,15 +187,16 @@ def main():
         self_test(args.kvoffloadd, args.flagfile)
         return 0
     defaults = code_defaults(args.kvoffloadd)
-    problems = check(defaults, args.flagfile)
+    problems = check(defaults, args.flagfile) + check_docs(defaults, DOC_FILES)
     for p in problems:
         print("check_flagfile: " + p, file=sys.stderr)
     if problems:
         return 1
     given = {flag for _, flag, _ in flagfile_values(args.flagfile)}
     left_out = sorted(set(defaults) - given)
-    print("check_flagfile: %d flags in %s equal the code's defaults (the groups: the deployment's)%s" %
-          (len(given), os.path.relpath(args.flagfile, ROOT),
+    print("check_flagfile: %d flags in %s and every default stated in %d docs equal the code's "
+          "defaults (the groups: the deployment's)%s" %
+          (len(given), os.path.relpath(args.flagfile, ROOT), len(DOC_FILES),
            "; left out (their defaults apply): " + ", ".join(left_out) if left_out else ""))
     return 0
 

@@ -22,8 +22,8 @@
 #include "absl/time/time.h"
 #include "common/engine_spec.h"
 #include "daemon/copy/testing/fault_copy_backend.h"
-#include "daemon/engine/deferred_release.h"
 #include "daemon/engine/engine.h"
+#include "daemon/lifetime/deferred_release.h"
 #include "daemon/region/memory_budget.h"
 
 namespace kvoffload::daemon::testing {

@@ -1,8 +1,8 @@
 // Caller: who made a call, as the kernel reported it for the caller's connection (SO_PEERCRED and
 // SO_PEERGROUPS, read by the daemon when it accepted the connection), never as a message claims.
-// Engines are owned by a uid and every call is checked against its Caller (engine/access.h).
-#ifndef KVOFFLOAD_DAEMON_ENGINE_CALLER_H_
-#define KVOFFLOAD_DAEMON_ENGINE_CALLER_H_
+// Engines are owned by a uid and every call is checked against its Caller (daemon/access/access.h).
+#ifndef KVOFFLOAD_DAEMON_ACCESS_CALLER_H_
+#define KVOFFLOAD_DAEMON_ACCESS_CALLER_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -30,4 +30,4 @@ struct Caller {
 
 }  // namespace kvoffload::daemon
 
-#endif  // KVOFFLOAD_DAEMON_ENGINE_CALLER_H_
+#endif  // KVOFFLOAD_DAEMON_ACCESS_CALLER_H_

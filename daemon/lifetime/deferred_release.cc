@@ -1,4 +1,4 @@
-#include "daemon/engine/deferred_release.h"
+#include "daemon/lifetime/deferred_release.h"
 
 #include <utility>
 

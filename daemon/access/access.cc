@@ -1,4 +1,4 @@
-#include "daemon/engine/access.h"
+#include "daemon/access/access.h"
 
 #include <algorithm>
 
