@@ -133,6 +133,14 @@ struct Daemon::Impl {
     }
   }
 
+  // Start's steps, in order. Creates the runtime directory and takes its lock (FAILED_PRECONDITION
+  // while another kvoffloadd holds it); the sockets' paths, stale files removed.
+  absl::Status TakeRuntimeDir();
+  // The fd store, budget, release queue and registry, with the engines of `restart` restored.
+  void BuildRegistry(RestartInputs restart);
+  // The services, both gRPC servers and their acceptors (the sockets exist from here on).
+  absl::Status StartServers();
+
   void StopHealthWatch() {
     {
       absl::MutexLock lock(&health_mu);
@@ -147,14 +155,7 @@ struct Daemon::Impl {
   }
 };
 
-absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options,
-                                                      std::unique_ptr<CopyBackend> backend,
-                                                      RestartInputs restart) {
-  RETURN_IF_ERROR(ValidateDaemonOptions(options));
-  auto impl = std::make_unique<Impl>();
-  impl->options = options;
-  impl->backend_name = backend->name();
-  impl->backend = std::move(backend);
+absl::Status Daemon::Impl::TakeRuntimeDir() {
   const std::string& dir = options.runtime_dir;
   // 0711, as systemd's RuntimeDirectoryMode: others may reach the sockets by name (their own
   // modes decide who connects) but not list the directory. Exactly that, whatever the umask.
@@ -166,67 +167,53 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     return ErrnoStatus(absl::StrCat("cannot create runtime dir ", dir));
   }
   const std::string lock_path = absl::StrCat(dir, "/kvoffloadd.lock");
-  impl->lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-  if (impl->lock_fd < 0) return ErrnoStatus(absl::StrCat("cannot open ", lock_path));
-  if (flock(impl->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+  lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (lock_fd < 0) return ErrnoStatus(absl::StrCat("cannot open ", lock_path));
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("another kvoffloadd is serving ", dir, " (", lock_path, " is locked)"));
   }
-  impl->data_socket = absl::StrCat(dir, "/", kDataSocketName);
-  impl->admin_socket = absl::StrCat(dir, "/", kAdminSocketName);
-  unlink(impl->data_socket.c_str());  // stale, from a daemon that died: we hold the lock now
-  unlink(impl->admin_socket.c_str());
+  data_socket = absl::StrCat(dir, "/", kDataSocketName);
+  admin_socket = absl::StrCat(dir, "/", kAdminSocketName);
+  unlink(data_socket.c_str());  // stale, from a daemon that died: we hold the lock now
+  unlink(admin_socket.c_str());
+  return absl::OkStatus();
+}
 
-  // systemd gives services 1024 descriptors (soft) unless told otherwise; engines hold memfds
-  // and workers hold connections, and --min_free_fds is kept below whatever limit is in force.
-  absl::StatusOr<uint64_t> fd_limit = common::RaiseFdSoftLimit();
-  if (!fd_limit.ok()) {
-    Log()->warn("cannot raise RLIMIT_NOFILE: {}", fd_limit.status().ToString());
-  } else {
-    Log()->info("file descriptor limit {}", *fd_limit);
-  }
-
-  impl->fd_store = restart.fd_store != nullptr ? std::move(restart.fd_store)
-                                               : std::make_unique<NoFdStore>();
-  impl->durability =
-      std::make_unique<Durability>(impl->fd_store.get(), options.state_key_bytes);
-  impl->budget = std::make_unique<MemoryBudget>(options.max_region_bytes);
-  impl->release = std::make_unique<DeferredRelease>();
+void Daemon::Impl::BuildRegistry(RestartInputs restart) {
+  fd_store = restart.fd_store != nullptr ? std::move(restart.fd_store)
+                                         : std::make_unique<NoFdStore>();
+  durability = std::make_unique<Durability>(fd_store.get(), options.state_key_bytes);
+  budget = std::make_unique<MemoryBudget>(options.max_region_bytes);
+  release = std::make_unique<DeferredRelease>();
   EngineDeps deps;
-  deps.backend = impl->backend.get();
-  deps.budget = impl->budget.get();
-  deps.release = impl->release.get();
+  deps.backend = backend.get();
+  deps.budget = budget.get();
+  deps.release = release.get();
   deps.region_options = options.region_options;
   deps.jobs = options.jobs;
-  deps.callbacks_running = impl->callbacks_running.get();
+  deps.callbacks_running = callbacks_running.get();
   RegistryOptions registry_options = options.registry;
-  registry_options.durability = impl->durability.get();
-  impl->registry = std::make_unique<EngineRegistry>(deps, registry_options);
-  RestoreEngines(std::move(restart.inherited), impl->durability.get(), impl->registry.get());
-  Log()->info("{}", impl->fd_store->Describe());
-  impl->engine_service = std::make_unique<EngineService>(impl->registry.get(), impl->peers.get());
-  impl->worker_service =
-      std::make_unique<WorkerService>(impl->registry.get(), impl->peers.get(), options.workers);
-  impl->admin_service =
-      std::make_unique<AdminService>(impl->registry.get(), impl->backend.get(), impl->budget.get(),
-                                     impl->peers.get(), options.access);
-  if (!options.metrics_address.empty()) {
-    // Before the gRPC sockets exist: a metrics address that cannot be bound fails Start cleanly.
-    impl->metrics_collector = std::make_shared<MetricsCollector>(
-        impl->registry.get(), impl->budget.get(), impl->backend.get());
-    ASSIGN_OR_RETURN(impl->metrics_server,
-                     MetricsServer::Start(options.metrics_address, impl->metrics_collector));
-  }
+  registry_options.durability = durability.get();
+  registry = std::make_unique<EngineRegistry>(deps, registry_options);
+  RestoreEngines(std::move(restart.inherited), durability.get(), registry.get());
+  Log()->info("{}", fd_store->Describe());
+}
 
+absl::Status Daemon::Impl::StartServers() {
+  engine_service = std::make_unique<EngineService>(registry.get(), peers.get());
+  worker_service = std::make_unique<WorkerService>(registry.get(), peers.get(), options.workers);
+  admin_service = std::make_unique<AdminService>(registry.get(), backend.get(), budget.get(),
+                                                 peers.get(), options.access);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  // The largest legal request, and no more (limits.h has the arithmetic; validated above).
+  // The largest legal request, and no more (limits.h has the arithmetic; ValidateDaemonOptions
+  // checked that it fits an int).
   const uint64_t max_receive = MaxReceiveMessageBytes(options.jobs.max_blocks_per_job);
   // Every worker session holds a server thread; the quota is a backstop behind the session cap
   // (unary calls need threads too), refusing calls with RESOURCE_EXHAUSTED instead of spawning.
   const int max_threads = static_cast<int>(options.workers.max_sessions) + 128;
-  auto build = [&](std::vector<grpc::Service*> services,
-                   const char* quota_name) {
+  auto build = [&](std::vector<grpc::Service*> services, const char* quota_name) {
     // No listening port: the PeerAcceptor accepts and hands each connection over.
     grpc::ServerBuilder builder;
     builder.SetMaxReceiveMessageSize(static_cast<int>(max_receive));
@@ -237,19 +224,47 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
     for (grpc::Service* s : services) builder.RegisterService(s);
     return builder.BuildAndStart();
   };
-  impl->data_server = build({impl->engine_service.get(), impl->worker_service.get()}, "data");
-  impl->admin_server = build({impl->admin_service.get()}, "admin");
-  if (impl->data_server == nullptr || impl->admin_server == nullptr) {
+  data_server = build({engine_service.get(), worker_service.get()}, "data");
+  admin_server = build({admin_service.get()}, "admin");
+  if (data_server == nullptr || admin_server == nullptr) {
     return absl::UnavailableError("cannot start the gRPC servers");
   }
-  ASSIGN_OR_RETURN(impl->data_acceptor,
-                   PeerAcceptor::Start({impl->data_socket, options.data_socket_mode,
-                                        options.data_socket_gid},
-                                       impl->data_server.get(), impl->peers.get()));
-  ASSIGN_OR_RETURN(impl->admin_acceptor,
-                   PeerAcceptor::Start({impl->admin_socket, options.admin_socket_mode,
-                                        options.admin_socket_gid},
-                                       impl->admin_server.get(), impl->peers.get()));
+  ASSIGN_OR_RETURN(data_acceptor, PeerAcceptor::Start({data_socket, options.data_socket_mode,
+                                                       options.data_socket_gid},
+                                                      data_server.get(), peers.get()));
+  ASSIGN_OR_RETURN(admin_acceptor, PeerAcceptor::Start({admin_socket, options.admin_socket_mode,
+                                                        options.admin_socket_gid},
+                                                       admin_server.get(), peers.get()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& options,
+                                                      std::unique_ptr<CopyBackend> backend,
+                                                      RestartInputs restart) {
+  RETURN_IF_ERROR(ValidateDaemonOptions(options));
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->backend_name = backend->name();
+  impl->backend = std::move(backend);
+  RETURN_IF_ERROR(impl->TakeRuntimeDir());
+  // systemd gives services 1024 descriptors (soft) unless told otherwise; engines hold memfds
+  // and workers hold connections, and --min_free_fds is kept below whatever limit is in force.
+  absl::StatusOr<uint64_t> fd_limit = common::RaiseFdSoftLimit();
+  if (!fd_limit.ok()) {
+    Log()->warn("cannot raise RLIMIT_NOFILE: {}", fd_limit.status().ToString());
+  } else {
+    Log()->info("file descriptor limit {}", *fd_limit);
+  }
+  // Engines come back from the fd store before any client can connect.
+  impl->BuildRegistry(std::move(restart));
+  if (!options.metrics_address.empty()) {
+    // Before the gRPC sockets exist: a metrics address that cannot be bound fails Start cleanly.
+    impl->metrics_collector = std::make_shared<MetricsCollector>(
+        impl->registry.get(), impl->budget.get(), impl->backend.get());
+    ASSIGN_OR_RETURN(impl->metrics_server,
+                     MetricsServer::Start(options.metrics_address, impl->metrics_collector));
+  }
+  RETURN_IF_ERROR(impl->StartServers());
   impl->registry->Start();
   impl->health_watch = std::thread([raw = impl.get()] { raw->WatchHealth(); });
   Log()->info("kvoffloadd serving {} and {} (backend {}, node cap {} bytes)", impl->data_socket,
