@@ -2,7 +2,8 @@
 # Installs the Debian packages kvoffload builds and tests with, when any is missing.
 # Used by deploy/quickstart.sh and tests/run_all.sh; safe to run again. clang-14 and its
 # runtimes (libclang-rt-14-dev: ASan, UBSan, TSan, libFuzzer) serve run_all.sh's sanitizer,
-# thread-safety and fuzzing stages; python3-torch (CPU) the Python tests of kvoffload.StagedWorker.
+# thread-safety and fuzzing stages; python3-torch (CPU) the Python tests of kvoffload.StagedWorker;
+# liburing-dev, libxxhash-dev and fio the disk tier (daemon/tier) and its benchmark.
 set -euo pipefail
 packages=(
   bazel-bootstrap bazel-rules-java g++ python3
@@ -11,6 +12,7 @@ packages=(
   prometheus-cpp-dev libsystemd-dev systemd python3-grpcio
   python3-venv python3-setuptools python3-wheel python3-numpy python3-torch
   clang-14 libclang-rt-14-dev
+  liburing-dev libxxhash-dev fio
 )
 missing=()
 for p in "${packages[@]}"; do
