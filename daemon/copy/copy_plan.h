@@ -135,7 +135,7 @@ void VisitSegments(const DescriptorTable& table, uint64_t first_block, uint64_t 
 // Pages that repeat at a fixed pitch on both sides: row k is `bytes` at gpu_address + k ×
 // gpu_pitch and at host_offset + k × host_pitch. The copy engines move such a run as one 2D copy
 // (cudaMemcpy2DAsync) at the link's rate from 16-32 KiB pages, where one DMA per page reaches a
-// fraction of it (issue 17, docs/runs/2026-12-02-93f6b6c-gpu/dma2d.jsonl: 4 KiB pages of
+// fraction of it (issue 17, runs/2026-12-02-93f6b6c-gpu/dma2d.jsonl: 4 KiB pages of
 // consecutive blocks 33.6 GB/s as 2D copies against 5-10 as pages; 32 KiB 54-55 against 30-42).
 struct StridedSegment {
   uint64_t gpu_address = 0;

@@ -48,10 +48,10 @@ JOB_BYTES = 512 << 20
 BUDGET_S = 80  # stop starting variants after this long (the stage's timeout is 120 s)
 ALARM_S = 105  # then the variant running is abandoned (its daemon stopped), the JSON kept
 # name, daemon flags, what keeps CPUs from idling (None, "spin" or "qos"). Other batch schedules (first_1, batches_of_32, no_overlap_hint)
-# were measured at ed70e7d (docs/runs/2026-12-02-ed70e7d-gpu); no stream wake-ups
+# were measured at ed70e7d (runs/2026-12-02-ed70e7d-gpu); no stream wake-ups
 # (--cuda_stream_wake_min_bytes=0) and copies as their own cudaMemcpyAsync at acdd84c
-# (docs/runs/2026-12-03-acdd84c-diag); one call of up to 4096 copies (--cuda_first_batch_copies=0)
-# at 0e1753c (docs/runs/2026-12-03-0e1753c-gpu-v3). spin: one SCHED_IDLE busy loop per CPU while
+# (runs/2026-12-03-acdd84c-diag); one call of up to 4096 copies (--cuda_first_batch_copies=0)
+# at 0e1753c (runs/2026-12-03-0e1753c-gpu-v3). spin: one SCHED_IDLE busy loop per CPU while
 # measured, so no CPU idles (a woken thread preempts the spinner at once). qos: a CPU latency
 # request of 0 µs held on /dev/cpu_dma_latency (PM QoS, what tuned's latency-performance profile
 # sets; root only): the kernel keeps every CPU in its shallowest idle state.

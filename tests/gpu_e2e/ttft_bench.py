@@ -26,7 +26,7 @@ bare CUDA context (a process that only calls cudaFree(0), lazy module loading).
     KVOFFLOAD_DAEMON=.../kvoffloadd KVOFFLOAD_LIB=.../libkvoffload_c.so \
         PYTHONPATH=python python3 tests/gpu_e2e/ttft_bench.py > ttft.jsonl
     # here, from the run's files: merge into docs/benchmarks.{json,md}
-    python3 tests/gpu_e2e/ttft_bench.py --merge docs/runs/<run>/ttft.jsonl --commit C --date D
+    python3 tests/gpu_e2e/ttft_bench.py --merge runs/<run>/ttft.jsonl --commit C --date D
 """
 
 import json

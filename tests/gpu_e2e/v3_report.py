@@ -2,8 +2,8 @@
 """Merges one run of the copy-path v3 benchmark (v3_bench.py, run_on_device.sh stages v3, v3_mps,
 v3_layout) into docs/benchmarks.json and docs/benchmarks.md, and draws docs/benchmarks_v3.svg.
 
-  python3 tests/gpu_e2e/v3_report.py docs/runs/<date>-<commit>-v3bench [--docs DIR]
-      [--reorder_run docs/runs/<date>-<commit>-reorder]   (a later run of stage v3_reorder alone)
+  python3 tests/gpu_e2e/v3_report.py runs/<date>-<commit>-v3bench [--docs DIR]
+      [--reorder_run runs/<date>-<commit>-reorder]   (a later run of stage v3_reorder alone)
 
 RUN_DIR holds run.json (commit, device, date) and the stages' JSON lines: interference.jsonl,
 interference_mps.jsonl, throughput.jsonl, cpu.jsonl, latency_python.jsonl, latency_cpp.jsonl,

@@ -13,7 +13,7 @@
 //   * staged — pages gathered into (stores) or scattered from (loads) device staging by short
 //     launches on `copy_sms` SMs, one per staging chunk; the copy engines carry each chunk's
 //     contiguous host runs. Wins where pages are small but host runs long (per-layer layouts;
-//     docs/runs/2026-12-01-7100043/bench.jsonl: 64 × 4 KiB pages, random rows, 53.3 GB/s stores
+//     runs/2026-12-01-7100043/bench.jsonl: 64 × 4 KiB pages, random rows, 53.3 GB/s stores
 //     staged, 52.1 by the kernel path, 10.96 for batched DMA of 4 KiB pages, memcpy_batch).
 //   * kernel — host runs too short for DMA (scattered rows of a small slot): a kernel on 16 SMs
 //     reads or writes the mapped region (same file: 4 KiB random pages, backend_kernel 43.9 GB/s
@@ -70,7 +70,7 @@ struct CudaBackendOptions {
   SmCopies sm_copies = SmCopies::kIfMps;
   ForcedPath forced_path = ForcedPath::kAuto;
   // SM paths only. SMs (thread blocks) of one staging gather/scatter launch: 8 keeps the gathers
-  // well ahead of the link at every page size (docs/runs/2026-12-01-7de445c, e2e_sms4.jsonl).
+  // well ahead of the link at every page size (runs/2026-12-01-7de445c, e2e_sms4.jsonl).
   int copy_sms = 8;
   uint64_t staging_chunk_bytes = uint64_t{32} << 20;
   // Staging of all workers on one device together (two chunks per worker and direction while it

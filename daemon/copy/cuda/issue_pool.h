@@ -4,7 +4,7 @@
 // 131072 of 4 KiB for 512 MiB) is bound by the host, not by the link: cudaMemcpyBatchAsync takes
 // ~0.5-0.9 µs of the issuing thread per copy, and the copy engines wait for each call to return.
 // Split over threads, each with a stream of its own, the same copies go out faster
-// (multi_issue_probe, docs/runs/2026-12-03-76254d3-diag: 4 KiB pages 4.9 → 10.1 GB/s with four
+// (multi_issue_probe, runs/2026-12-03-76254d3-diag: 4 KiB pages 4.9 → 10.1 GB/s with four
 // threads, 32 KiB loads 31.9 → 47.3). Large copies gain nothing (2 MiB: 55.0 → 53.9), so the
 // CUDA backend splits only jobs of many copies (EnqueueOptions::parallel_issue_min_copies,
 // counted by EstimateCopies in copy_plan.h), into shares of equal blocks that each thread visits
