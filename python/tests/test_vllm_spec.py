@@ -1,9 +1,11 @@
 """kvoffload.vllm (the OffloadingSpec for vLLM's OffloadingConnector), for every supported vLLM
 generation, against the real daemon on its host backend. No vLLM, no GPU.
 
-* Gen_v0_20_2 / Gen_main_2026_08: test_vllm_generations.py run once per generation, each in its
-  own process with that generation's test double (vllm_double/<generation>/vllm) first on
-  sys.path; one test case here per test there.
+* Gen_<double>: test_vllm_generations.py run once per supported release's double, each in its
+  own process with that double (vllm_double/<double>/vllm) first on sys.path; one test case
+  here per test there.
+* SignatureDriftTest: every double against the signatures recorded from the real releases
+  (vllm_signatures.json), the CI check that a double has not drifted.
 * The generation-independent parts: the import without vLLM and the ImportError of an
   unsupported vLLM, the EngineSpec derivation of both generations, the client's deadlines.
 """
@@ -25,6 +27,8 @@ import kvoffload  # noqa: E402
 from kvoffload import EngineSpec, KvoffloadError, Scheduler, StatusCode, Worker  # noqa: E402
 from test_host_backend import Daemon  # noqa: E402
 import test_vllm_generations as suite  # noqa: E402
+import vllm_signatures  # noqa: E402
+from kvoffload.vllm import SUPPORTED_VLLM as SUPPORTED  # noqa: E402
 
 LAYERS, PAGE, BLOCKS, TOKENS_PER_BLOCK = (suite.LAYERS, suite.PAGE, suite.BLOCKS,
                                           suite.TOKENS_PER_BLOCK)
@@ -81,11 +85,7 @@ def _generation_class(generation):
             if r["outcome"] != "passed":
                 self.fail("%s %s: %s" % (generation, r["outcome"], r["detail"]))
 
-    only = {"v0_20_2": "Generation2026Test.", "main_2026_08": "Generation020Test."}[generation]
     for name in suite.test_names():
-        if name.startswith(only):
-            continue  # the other generation's own tests
-
         def test(self, name=name):
             self.check(name)
         setattr(Gen, "test_" + name.replace(".", "__"), test)
@@ -122,16 +122,16 @@ class ImportTest(unittest.TestCase):
             "import sys, kvoffload.vllm as kv\n"
             "import kvoffload.vllm.config, kvoffload.vllm.core\n"
             "assert 'vllm' not in sys.modules, 'imported vllm'\n"
-            "print([g for g, _ in kv.SUPPORTED_VLLM])\n"
+            "print(list(kv.SUPPORTED_VLLM))\n"
             "try:\n"
             "    kv.KvoffloadSpec\n"
             "except ImportError as e:\n"
             "    print('ImportError', e)\n")
-        self.assertEqual(lines[0], "['v0.20', '2026-08']")
-        self.assertTrue(lines[1].startswith("ImportError kvoffload.vllm needs vLLM"), lines)
-        self.assertIn("vLLM 0.20.2 (tag v0.20.2, commit bc150f5, 2026-05-07)", lines[1])
-        self.assertIn("vLLM main of 2026-08-17 (commit 017e9f4) to 2026-08-20 (commit 7cfb97e)",
-                      lines[1])
+        self.assertEqual(lines[0], str(list(SUPPORTED)))
+        self.assertTrue(lines[1].startswith("ImportError kvoffload.vllm needs vLLM (supported: "
+                                            "vLLM 0.20.2, 0.21.0, 0.22.0, 0.22.1, 0.23.0, "
+                                            "0.24.0, 0.25.0, 0.25.1, 0.26.0, main 017e9f4 "
+                                            "(2026-08-17), main 7cfb97e (2026-08-20))"), lines)
 
     def test_an_unsupported_vllm_gets_an_import_error_naming_the_supported_ones(self):
         d = tempfile.mkdtemp(prefix="kvo-vllm-", dir="/tmp")
@@ -141,25 +141,72 @@ class ImportTest(unittest.TestCase):
             with open(os.path.join(d, p, "__init__.py"), "w") as f:
                 f.write("__version__ = '0.11.0'\n" if p == "vllm" else "")
         lines = self.import_error(d)
-        self.assertTrue(lines[0].startswith("ImportError kvoffload.vllm supports vLLM 0.20.2"),
-                        lines)
-        self.assertIn("this vLLM (0.11.0) matches neither", lines[0])
+        self.assertEqual(lines, [
+            "ImportError kvoffload.vllm supports vLLM %s (docs/vllm.md); this vLLM (0.11.0) fails "
+            "the capability probe 'modules' (vllm.v1.kv_offload.base, else abstract/mediums/"
+            "spec/worker.worker): neither vllm.v1.kv_offload.base nor vllm.v1.kv_offload."
+            "{abstract, mediums, spec, worker.worker}" % ", ".join(SUPPORTED)])
 
     def test_the_chunk_renamed_interface_gets_an_import_error_at_start(self):
         """vLLM after the block-to-chunk rename (OffloadPolicy.CHUNK_LEVEL, no BLOCK_LEVEL):
         refused at import, not an AttributeError in on_new_request later."""
         d = tempfile.mkdtemp(prefix="kvo-vllm-", dir="/tmp")
         self.addCleanup(subprocess.run, ["rm", "-rf", d])
-        shutil.copytree(os.path.join(HERE, "vllm_double", "main_2026_08", "vllm"),
+        lines = self.broken_double("main_2026_08", "vllm/v1/kv_offload/base.py",
+                                   "BLOCK_LEVEL", "CHUNK_LEVEL")
+        self.assertEqual(lines[0].split(": ", 1)[1], "OffloadPolicy has no BLOCK_LEVEL (members "
+                         "CHUNK_LEVEL, REQUEST_LEVEL): vLLM after the block-to-chunk rename "
+                         "(CHUNK_LEVEL) is not supported")
+        self.assertIn("fails the capability probe 'request_policy'", lines[0])
+
+    def broken_double(self, double, path, old, new):
+        """The ImportError lines of a copy of `double` with `old` replaced by `new` in path."""
+        d = tempfile.mkdtemp(prefix="kvo-vllm-", dir="/tmp")
+        self.addCleanup(subprocess.run, ["rm", "-rf", d])
+        shutil.copytree(os.path.join(HERE, "vllm_double", double, "vllm"),
                         os.path.join(d, "vllm"))
-        base = os.path.join(d, "vllm", "v1", "kv_offload", "base.py")
-        with open(base) as f:
+        full = os.path.join(d, path)
+        with open(full) as f:
             text = f.read()
-        with open(base, "w") as f:
-            f.write(text.replace("BLOCK_LEVEL", "CHUNK_LEVEL"))
+        self.assertIn(old, text)
+        with open(full, "w") as f:
+            f.write(text.replace(old, new))
         lines = self.import_error(d)
-        self.assertTrue(lines[0].startswith("ImportError kvoffload.vllm supports"), lines)
-        self.assertIn("OffloadPolicy.BLOCK_LEVEL", lines[0])
+        self.assertTrue(lines and lines[0].startswith(
+            "ImportError kvoffload.vllm supports vLLM %s (docs/vllm.md); this vLLM (" %
+            ", ".join(SUPPORTED)), lines)
+        return lines
+
+    def test_every_release_with_a_broken_interface_names_the_failed_probe(self):
+        """One broken capability per release's double: the ImportError at start names the row
+        and what is missing, never an AttributeError later."""
+        cases = {
+            "v0_20_2": ("vllm/v1/kv_offload/abstract.py", "def touch(self, keys",
+                        "def touch(self, keys, extra", "request_context"),
+            "v0_21_0": ("vllm/v1/kv_offload/worker/worker.py", "def transfer_async(self, job_id: "
+                        "int, spec: TransferSpec) -> bool:\n        pass",
+                        "def transfer_async(self, job_id: int) -> bool:\n        pass",
+                        "transfers"),
+            "v0_22_0": ("vllm/v1/kv_offload/base.py", "    evicted_keys: list[OffloadKey]\n",
+                        "", "store_output"),
+            "v0_23_0": ("vllm/v1/kv_offload/base.py", "    def on_schedule_end(self) -> None:",
+                        "    def on_schedule_end(self, a, b) -> None:", "schedule_end"),
+            "v0_24_0": ("vllm/v1/kv_offload/base.py", "    removed: bool\n",
+                        "    removed: bool\n    tier: int = 0\n", "event"),
+            "v0_25_0": ("vllm/v1/kv_offload/base.py", "    HIT_PENDING = auto()\n", "",
+                        "lookup_result"),
+            "v0_26_0": ("vllm/v1/kv_offload/base.py", "def __init__(self, config: "
+                        "OffloadingConfig):", "def __init__(self, config: OffloadingConfig, "
+                        "other=None):", "spec_constructor"),
+            "main_2026_08": ("vllm/v1/kv_offload/base.py", "    transfer_time: float | None = "
+                             "None\n", "", "transfer_result"),
+        }
+        self.assertEqual(sorted(cases), sorted(suite.GENERATIONS))
+        for double, (path, old, new, row) in cases.items():
+            with self.subTest(double=double):
+                lines = self.broken_double(double, path, old, new)
+                self.assertIn("fails the capability probe %r" % row, lines[0])
+
 
 
 def _v020_configs(extra, tp=1, pp=1, nnodes=1, executor="mp", use_mla=False, layers=LAYERS,
@@ -196,6 +243,45 @@ def _offloading_config(extra, tp=1, pp=1, replicated=False, layers=LAYERS, page=
                           dcp_size=1, data_parallel_index=dp, data_parallel_size=1,
                           data_parallel_rank_local=None, is_parallelism_agnostic=False),
               replicated_layout=replicated, canonical_layout=False)
+
+
+class SignatureDriftTest(unittest.TestCase):
+    """Each supported release's double has exactly the recorded classes, method parameter
+    lists, dataclass fields and enum members (vllm_signatures.json, recorded from the real
+    sources by `vllm_signatures.py record`)."""
+
+    def test_every_release_is_recorded_and_has_a_double(self):
+        recorded = vllm_signatures.load()
+        self.assertEqual(sorted(recorded), sorted(vllm_signatures.DOUBLE_OF))
+        self.assertEqual(len(recorded), len(SUPPORTED))
+
+    def test_no_double_drifts(self):
+        recorded = vllm_signatures.load()
+        for release in sorted(recorded):
+            with self.subTest(release=release):
+                self.assertEqual(vllm_signatures.drift(release, recorded), [])
+
+    def test_a_drifted_double_is_found(self):
+        recorded = vllm_signatures.load()
+        d = tempfile.mkdtemp(prefix="kvo-drift-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, d)
+        shutil.copytree(os.path.join(HERE, "vllm_double", "v0_25_0"), os.path.join(d, "v0_25_0"))
+        path = os.path.join(d, "v0_25_0", "vllm", "v1", "kv_offload", "base.py")
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace("def wait(self, job_ids: set[int])", "def wait(self, ids)")
+                    .replace("    RETRY = auto()\n", ""))
+        old = vllm_signatures.DOUBLES
+        vllm_signatures.DOUBLES = d
+        try:
+            problems = vllm_signatures.drift("v0_25_0", recorded)
+        finally:
+            vllm_signatures.DOUBLES = old
+        self.assertEqual(problems, [
+            "v0_25_0: vllm/v1/kv_offload/base.py.LookupResult members ['MISS', 'HIT', "
+            "'HIT_PENDING'], recorded ['MISS', 'HIT', 'HIT_PENDING', 'RETRY']",
+            "v0_25_0: vllm/v1/kv_offload/base.py.OffloadingWorker.wait(ids), recorded (job_ids)"])
 
 
 class EngineSpecTest(unittest.TestCase):

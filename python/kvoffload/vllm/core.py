@@ -1,10 +1,11 @@
-"""The one manager core and the one worker core behind every supported vLLM generation.
+"""The one manager core and the one worker core behind every supported vLLM release.
 
-Nothing here imports vLLM: the generation adapters (gen_v0_20.py, gen_2026_08.py) translate
-vLLM's calls and dataclasses to these cores, which speak kvoffload (kvoffload.Scheduler on the
+Nothing here imports vLLM: the adapter layer (adapter.py, assembled from the capability table in
+capabilities.py, with transfer_handlers.py or transfer_worker.py) translates vLLM's calls and
+dataclasses to these cores, which speak kvoffload (kvoffload.Scheduler on the
 scheduler side, kvoffload.Worker on the worker side).
 
-The rules vLLM imposes (found by running both generations' real code) and how the cores meet
+The rules vLLM imposes (found by running every release's real code) and how the cores meet
 them:
 
 * vLLM asserts that every submitted transfer and every finished transfer succeeded, and it never
@@ -40,7 +41,7 @@ core takes a lock of its own).
 """
 
 # The cores live in manager_core.py and worker_core.py; these names are their interface to the
-# generation adapters (and the tests).
+# adapter layer (and the tests).
 # (Tunables are read where they are defined: patch manager_core.X / worker_core.X.)
 from .core_util import LOAD, STORE, as_key, unique
 from .manager_core import COMMIT_RETRY_S, PENDING_TIMEOUT_S, REOPEN_INTERVAL_S, ManagerCore

@@ -1,5 +1,5 @@
-"""What both generation adapters share: the rows' LoadStoreSpec, the manager's load/store
-answers, opening the engine, the start-up checks, the worker core's construction, a transfer's
+"""What the adapter layer (adapter.py, transfer_handlers.py, transfer_worker.py) shares: the
+rows' LoadStoreSpec, the manager's load/store answers, opening the engine, the start-up checks, the worker core's construction, a transfer's
 submission and vLLM's load-error path. No vLLM import at module level: vLLM's classes come in
 as arguments or as the base class a mixin is combined with."""
 
@@ -44,23 +44,15 @@ def job_nonce():
 
 def with_writer_only(spec, writer_only):
     """The EngineSpec with stores_by_writer_only (DAEMON_API item 4) when asked for."""
-    if not writer_only:
-        return spec
-    if "stores_by_writer_only" not in {f.name for f in dataclasses.fields(EngineSpec)}:
-        raise KvoffloadError(
-            StatusCode.FAILED_PRECONDITION,
-            "kvoffload.vllm: vLLM chose the replicated (MLA) layout, where only rank 0 stores; "
-            "this kvoffload client has no EngineSpec.stores_by_writer_only (install a newer "
-            "kvoffload)")
-    return dataclasses.replace(spec, stores_by_writer_only=True)
+    return dataclasses.replace(spec, stores_by_writer_only=True) if writer_only else spec
 
 
 class RowSpecMixin:
-    """Rows of the engine's kvoffload region, mixed in before the generation's
+    """Rows of the engine's kvoffload region, mixed in before the running vLLM's
     BlockIDsLoadStoreSpec (block_ids are row numbers), with the region epoch they were planned
     in, the scheduler's job nonce, a store's keys (a worker whose store fails completes them
     with success=False) and `failed` (prepare_load could not pin them). vLLM pickles the specs,
-    so each generation names its own subclass at module level."""
+    so adapter.py names its subclass at module level."""
 
     def __init__(self, rows, region_epoch=0, job_nonce=0, keys=(), failed=False):
         super().__init__(list(rows))
@@ -80,7 +72,7 @@ def load_spec(manager_core, keys, spec_cls):
 
 
 def store_output(manager_core, keys, spec_cls, output_cls):
-    """prepare_store's answer: output_cls (the generation's PrepareStoreOutput), or None when
+    """prepare_store's answer: output_cls (the running vLLM's PrepareStoreOutput), or None when
     nothing is stored."""
     prepared = manager_core.prepare_store(keys)
     if prepared is None:
@@ -142,7 +134,7 @@ def log_region(engine_spec, settings, geometry):
 
 def manager_core(settings, engine_spec, make_event, vllm_replicated=None):
     """The ManagerCore of the scheduler process. vllm_replicated: vLLM's layout choice, checked
-    against the daemon's (None: the generation makes none)."""
+    against the daemon's (None: vLLM makes none)."""
     scheduler = open_scheduler(settings, engine_spec)
     if vllm_replicated is not None:
         try:
@@ -192,8 +184,8 @@ def worker_core(settings, engine_spec, mp_rank, canonical_tensors, vllm_replicat
 #
 # vLLM's scheduler recomputes (kv_load_failure_policy "recompute") or fails (the default, "fail")
 # the requests whose GPU blocks a connector reports in get_block_ids_with_load_errors(), read by
-# the model runner right after get_finished(). The OffloadingConnector of both supported
-# generations inherits the base class's empty answer, so kvoffload adds one to the class: the GPU
+# the model runner right after get_finished(). The OffloadingConnector of every supported
+# release inherits the base class's empty answer, so kvoffload adds one to the class: the GPU
 # blocks of this process's failed loads, unioned with whatever the base returns.
 
 _CORES = weakref.WeakSet()

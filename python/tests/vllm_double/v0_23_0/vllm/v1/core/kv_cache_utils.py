@@ -1,0 +1,3 @@
+from typing import NewType
+
+BlockHash = NewType("BlockHash", bytes)

@@ -1,0 +1,47 @@
+"""Double of vllm/v1/kv_offload/config.py (0.26.0): the normalized configuration an
+offloading spec is constructed with."""
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class OffloadingGroupConfig:
+    tokens_per_block: int
+    layer_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OffloadingModelConfig:
+    name: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class OffloadingCacheConfig:
+    tokens_per_hash: int
+    blocks_per_chunk: int
+
+
+@dataclass(frozen=True)
+class OffloadingParallelConfig:
+    rank: int
+    world_size: int
+    tp_size: int
+    pp_size: int
+    pcp_size: int
+    dcp_size: int
+    data_parallel_index: int
+    is_parallelism_agnostic: bool
+
+
+@dataclass(frozen=True)
+class OffloadingConfig:
+    groups: tuple[OffloadingGroupConfig, ...]
+    worker_kv_bytes_per_block: int
+    enable_kv_cache_events: bool
+    extra_config: Mapping[str, Any]
+    engine_id: str
+    model: OffloadingModelConfig
+    cache: OffloadingCacheConfig
+    parallel: OffloadingParallelConfig
