@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "daemon/index/testing/row_lists.h"
 #include "gtest/gtest.h"
 
 namespace kvoffload::daemon {
@@ -195,8 +196,8 @@ TEST(EngineResourcesTest, DurableEngineCountsRowsWhoseKeysTheStateCannotHold) {
   auto store_keys = [&](const std::vector<std::string>& keys) {
     auto s = index.PrepareStore(keys);
     ASSERT_TRUE(s.ok()) << s.status();
-    ASSERT_TRUE(index.BeginCopy(CopyDirection::kStore, s->rows).ok());
-    ASSERT_TRUE(index.EndStoreCopy(s->rows, true).ok());
+    ASSERT_TRUE(BeginCopy(index, CopyDirection::kStore, s->rows).ok());
+    ASSERT_TRUE(EndStoreCopy(index, s->rows, true).ok());
     ASSERT_TRUE(index.CompleteStore(s->keys, true).ok());
   };
   store_keys({"short", "a-key-of-twenty-byte"});

@@ -4,25 +4,31 @@
 // semantics. It also guards the copy path: the job engine checks and counts every copy against it,
 // so a row with a copy in flight is never evicted, reset or handed to another key.
 //
-// (slot_index_test.cc TheHeadersUsageExampleRuns runs this; the job engine uses the *Runs forms.)
+// (slot_index_test.cc TheHeadersUsageExampleRuns runs this.) The job engine names a job's rows
+// as runs (copy_run.h: first row, count, the ticket of the handles the wire carried):
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<SlotIndex> index, SlotIndex::Create(geometry.num_rows));
 //
 //   // Scheduler: store the keys that are not there yet.
 //   ASSIGN_OR_RETURN(SlotIndex::PrepareStoreResult store, index->PrepareStore(keys));
 //   // ... job engine, once per store job (every worker's part is one job):
-//   RETURN_IF_ERROR(index->BeginCopy(CopyDirection::kStore, store.rows));
+//   std::vector<RowRun> runs;
+//   for (uint64_t row : store.rows) AppendRows(&runs, RowRun{row, 1, store.ticket});
+//   RETURN_IF_ERROR(index->BeginCopyRuns(CopyDirection::kStore, runs));
 //   // ... copy GPU → rows; when the job has ended on this node (every copy really finished):
-//   RETURN_IF_ERROR(index->EndStoreCopy(store.rows, job_ok));
+//   RETURN_IF_ERROR(index->EndStoreCopyRuns(runs, job_ok));
 //   // ... scheduler, when the request's store is done (before or after the job ends):
 //   RETURN_IF_ERROR(index->CompleteStore(store.keys, job_ok));
 //
 //   // Scheduler: load what is there (hit_keys: the keys Lookup calls kHit).
 //   std::vector<SlotIndex::KeyState> states = index->Lookup(keys);
-//   ASSIGN_OR_RETURN(std::vector<uint64_t> rows, index->PrepareLoad(hit_keys));  // pinned
-//   RETURN_IF_ERROR(index->BeginCopy(CopyDirection::kLoad, rows));
+//   std::vector<uint32_t> tickets;
+//   ASSIGN_OR_RETURN(std::vector<uint64_t> rows, index->PrepareLoad(hit_keys, &tickets));
+//   std::vector<RowRun> load;  // the rows are pinned now
+//   for (size_t i = 0; i < rows.size(); ++i) AppendRows(&load, RowRun{rows[i], 1, tickets[i]});
+//   RETURN_IF_ERROR(index->BeginCopyRuns(CopyDirection::kLoad, load));
 //   // ... copy rows → GPU ...
-//   RETURN_IF_ERROR(index->EndCopy(rows));
+//   RETURN_IF_ERROR(index->EndCopyRuns(load));
 //   RETURN_IF_ERROR(index->CompleteLoad(hit_keys));  // unpinned
 //
 // Row life cycle:
@@ -36,21 +42,22 @@
 //
 // A WRITING row becomes READY when two things have happened, in either order (DESIGN.md §7:
 // vLLM 0.20 commits a preempted request's store before any worker submitted it):
-//   - written: a store job on the row finished OK on this node (EndStoreCopy(rows, true));
+//   - written: a store job on the row finished OK on this node (EndStoreCopyRuns(rows, true));
 //   - commit:  the scheduler called CompleteStore(success=true) for its key.
 // A commit that arrives first is recorded and the row stays WRITING (Lookup: HIT_PENDING,
-// PrepareLoad: refused) until its store job finishes; if that job fails (MarkStoreFailed), the
-// committed key is dropped and the row freed: it never reads as a hit. A recorded commit whose
-// store never arrives is dropped by DropStaleCommits. CompleteStore(false) on a row that still
-// has a copy in flight frees the key at once but quarantines the row: it is handed out again only
-// after EndCopy has dropped its copy count to 0 (PegaFlow 403: a DMA that outlived its timeout
+// PrepareLoad: refused) until its store job finishes; if that job fails (EndStoreCopyRuns(rows,
+// false)), the committed key is dropped and the row freed: it never reads as a hit. A recorded
+// commit whose store never arrives is dropped by DropStaleCommits. CompleteStore(false) on a row
+// that still has a copy in flight frees the key at once but quarantines the row: it is handed out
+// again only after EndCopyRuns has dropped its copy count to 0 (PegaFlow 403: a DMA that outlived its timeout
 // wrote into memory already handed to someone else).
 //
 // Recency (LRU order) — only READY rows with no reader and no copy in flight can be evicted, least
 // recently used first. A row becomes most recently used when
-//   - it becomes READY (CompleteStore or EndStoreCopy, whichever came second),
+//   - it becomes READY (CompleteStore or EndStoreCopyRuns, whichever came second),
 //   - Touch names it (while it is READY and idle),
-//   - its last reader leaves (CompleteLoad) or its last copy ends (EndCopy) and it is READY again.
+//   - its last reader leaves (CompleteLoad) or its last copy ends (EndCopyRuns) and it is READY
+//     again.
 // Within one call the keys are applied back to front, so keys[0] ends up the most recently used
 // (vLLM's touch order: a prefix's first block is the last to go, since losing it makes every block
 // after it useless). Rows that become READY together are ordered by their PrepareStore order, not
@@ -134,6 +141,7 @@
 namespace kvoffload::daemon {
 
 class SlotIndexInvariants;  // testonly: //daemon/index/testing:slot_index_invariants
+class SlotIndexTestPeer;    // testonly: //daemon/index/testing:row_lists
 
 class SlotIndex {
  public:
@@ -185,7 +193,7 @@ class SlotIndex {
     uint64_t rows_ready = 0;  // includes READY rows that a copy still pins
     uint64_t rows_reading = 0;
     uint64_t rows_evictable = 0;    // READY with no copy in flight
-    uint64_t copies_in_flight = 0;  // sum of per-row copy counts (BeginCopy − EndCopy)
+    uint64_t copies_in_flight = 0;  // sum of per-row copy counts (begun − ended)
     uint64_t commits_pending = 0;   // WRITING rows committed before their store job finished
     // Cumulative, per key.
     uint64_t hits = 0;             // Lookup: READY or READING
@@ -325,8 +333,9 @@ class SlotIndex {
   //   INVALID_ARGUMENT     a key of invalid length or a duplicate
   //   NOT_FOUND            a key is not in the index
   //   FAILED_PRECONDITION  a key is not WRITING; or success and a store job on its row failed
-  //                        (MarkStoreFailed): half written rows never become READY, only
-  //                        CompleteStore(false) ends them. A second commit is accepted (no-op).
+  //                        (EndStoreCopyRuns(rows, false)): half written rows never become
+  //                        READY, only CompleteStore(false) ends them. A second commit is
+  //                        accepted (no-op).
   absl::Status CompleteStore(const std::vector<std::string>& keys, bool success,
                              absl::Time now = absl::Now());
 
@@ -361,55 +370,46 @@ class SlotIndex {
 
   // ---- Copy-path guards (job engine). --------------------------------------------------------
 
+  // Rows are runs (copy_run.h): a job's rows stay runs, O(rows) here and nothing allocated per
+  // row. Tests and tools with plain row lists use daemon/index/testing/row_lists.h.
+
   // Checks that every row may be copied in `direction`: kStore needs WRITING rows with no store
-  // copy in flight and not written yet, kLoad READING rows; each holding `tickets[i]` when
-  // `tickets` is not empty (a 0 ticket is not checked).
+  // copy in flight and not written yet, kLoad READING rows; each holding its run's ticket (a 0
+  // ticket is not checked).
   //   OUT_OF_RANGE         a row >= num_rows
   //   FAILED_PRECONDITION  a row is in another state, has a store in flight or done, or holds
   //                        another ticket (the message names row and state)
-  //   INVALID_ARGUMENT     not one ticket per row
-  absl::Status CheckRows(CopyDirection direction, const std::vector<uint64_t>& rows,
-                         const std::vector<uint32_t>& tickets = {}) const;
-  // The same for row runs (copy_run.h), each row of a run checked against its ticket. The *Runs
-  // forms are what the engine calls: a job's rows stay runs (O(rows) here, nothing allocated
-  // per row); the list forms are one-row runs.
   absl::Status CheckRowRuns(CopyDirection direction, const std::vector<RowRun>& rows) const;
 
-  // CheckRows and, in the same critical section, one more copy in flight on every row (a row may
-  // appear more than once). Call before the copy touches the region; every successful BeginCopy
-  // must be matched by EndCopy with the same rows once the copy has really finished or is known
-  // never to touch the region again — not when it timed out. Same errors as CheckRows.
-  absl::Status BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows,
-                         const std::vector<uint32_t>& tickets = {});
+  // CheckRowRuns and, in the same critical section, one more copy in flight on every row (a row
+  // may appear more than once). Call before the copy touches the region; every successful
+  // BeginCopyRuns must be matched by EndCopyRuns with the same rows once the copy has really
+  // finished or is known never to touch the region again — not when it timed out. Same errors as
+  // CheckRowRuns.
   absl::Status BeginCopyRuns(CopyDirection direction, const std::vector<RowRun>& rows);
-
-  // Records that a store job on `rows` failed (a copy failed, a worker left, the job timed out):
-  // each row still WRITING is marked, and CompleteStore(success=true) of its key is refused with
-  // FAILED_PRECONDITION, so the scheduler can never publish rows that were not fully written. A
-  // row whose commit was already recorded loses its key and is freed (quarantined while copies
-  // are in flight) — the commit can no longer be refused. Rows in any other state are left alone
-  // (their store already ended). The mark is cleared when the row leaves WRITING.
-  // OUT_OF_RANGE for a row >= num_rows (nothing is marked).
-  absl::Status MarkStoreFailed(const std::vector<uint64_t>& rows);
 
   // Drops the keys of rows whose commit was recorded before `cutoff` while no store job has
   // written them and none is in flight (the store was never submitted: a worker died, or an
   // engine committed keys it never stored). Their rows return to FREE. Returns how many.
   uint64_t DropStaleCommits(absl::Time cutoff);
 
-  // One copy fewer on every row. A row whose count drops to 0 becomes allocatable again when it
-  // was quarantined, and evictable (most recently used) when it is READY.
+  // One copy fewer on every row (tickets are not looked at). A row whose count drops to 0
+  // becomes allocatable again when it was quarantined, and evictable (most recently used) when it
+  // is READY.
   //   OUT_OF_RANGE         a row >= num_rows
-  //   FAILED_PRECONDITION  more EndCopy than BeginCopy on a row (a bug in the caller)
-  absl::Status EndCopy(const std::vector<uint64_t>& rows);
-  absl::Status EndCopyRuns(const std::vector<RowRun>& rows);  // tickets are not looked at
+  //   FAILED_PRECONDITION  more EndCopyRuns than BeginCopyRuns on a row (a bug in the caller)
+  absl::Status EndCopyRuns(const std::vector<RowRun>& rows);
 
-  // The end of a store job on this node, in one critical section: EndCopy(rows), then, when
-  // `ok`, every row still WRITING is written (and one whose commit was recorded becomes READY),
-  // else MarkStoreFailed(rows). No other call can see the rows
-  // between the two (a row freed in between could be handed to another key). Same errors as
-  // EndCopy; on error nothing changed.
-  absl::Status EndStoreCopy(const std::vector<uint64_t>& rows, bool ok);
+  // The end of a store job on this node, in one critical section: EndCopyRuns(rows), then, when
+  // `ok`, every row still WRITING is written (and one whose commit was recorded becomes READY);
+  // when not (a copy failed, a worker left, the job timed out), every row still WRITING is
+  // marked failed: CompleteStore(success=true) of its key is refused with FAILED_PRECONDITION,
+  // so the scheduler can never publish rows that were not fully written, and a row whose commit
+  // was already recorded loses its key and is freed (quarantined while copies are in flight).
+  // Rows in any other state are left alone (their store already ended); the mark is cleared when
+  // the row leaves WRITING. No other call can see the rows between the two steps (a row freed in
+  // between could be handed to another key). Same errors as EndCopyRuns; on error nothing
+  // changed.
   absl::Status EndStoreCopyRuns(const std::vector<RowRun>& rows, bool ok);
 
   // ---- Introspection. -----------------------------------------------------------------------
@@ -427,6 +427,9 @@ class SlotIndex {
   // //daemon/index/testing:slot_index_invariants, which reaches it as a friend.
   friend class SlotIndexInvariants;
   absl::Status CheckInvariants() const;
+  // The list form of a failed store without a copy's end, for tests: //daemon/index/testing:
+  // row_lists reaches MarkStoreFailedLocked as a friend.
+  friend class SlotIndexTestPeer;
 
   static constexpr uint32_t kNil = ~uint32_t{0};
 
@@ -442,7 +445,7 @@ class SlotIndex {
     uint32_t prev = kNil;   // LRU list (doubly linked through the sentinel); WRITING: store seq
     uint32_t next = kNil;   // LRU list, or the free list (singly linked)
     uint32_t readers = 0;   // PrepareLoad − CompleteLoad
-    uint32_t copies = 0;    // BeginCopy − EndCopy
+    uint32_t copies = 0;    // BeginCopyRuns − EndCopyRuns
     uint16_t key_size = 0;  // 0: no key
     RowState state = RowState::kFree;
     // Bit-fields take no initializers in C++17; rows_ is value-initialized, so they start false.
@@ -548,8 +551,6 @@ class SlotIndex {
   // WRITING → READY for `rows` (each WRITING), most recent last in PrepareStore order; reorders
   // `rows`.
   void MakeReady(std::vector<uint32_t>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRowNumbers(absl::string_view operation, const std::vector<uint64_t>& rows) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status EndCopyLocked(const std::vector<RowRun>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkStoreFailedLocked(const std::vector<RowRun>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Rows still WRITING with no copy in flight are written; committed ones become READY.

@@ -10,47 +10,6 @@
 // against rows, and how the end of a store job makes rows written, READY or failed.
 
 namespace kvoffload::daemon {
-namespace {
-
-// Rows as one-row runs (the list forms of the guards): consecutive rows under one ticket merge.
-std::vector<RowRun> AsRuns(const std::vector<uint64_t>& rows,
-                           const std::vector<uint32_t>& tickets = {}) {
-  std::vector<RowRun> runs;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    AppendRows(&runs, RowRun{rows[i], 1, tickets.empty() ? 0 : tickets[i]});
-  }
-  return runs;
-}
-
-// The list forms take one ticket per row, or none.
-absl::Status CheckTickets(CopyDirection direction, const std::vector<uint64_t>& rows,
-                          const std::vector<uint32_t>& tickets) {
-  if (tickets.empty() || tickets.size() == rows.size()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(CopyDirectionName(direction), " copy: ",
-                                                 tickets.size(), " tickets for ", rows.size(),
-                                                 " rows"));
-}
-
-}  // namespace
-
-absl::Status SlotIndex::CheckRowNumbers(absl::string_view operation,
-                                        const std::vector<uint64_t>& rows) const {
-  for (uint64_t row : rows) {
-    if (row >= num_rows_) {
-      return absl::OutOfRangeError(absl::StrFormat("%s: row %d is out of range (num_rows %d)",
-                                                   operation, row, num_rows_));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SlotIndex::MarkStoreFailed(const std::vector<uint64_t>& rows) {
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckRowNumbers("MarkStoreFailed", rows));
-  MarkStoreFailedLocked(AsRuns(rows));
-  return absl::OkStatus();
-}
-
 // (Plain loops over the runs here: the thread-safety analysis does not look into lambdas.)
 void SlotIndex::MarkStoreFailedLocked(const std::vector<RowRun>& rows) {
   for (const RowRun& run : rows) {
@@ -92,7 +51,6 @@ uint64_t SlotIndex::DropStaleCommits(absl::Time cutoff) {
   commits_dropped_ += stale.size();
   return stale.size();
 }
-
 
 // ---- Copy-path guards ------------------------------------------------------------------------
 
@@ -136,22 +94,10 @@ absl::Status SlotIndex::CheckRowsLocked(CopyDirection direction,
   return absl::OkStatus();
 }
 
-absl::Status SlotIndex::CheckRows(CopyDirection direction, const std::vector<uint64_t>& rows,
-                                  const std::vector<uint32_t>& tickets) const {
-  RETURN_IF_ERROR(CheckTickets(direction, rows, tickets));
-  return CheckRowRuns(direction, AsRuns(rows, tickets));
-}
-
 absl::Status SlotIndex::CheckRowRuns(CopyDirection direction,
                                      const std::vector<RowRun>& rows) const {
   absl::ReaderMutexLock lock(&mu_);
   return CheckRowsLocked(direction, rows);
-}
-
-absl::Status SlotIndex::BeginCopy(CopyDirection direction, const std::vector<uint64_t>& rows,
-                                  const std::vector<uint32_t>& tickets) {
-  RETURN_IF_ERROR(CheckTickets(direction, rows, tickets));
-  return BeginCopyRuns(direction, AsRuns(rows, tickets));
 }
 
 absl::Status SlotIndex::BeginCopyRuns(CopyDirection direction, const std::vector<RowRun>& rows) {
@@ -168,17 +114,9 @@ absl::Status SlotIndex::BeginCopyRuns(CopyDirection direction, const std::vector
   return absl::OkStatus();
 }
 
-absl::Status SlotIndex::EndCopy(const std::vector<uint64_t>& rows) {
-  return EndCopyRuns(AsRuns(rows));
-}
-
 absl::Status SlotIndex::EndCopyRuns(const std::vector<RowRun>& rows) {
   absl::MutexLock lock(&mu_);
   return EndCopyLocked(rows);
-}
-
-absl::Status SlotIndex::EndStoreCopy(const std::vector<uint64_t>& rows, bool ok) {
-  return EndStoreCopyRuns(AsRuns(rows), ok);
 }
 
 absl::Status SlotIndex::EndStoreCopyRuns(const std::vector<RowRun>& rows, bool ok) {

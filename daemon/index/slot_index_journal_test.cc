@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/index/testing/row_lists.h"
 #include "daemon/index/testing/slot_index_invariants.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -89,8 +90,8 @@ std::unique_ptr<SlotIndex> MakeIndex(uint64_t num_rows, RowJournal* journal) {
 Rows Store(SlotIndex& index, const Keys& keys) {
   auto prepared = index.PrepareStore(keys);
   EXPECT_TRUE(prepared.ok()) << prepared.status();
-  EXPECT_TRUE(index.BeginCopy(CopyDirection::kStore, prepared->rows).ok());
-  EXPECT_TRUE(index.EndStoreCopy(prepared->rows, true).ok());
+  EXPECT_TRUE(BeginCopy(index, CopyDirection::kStore, prepared->rows).ok());
+  EXPECT_TRUE(EndStoreCopy(index, prepared->rows, true).ok());
   EXPECT_TRUE(index.CompleteStore(prepared->keys, true).ok());
   return prepared->rows;
 }
@@ -100,9 +101,9 @@ TEST(SlotIndexJournalTest, ReadyOnlyWhenWrittenAndCommittedInEitherOrder) {
   auto index = MakeIndex(4, &journal);
   auto a = index->PrepareStore({"a"});
   ASSERT_TRUE(a.ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, a->rows).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, a->rows).ok());
   EXPECT_THAT(journal.ready, IsEmpty());  // WRITING with a copy in flight
-  ASSERT_TRUE(index->EndStoreCopy(a->rows, true).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, a->rows, true).ok());
   EXPECT_THAT(journal.ready, IsEmpty());  // written, not committed
   ASSERT_TRUE(index->CompleteStore({"a"}, true).ok());
   ASSERT_EQ(journal.ready.count(a->rows[0]), 1u);
@@ -114,9 +115,9 @@ TEST(SlotIndexJournalTest, ReadyOnlyWhenWrittenAndCommittedInEitherOrder) {
   ASSERT_TRUE(b.ok());
   ASSERT_TRUE(index->CompleteStore({"b"}, true).ok());
   EXPECT_EQ(journal.ready.count(b->rows[0]), 0u);
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, b->rows).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, b->rows).ok());
   EXPECT_EQ(journal.ready.count(b->rows[0]), 0u);
-  ASSERT_TRUE(index->EndStoreCopy(b->rows, true).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, b->rows, true).ok());
   EXPECT_EQ(journal.ready[b->rows[0]].key, "b");
 }
 
@@ -125,8 +126,8 @@ TEST(SlotIndexJournalTest, FailedAndAbandonedStoresAreNeverPublished) {
   auto index = MakeIndex(4, &journal);
   auto a = index->PrepareStore({"a", "b", "c"});
   ASSERT_TRUE(a.ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, {a->rows[0]}).ok());
-  ASSERT_TRUE(index->EndStoreCopy({a->rows[0]}, false).ok());  // a: copy failed
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, {a->rows[0]}).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, {a->rows[0]}, false).ok());  // a: copy failed
   EXPECT_EQ(index->CompleteStore({"a"}, true).code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(index->CompleteStore({"a", "b"}, false).ok());  // b: the scheduler gave up
   ASSERT_TRUE(index->CompleteStore({"c"}, true).ok());        // c: committed, never written
@@ -146,7 +147,7 @@ TEST(SlotIndexJournalTest, EvictionUnpublishesBeforeTheRowIsHandedOut) {
   // The evicted row is FREE in the journal by the time its new owner may copy into it.
   EXPECT_THAT(journal.events, ElementsAre(absl::StrCat("free ", c->rows[0])));
   EXPECT_EQ(journal.ready.count(c->rows[0]), 0u);
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, c->rows).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, c->rows).ok());
   EXPECT_EQ(index->Reset(), 1u);  // a; c is WRITING and kept
   EXPECT_THAT(journal.ready, IsEmpty());
 }
@@ -192,8 +193,8 @@ TEST(SlotIndexJournalTest, JournalMatchesTheIndexUnderRandomTraffic) {
     } else if (op == 2 && !pending.empty()) {
       Pending& p = pending[rng() % pending.size()];
       if (!p.copied) {
-        ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, p.rows).ok());
-        ASSERT_TRUE(index->EndStoreCopy(p.rows, rng() % 8 != 0).ok());
+        ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, p.rows).ok());
+        ASSERT_TRUE(EndStoreCopy(*index, p.rows, rng() % 8 != 0).ok());
         p.copied = true;
       }
     } else if (op == 3 && !pending.empty()) {

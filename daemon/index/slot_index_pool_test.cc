@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/index/testing/row_lists.h"
 #include "daemon/index/testing/slot_index_invariants.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -39,8 +40,8 @@ std::vector<uint64_t> StoreReady(SlotIndex& index, const std::vector<std::string
   auto store = index.PrepareStore(keys, member);
   EXPECT_TRUE(store.ok()) << store.status();
   if (!store.ok()) return {};
-  EXPECT_TRUE(index.BeginCopy(CopyDirection::kStore, store->rows).ok());
-  EXPECT_TRUE(index.EndStoreCopy(store->rows, true).ok());
+  EXPECT_TRUE(BeginCopy(index, CopyDirection::kStore, store->rows).ok());
+  EXPECT_TRUE(EndStoreCopy(index, store->rows, true).ok());
   EXPECT_TRUE(index.CompleteStore(store->keys, true).ok());
   return store->rows;
 }
@@ -113,8 +114,8 @@ TEST(SlotIndexPoolTest, ConcurrentStoresOfOneKeyGiveOneRowAndItIsNotLoadableWhil
   EXPECT_EQ(index->PrepareLoad(Keys(0, 1), nullptr, 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
   // A's store ends: B loads A's row.
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, a->rows).ok());
-  ASSERT_TRUE(index->EndStoreCopy(a->rows, true).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, a->rows).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, a->rows, true).ok());
   ASSERT_TRUE(index->CompleteStore(a->keys, true).ok());
   auto loaded = index->PrepareLoad(Keys(0, 1), nullptr, 1);
   ASSERT_TRUE(loaded.ok());
@@ -128,9 +129,9 @@ TEST(SlotIndexPoolTest, AFailedStoreOfOneMemberIsAMissForAnother) {
   ASSERT_TRUE(index->BringSegmentOnline(1).ok());
   auto a = index->PrepareStore(Keys(0, 1), 0);
   ASSERT_TRUE(a.ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, a->rows).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, a->rows).ok());
   ASSERT_TRUE(index->CompleteStore(a->keys, true).ok());  // commit came first
-  ASSERT_TRUE(index->EndStoreCopy(a->rows, false).ok());  // A's worker died
+  ASSERT_TRUE(EndStoreCopy(*index, a->rows, false).ok());  // A's worker died
   EXPECT_THAT(index->Lookup(Keys(0, 1), 1), ElementsAre(KS::kMiss));
   EXPECT_EQ(index->PrepareLoad(Keys(0, 1), nullptr, 1).status().code(),
             absl::StatusCode::kNotFound);
@@ -228,8 +229,8 @@ TEST(SlotIndexPoolTest, TakingASegmentOfflineDropsIdleKeysAndParksRowsInUseWhenI
   EXPECT_EQ(index->BringSegmentOnline(1).code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
   // The reader still loads it; once it leaves, the row is parked and its key gone.
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kLoad, {5}).ok());
-  ASSERT_TRUE(index->EndCopy({5}).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kLoad, {5}).ok());
+  ASSERT_TRUE(EndCopy(*index, {5}).ok());
   ASSERT_TRUE(index->CompleteLoad({K(1)}).ok());
   EXPECT_TRUE(index->SegmentDrained(1));
   EXPECT_THAT(index->Lookup({K(1)}, 0), ElementsAre(KS::kMiss));
@@ -245,12 +246,12 @@ TEST(SlotIndexPoolTest, ARowWrittenIntoALeftSegmentNeverBecomesReady) {
   ASSERT_TRUE(index->BringSegmentOnline(0).ok());
   auto store = index->PrepareStore(Keys(0, 2), 1);  // member 1 writes into segment 0's rows
   ASSERT_TRUE(store.ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, store->rows).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, store->rows).ok());
   auto drain = index->TakeSegmentOffline(0);
   ASSERT_TRUE(drain.ok());
   EXPECT_EQ(drain->rows_pending, 2u);
   EXPECT_THAT(index->Lookup(Keys(0, 2), 1), ElementsAre(KS::kHitPending, KS::kHitPending));
-  ASSERT_TRUE(index->EndStoreCopy(store->rows, true).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, store->rows, true).ok());
   ASSERT_TRUE(index->CompleteStore(store->keys, true).ok());
   EXPECT_THAT(index->Lookup(Keys(0, 2), 1), ElementsAre(KS::kMiss, KS::kMiss));
   EXPECT_TRUE(index->SegmentDrained(0));
@@ -263,11 +264,11 @@ TEST(SlotIndexPoolTest, AQuarantinedRowOfALeftSegmentIsParkedWhenItsCopyEnds) {
   ASSERT_TRUE(index->BringSegmentOnline(0).ok());
   auto store = index->PrepareStore(Keys(0, 1), 0);
   ASSERT_TRUE(store.ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, store->rows).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, store->rows).ok());
   ASSERT_TRUE(index->CompleteStore(store->keys, false).ok());  // quarantined
   ASSERT_TRUE(index->TakeSegmentOffline(0).ok());
   EXPECT_FALSE(index->SegmentDrained(0));
-  ASSERT_TRUE(index->EndCopy(store->rows).ok());
+  ASSERT_TRUE(EndCopy(*index, store->rows).ok());
   EXPECT_TRUE(index->SegmentDrained(0));
   EXPECT_THAT(index->PrepareStore(Keys(1, 1), 0).status().code(),
               absl::StatusCode::kResourceExhausted);

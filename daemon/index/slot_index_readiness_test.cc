@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/index/testing/row_lists.h"
 #include "daemon/index/testing/slot_index_invariants.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -51,8 +52,8 @@ TEST(SlotIndexReadinessTest, RowsAboveTheWatermarkAreNeverHandedOut) {
   EXPECT_THAT(refused.message(), HasSubstr("come online as the region is populated"));
   auto store = index->PrepareStore(MakeKeys("k", 2)).value();
   EXPECT_THAT(store.rows, ElementsAre(0u, 1u));
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, store.rows).ok());
-  ASSERT_TRUE(index->EndStoreCopy(store.rows, true).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, store.rows).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, store.rows, true).ok());
   ASSERT_TRUE(index->CompleteStore(store.keys, true).ok());
   // Full: a new key evicts a ready row, never takes an unready one.
   auto next = index->PrepareStore({"x"}).value();
@@ -60,7 +61,7 @@ TEST(SlotIndexReadinessTest, RowsAboveTheWatermarkAreNeverHandedOut) {
   EXPECT_LT(next.rows[0], 2u);
   EXPECT_EQ(next.evicted_keys.size(), 1u);
   // A copy naming an unready row is refused (it is FREE).
-  EXPECT_EQ(index->CheckRows(CopyDirection::kStore, {5}).code(),
+  EXPECT_EQ(CheckRows(*index, CopyDirection::kStore, {5}).code(),
             absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 
@@ -125,8 +126,8 @@ TEST(SlotIndexReadinessTest, ComeBackRowsAreLeastRecent) {
   auto index = SlotIndex::Restore(4, rows, 100, nullptr, /*ready_rows=*/2).value().index;
   // Rows 1 is free; fill it so that the next store must evict.
   auto s1 = index->PrepareStore({"n"}).value();
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, s1.rows).ok());
-  ASSERT_TRUE(index->EndStoreCopy(s1.rows, true).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, s1.rows).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, s1.rows, true).ok());
   ASSERT_TRUE(index->CompleteStore(s1.keys, true).ok());
   EXPECT_EQ(index->MarkRowsReady(4), 1u);
   auto s2 = index->PrepareStore({"p", "q"}).value();  // row 2 free, then evict least recent

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "daemon/index/testing/row_lists.h"
 #include "daemon/index/testing/slot_index_invariants.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -77,8 +78,8 @@ Snapshot Take(SlotIndex& index, const Keys& keys) {
 
 // What the job engine does for a store job that succeeded on `rows`: a copy, then its end.
 void Write(SlotIndex& index, const Rows& rows) {
-  EXPECT_TRUE(index.BeginCopy(CopyDirection::kStore, rows).ok());
-  EXPECT_TRUE(index.EndStoreCopy(rows, true).ok());
+  EXPECT_TRUE(BeginCopy(index, CopyDirection::kStore, rows).ok());
+  EXPECT_TRUE(EndStoreCopy(index, rows, true).ok());
 }
 
 // Stores `keys` (PrepareStore, a store job, CompleteStore(true)); returns their rows.
@@ -112,9 +113,11 @@ absl::Status HeaderUsageExample(const std::vector<std::string>& keys, bool job_o
   // Scheduler: store the keys that are not there yet.
   ASSIGN_OR_RETURN(SlotIndex::PrepareStoreResult store, index->PrepareStore(keys));
   // ... job engine, once per store job (every worker's part is one job):
-  RETURN_IF_ERROR(index->BeginCopy(CopyDirection::kStore, store.rows));
+  std::vector<RowRun> runs;
+  for (uint64_t row : store.rows) AppendRows(&runs, RowRun{row, 1, store.ticket});
+  RETURN_IF_ERROR(index->BeginCopyRuns(CopyDirection::kStore, runs));
   // ... copy GPU → rows; when the job has ended on this node (every copy really finished):
-  RETURN_IF_ERROR(index->EndStoreCopy(store.rows, job_ok));
+  RETURN_IF_ERROR(index->EndStoreCopyRuns(runs, job_ok));
   // ... scheduler, when the request's store is done (before or after the job ends):
   RETURN_IF_ERROR(index->CompleteStore(store.keys, job_ok));
 
@@ -124,10 +127,13 @@ absl::Status HeaderUsageExample(const std::vector<std::string>& keys, bool job_o
   for (size_t i = 0; i < keys.size(); ++i) {
     if (states[i] == SlotIndex::KeyState::kHit) hit_keys.push_back(keys[i]);
   }
-  ASSIGN_OR_RETURN(std::vector<uint64_t> rows, index->PrepareLoad(hit_keys));  // pinned
-  RETURN_IF_ERROR(index->BeginCopy(CopyDirection::kLoad, rows));
+  std::vector<uint32_t> tickets;
+  ASSIGN_OR_RETURN(std::vector<uint64_t> rows, index->PrepareLoad(hit_keys, &tickets));
+  std::vector<RowRun> load;  // the rows are pinned now
+  for (size_t i = 0; i < rows.size(); ++i) AppendRows(&load, RowRun{rows[i], 1, tickets[i]});
+  RETURN_IF_ERROR(index->BeginCopyRuns(CopyDirection::kLoad, load));
   // ... copy rows → GPU ...
-  RETURN_IF_ERROR(index->EndCopy(rows));
+  RETURN_IF_ERROR(index->EndCopyRuns(load));
   RETURN_IF_ERROR(index->CompleteLoad(hit_keys));  // unpinned
 
   *after = index->Lookup(keys);
@@ -550,9 +556,9 @@ TEST(SlotIndexTest, EmptyRequestsAreNoOps) {
   EXPECT_TRUE(index->PrepareLoad({}).ok());
   EXPECT_TRUE(index->CompleteLoad({}).ok());
   EXPECT_TRUE(index->Touch({}).ok());
-  EXPECT_TRUE(index->CheckRows(CopyDirection::kStore, {}).ok());
-  EXPECT_TRUE(index->BeginCopy(CopyDirection::kLoad, {}).ok());
-  EXPECT_TRUE(index->EndCopy({}).ok());
+  EXPECT_TRUE(CheckRows(*index, CopyDirection::kStore, {}).ok());
+  EXPECT_TRUE(BeginCopy(*index, CopyDirection::kLoad, {}).ok());
+  EXPECT_TRUE(EndCopy(*index, {}).ok());
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{2, 0, 0, 0, 0, 0, 0, 0}));
 }
 
@@ -568,19 +574,19 @@ TEST(SlotIndexTest, CheckRowsMatchesDirectionAndState) {
   Store(*index, {"idle"});
   const uint64_t w = writing->rows[0], rd = (*reading)[0];
 
-  EXPECT_TRUE(index->CheckRows(CopyDirection::kStore, {w}).ok());
-  EXPECT_TRUE(index->CheckRows(CopyDirection::kLoad, {rd}).ok());
-  absl::Status s = index->CheckRows(CopyDirection::kStore, {w, rd});
+  EXPECT_TRUE(CheckRows(*index, CopyDirection::kStore, {w}).ok());
+  EXPECT_TRUE(CheckRows(*index, CopyDirection::kLoad, {rd}).ok());
+  absl::Status s = CheckRows(*index, CopyDirection::kStore, {w, rd});
   EXPECT_EQ(s.code(), Code::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("row ", rd, " is READING, not WRITING")));
-  s = index->CheckRows(CopyDirection::kLoad, {rd, w});
+  s = CheckRows(*index, CopyDirection::kLoad, {rd, w});
   EXPECT_EQ(s.code(), Code::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("row ", w, " is WRITING, not READING")));
-  EXPECT_EQ(index->CheckRows(CopyDirection::kLoad, {3}).code(), Code::kFailedPrecondition);
-  s = index->CheckRows(CopyDirection::kLoad, {rd, 4});
+  EXPECT_EQ(CheckRows(*index, CopyDirection::kLoad, {3}).code(), Code::kFailedPrecondition);
+  s = CheckRows(*index, CopyDirection::kLoad, {rd, 4});
   EXPECT_EQ(s.code(), Code::kOutOfRange);
   EXPECT_THAT(s.message(), HasSubstr("row 4"));
-  EXPECT_EQ(index->CheckRows(CopyDirection::kStore, {~uint64_t{0}}).code(), Code::kOutOfRange);
+  EXPECT_EQ(CheckRows(*index, CopyDirection::kStore, {~uint64_t{0}}).code(), Code::kOutOfRange);
 }
 
 TEST(SlotIndexTest, BeginAndEndCopyAreAllOrNothing) {
@@ -590,21 +596,21 @@ TEST(SlotIndexTest, BeginAndEndCopyAreAllOrNothing) {
   const uint64_t a = w->rows[0], b = w->rows[1];
   const Keys probe = {"a", "b"};
   Snapshot empty = Take(*index, probe);
-  EXPECT_EQ(index->BeginCopy(CopyDirection::kStore, {a, 2}).code(), Code::kFailedPrecondition);
-  EXPECT_EQ(index->BeginCopy(CopyDirection::kStore, {a, 9}).code(), Code::kOutOfRange);
-  EXPECT_EQ(index->BeginCopy(CopyDirection::kLoad, {a}).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(BeginCopy(*index, CopyDirection::kStore, {a, 2}).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(BeginCopy(*index, CopyDirection::kStore, {a, 9}).code(), Code::kOutOfRange);
+  EXPECT_EQ(BeginCopy(*index, CopyDirection::kLoad, {a}).code(), Code::kFailedPrecondition);
   EXPECT_EQ(Take(*index, probe), empty);
 
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, {a, b, a}).ok());  // rows may repeat
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, {a, b, a}).ok());  // rows may repeat
   EXPECT_EQ(index->counts().copies_in_flight, 3);
   Snapshot busy = Take(*index, probe);
-  EXPECT_EQ(index->EndCopy({a, 9}).code(), Code::kOutOfRange);
-  EXPECT_EQ(index->EndCopy({a, 2}).code(), Code::kFailedPrecondition);  // no copy on row 2
-  EXPECT_EQ(index->EndCopy({b, b}).code(), Code::kFailedPrecondition);  // b has one copy only
+  EXPECT_EQ(EndCopy(*index, {a, 9}).code(), Code::kOutOfRange);
+  EXPECT_EQ(EndCopy(*index, {a, 2}).code(), Code::kFailedPrecondition);  // no copy on row 2
+  EXPECT_EQ(EndCopy(*index, {b, b}).code(), Code::kFailedPrecondition);  // b has one copy only
   EXPECT_EQ(Take(*index, probe), busy);
-  ASSERT_TRUE(index->EndCopy({a, b, a}).ok());
+  ASSERT_TRUE(EndCopy(*index, {a, b, a}).ok());
   EXPECT_EQ(Take(*index, probe), empty);
-  EXPECT_THAT(index->EndCopy({a}).message(), HasSubstr("has no copy in flight"));
+  EXPECT_THAT(EndCopy(*index, {a}).message(), HasSubstr("has no copy in flight"));
 }
 
 // vLLM 0.20 commits a preempted request's store before any worker submitted it (DESIGN.md §7):
@@ -620,11 +626,11 @@ TEST(SlotIndexTest, CommitBeforeTheStoreIsRecordedAndReadyOnlyOnceWritten) {
   EXPECT_TRUE(index->CompleteStore({"a"}, true).ok());  // a second commit changes nothing
   EXPECT_EQ(index->counts().commits_pending, 2);
   // The store job starts and is still copying: still pending.
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, w->rows).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, w->rows).ok());
   EXPECT_THAT(index->Lookup({"a", "b"}), ElementsAre(kPending, kPending));
   EXPECT_EQ(index->PrepareLoad({"b"}).status().code(), Code::kFailedPrecondition);
   // It finished: READY, and the key prepared first is the most recent.
-  ASSERT_TRUE(index->EndStoreCopy(w->rows, true).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, w->rows, true).ok());
   EXPECT_THAT(index->Lookup({"a", "b"}), ElementsAre(kHit, kHit));
   EXPECT_EQ(index->counts().commits_pending, 0);
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{2, 0, 0, 2, 0, 2, 0, 0}));
@@ -653,8 +659,8 @@ TEST(SlotIndexTest, CommittedStoreWhoseJobFailsIsDropped) {
   absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore({"a", "b"});
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(index->CompleteStore({"a"}, true).ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, w->rows).ok());
-  ASSERT_TRUE(index->EndStoreCopy(w->rows, false).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, w->rows).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, w->rows, false).ok());
   EXPECT_THAT(index->Lookup({"a", "b"}), ElementsAre(kMiss, kPending));
   EXPECT_EQ(index->counts().commits_dropped, 1);
   // b was not committed: its commit is refused, its failure accepted.
@@ -664,12 +670,12 @@ TEST(SlotIndexTest, CommittedStoreWhoseJobFailsIsDropped) {
   // With the copy still in flight, the dropped row is quarantined until it ends.
   w = index->PrepareStore({"c"});
   ASSERT_TRUE(w.ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, w->rows).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, w->rows).ok());
   ASSERT_TRUE(index->CompleteStore({"c"}, true).ok());
-  ASSERT_TRUE(index->MarkStoreFailed(w->rows).ok());
+  ASSERT_TRUE(MarkStoreFailed(*index, w->rows).ok());
   EXPECT_THAT(index->Lookup({"c"}), ElementsAre(kMiss));
   EXPECT_EQ(index->counts().rows_quarantined, 1);
-  ASSERT_TRUE(index->EndCopy(w->rows).ok());
+  ASSERT_TRUE(EndCopy(*index, w->rows).ok());
   EXPECT_EQ(index->counts().rows_quarantined, 0);
   EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
@@ -683,11 +689,11 @@ TEST(SlotIndexTest, StaleCommitsAreDropped) {
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   ASSERT_TRUE(index->CompleteStore({"a", "b"}, true, t0).ok());
   ASSERT_TRUE(index->CompleteStore({"c"}, true, t0 + absl::Seconds(20)).ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, {w->rows[1]}).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, {w->rows[1]}).ok());
   EXPECT_EQ(index->DropStaleCommits(t0), 0);  // strictly before the cutoff
   EXPECT_EQ(index->DropStaleCommits(t0 + absl::Seconds(10)), 1);
   EXPECT_THAT(index->Lookup({"a", "b", "c"}), ElementsAre(kMiss, kPending, kPending));
-  ASSERT_TRUE(index->EndStoreCopy({w->rows[1]}, true).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, {w->rows[1]}, true).ok());
   EXPECT_THAT(index->Lookup({"b"}), ElementsAre(kHit));
   EXPECT_EQ(index->DropStaleCommits(t0 + absl::Seconds(30)), 1);  // c
   EXPECT_EQ(index->counts().commits_dropped, 2);
@@ -715,14 +721,14 @@ TEST(SlotIndexTest, StoreTicketsRefuseAPartForARowReusedSince) {
   // k1's store arrives now.
   const Keys probe = {"k1", "k2"};
   Snapshot before = Take(*index, probe);
-  absl::Status late = index->BeginCopy(CopyDirection::kStore, k1->rows, {t1});
+  absl::Status late = BeginCopy(*index, CopyDirection::kStore, k1->rows, {t1});
   EXPECT_EQ(late.code(), Code::kFailedPrecondition) << late;
   EXPECT_THAT(late.message(), HasSubstr("handed to another key"));
   EXPECT_EQ(Take(*index, probe), before);
   EXPECT_THAT(index->Lookup({"k2"}), ElementsAre(kPending));
   // k2's own store is accepted and publishes it.
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, k2->rows, {k2->ticket}).ok());
-  ASSERT_TRUE(index->EndStoreCopy(k2->rows, true).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, k2->rows, {k2->ticket}).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, k2->rows, true).ok());
   EXPECT_THAT(index->Lookup({"k2"}), ElementsAre(kHit));
   // Handles: ticket << 32 | row, below 2^63.
   EXPECT_EQ(SlotIndex::StoreHandle(t1, 5), (uint64_t{t1} << 32) | 5);
@@ -730,7 +736,7 @@ TEST(SlotIndexTest, StoreTicketsRefuseAPartForARowReusedSince) {
   EXPECT_EQ(SlotIndex::TicketOfHandle(SlotIndex::StoreHandle(t1, 5)), t1);
   EXPECT_LT(SlotIndex::StoreHandle(SlotIndex::kMaxTicket, SlotIndex::kMaxRows), uint64_t{1} << 63);
   // One ticket per row.
-  EXPECT_EQ(index->CheckRows(CopyDirection::kStore, {0}, {1, 2}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(CheckRows(*index, CopyDirection::kStore, {0}, {1, 2}).code(), Code::kInvalidArgument);
   EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
 }
 
@@ -740,12 +746,12 @@ TEST(SlotIndexTest, OneStoreJobPerRow) {
   std::unique_ptr<SlotIndex> index = MakeIndex(2);
   absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore({"a"});
   ASSERT_TRUE(w.ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, w->rows).ok());
-  absl::Status second = index->BeginCopy(CopyDirection::kStore, w->rows);
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, w->rows).ok());
+  absl::Status second = BeginCopy(*index, CopyDirection::kStore, w->rows);
   EXPECT_EQ(second.code(), Code::kFailedPrecondition);
   EXPECT_THAT(second.message(), HasSubstr("in flight"));
-  ASSERT_TRUE(index->EndStoreCopy(w->rows, true).ok());
-  second = index->BeginCopy(CopyDirection::kStore, w->rows);
+  ASSERT_TRUE(EndStoreCopy(*index, w->rows, true).ok());
+  second = BeginCopy(*index, CopyDirection::kStore, w->rows);
   EXPECT_EQ(second.code(), Code::kFailedPrecondition);
   EXPECT_THAT(second.message(), HasSubstr("was written"));
   ASSERT_TRUE(index->CompleteStore({"a"}, true).ok());
@@ -776,11 +782,11 @@ TEST(SlotIndexTest, FailedStoreWithCopyInFlightQuarantinesRow) {
   absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore({"a"});
   ASSERT_TRUE(w.ok());
   const uint64_t row = w->rows[0];
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kStore, {row}).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, {row}).ok());
   ASSERT_TRUE(index->CompleteStore({"a"}, false).ok());  // the job timed out; DMA still going
   EXPECT_THAT(index->Lookup({"a"}), ElementsAre(kMiss));
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{1, 1, 0, 0, 0, 0, 1, 0}));
-  EXPECT_EQ(index->CheckRows(CopyDirection::kStore, {row}).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(CheckRows(*index, CopyDirection::kStore, {row}).code(), Code::kFailedPrecondition);
 
   // The other row is handed out; the quarantined one is not, even under pressure.
   absl::StatusOr<SlotIndex::PrepareStoreResult> b = index->PrepareStore({"b"});
@@ -796,7 +802,7 @@ TEST(SlotIndexTest, FailedStoreWithCopyInFlightQuarantinesRow) {
   EXPECT_EQ(index->Reset(), 0);  // Reset does not free it either
   EXPECT_EQ(index->counts().rows_quarantined, 1);
 
-  ASSERT_TRUE(index->EndCopy({row}).ok());
+  ASSERT_TRUE(EndCopy(*index, {row}).ok());
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{1, 0, 1, 0, 0, 0, 0, 1}));
   absl::StatusOr<SlotIndex::PrepareStoreResult> d = index->PrepareStore({"d"});
   ASSERT_TRUE(d.ok());
@@ -810,7 +816,7 @@ TEST(SlotIndexTest, ReadyRowWithLoadCopyInFlightIsNotEvicted) {
   Store(*index, {"b"});  // LRU: a b
   absl::StatusOr<Rows> rows = index->PrepareLoad({"a"});
   ASSERT_TRUE(rows.ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kLoad, *rows).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kLoad, *rows).ok());
   ASSERT_TRUE(index->CompleteLoad({"a"}).ok());  // e.g. the job failed on a timeout
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{0, 0, 0, 2, 0, 1, 1, 0}));
   absl::StatusOr<SlotIndex::PrepareStoreResult> x = index->PrepareStore({"x"});
@@ -823,7 +829,7 @@ TEST(SlotIndexTest, ReadyRowWithLoadCopyInFlightIsNotEvicted) {
   ASSERT_TRUE(index->PrepareLoad({"a"}).ok());
   ASSERT_TRUE(index->CompleteLoad({"a"}).ok());
   ASSERT_TRUE(index->CompleteStore({"x"}, true).ok());
-  ASSERT_TRUE(index->EndCopy(*rows).ok());  // a is evictable again, most recently used
+  ASSERT_TRUE(EndCopy(*index, *rows).ok());  // a is evictable again, most recently used
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{0, 0, 0, 2, 0, 2, 0, 1}));
   EXPECT_THAT(EvictedByStoring(*index, "y"), ElementsAre("x"));
   EXPECT_THAT(EvictedByStoring(*index, "z"), ElementsAre("a"));
@@ -837,7 +843,7 @@ TEST(SlotIndexTest, ResetDropsIdleReadyKeysOnly) {
   ASSERT_TRUE(index->PrepareLoad({"reading"}).ok());
   absl::StatusOr<Rows> copying = index->PrepareLoad({"copying"});
   ASSERT_TRUE(copying.ok());
-  ASSERT_TRUE(index->BeginCopy(CopyDirection::kLoad, *copying).ok());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kLoad, *copying).ok());
   ASSERT_TRUE(index->CompleteLoad({"copying"}).ok());
   absl::StatusOr<SlotIndex::PrepareStoreResult> w = index->PrepareStore({"w"});
   ASSERT_TRUE(w.ok());
@@ -852,7 +858,7 @@ TEST(SlotIndexTest, ResetDropsIdleReadyKeysOnly) {
   Write(*index, w->rows);
   EXPECT_TRUE(index->CompleteStore({"w"}, true).ok());
   EXPECT_TRUE(index->CompleteLoad({"reading"}).ok());
-  EXPECT_TRUE(index->EndCopy(*copying).ok());
+  EXPECT_TRUE(EndCopy(*index, *copying).ok());
   EXPECT_EQ(index->Reset(), 3);
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{8, 0, 0, 0, 0, 0, 0, 0}));
   EXPECT_EQ(index->counts().evictions, 0);
@@ -1259,8 +1265,8 @@ void RunRandomOperations(uint32_t seed) {
           }
         }
         const Code expected = model.ExpectCopyRows(direction, rows);
-        ASSERT_EQ(index->CheckRows(direction, rows).code(), expected);
-        ASSERT_EQ(index->BeginCopy(direction, rows).code(), expected);
+        ASSERT_EQ(CheckRows(*index, direction, rows).code(), expected);
+        ASSERT_EQ(BeginCopy(*index, direction, rows).code(), expected);
         if (expected == Code::kOk) {
           model.ApplyBeginCopy(rows);
           copies_in_flight.push_back(rows);
@@ -1281,7 +1287,7 @@ void RunRandomOperations(uint32_t seed) {
         const Code expected = model.ExpectEndCopy(rows);
         // A store job ends with its verdict; any other copy with EndCopy.
         const int how = uniform(3);  // 0: EndCopy, 1: store written, 2: store failed
-        ASSERT_EQ((how == 0 ? index->EndCopy(rows) : index->EndStoreCopy(rows, how == 1)).code(),
+        ASSERT_EQ((how == 0 ? EndCopy(*index, rows) : EndStoreCopy(*index, rows, how == 1)).code(),
                   expected);
         if (expected == Code::kOk) {
           if (how == 0) {
@@ -1379,9 +1385,9 @@ TEST(SlotIndexTest, ConcurrentSchedulersAndCopiesSmoke) {
             s = index->CompleteStore(store->keys, true);
             expect(s.ok(), s);
           }
-          s = index->BeginCopy(CopyDirection::kStore, store->rows);
+          s = BeginCopy(*index, CopyDirection::kStore, store->rows);
           expect(s.ok(), s);
-          s = index->EndStoreCopy(store->rows, success);
+          s = EndStoreCopy(*index, store->rows, success);
           expect(s.ok(), s);
           if (!commit_first || !success) {
             s = index->CompleteStore(store->keys, success);
@@ -1393,11 +1399,11 @@ TEST(SlotIndexTest, ConcurrentSchedulersAndCopiesSmoke) {
                    load.status().code() == Code::kFailedPrecondition,
                load.status());
         if (load.ok()) {
-          absl::Status s = index->BeginCopy(CopyDirection::kLoad, *load);
+          absl::Status s = BeginCopy(*index, CopyDirection::kLoad, *load);
           expect(s.ok(), s);
-          absl::Status check = index->CheckRows(CopyDirection::kLoad, *load);
+          absl::Status check = CheckRows(*index, CopyDirection::kLoad, *load);
           expect(check.ok(), check);
-          s = index->EndCopy(*load);
+          s = EndCopy(*index, *load);
           expect(s.ok(), s);
           s = index->CompleteLoad(keys);
           expect(s.ok(), s);
@@ -1451,9 +1457,9 @@ TEST(SlotIndexTest, FailedStoreIsNeverPublished) {
   SlotIndex& idx = **index;
   auto store = idx.PrepareStore({"a", "b"});
   ASSERT_TRUE(store.ok());
-  ASSERT_TRUE(idx.BeginCopy(CopyDirection::kStore, store->rows).ok());
-  ASSERT_TRUE(idx.MarkStoreFailed(store->rows).ok());
-  ASSERT_TRUE(idx.EndCopy(store->rows).ok());
+  ASSERT_TRUE(BeginCopy(idx, CopyDirection::kStore, store->rows).ok());
+  ASSERT_TRUE(MarkStoreFailed(idx, store->rows).ok());
+  ASSERT_TRUE(EndCopy(idx, store->rows).ok());
   const absl::Status published = idx.CompleteStore({"a", "b"}, true);
   EXPECT_EQ(published.code(), absl::StatusCode::kFailedPrecondition) << published;
   EXPECT_NE(published.message().find("failed"), std::string::npos);
@@ -1461,7 +1467,7 @@ TEST(SlotIndexTest, FailedStoreIsNeverPublished) {
             std::vector<SlotIndex::KeyState>(2, SlotIndex::KeyState::kHitPending));
   // A second store job on a row whose store failed is refused (one store job a row; the proto's
   // "in flight or done"), and changes nothing: the key is ended with CompleteStore(false).
-  const absl::Status second = idx.BeginCopy(CopyDirection::kStore, store->rows);
+  const absl::Status second = BeginCopy(idx, CopyDirection::kStore, store->rows);
   EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition) << second;
   EXPECT_NE(second.message().find("store job failed"), std::string::npos) << second;
   EXPECT_EQ(idx.counts().copies_in_flight, 0u);
@@ -1470,14 +1476,14 @@ TEST(SlotIndexTest, FailedStoreIsNeverPublished) {
   // The mark goes with the failed store: a new store of the same rows can be published.
   auto again = idx.PrepareStore({"a"});
   ASSERT_TRUE(again.ok());
-  ASSERT_TRUE(idx.BeginCopy(CopyDirection::kStore, again->rows).ok());
-  ASSERT_TRUE(idx.EndStoreCopy(again->rows, true).ok());
+  ASSERT_TRUE(BeginCopy(idx, CopyDirection::kStore, again->rows).ok());
+  ASSERT_TRUE(EndStoreCopy(idx, again->rows, true).ok());
   EXPECT_TRUE(idx.CompleteStore({"a"}, true).ok());
   EXPECT_EQ(idx.Lookup({"a"})[0], SlotIndex::KeyState::kHit);
   // Rows no longer WRITING are left alone; out-of-range rows change nothing.
-  EXPECT_TRUE(idx.MarkStoreFailed(again->rows).ok());
+  EXPECT_TRUE(MarkStoreFailed(idx, again->rows).ok());
   EXPECT_EQ(idx.Lookup({"a"})[0], SlotIndex::KeyState::kHit);
-  EXPECT_EQ(idx.MarkStoreFailed({99}).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(MarkStoreFailed(idx, {99}).code(), absl::StatusCode::kOutOfRange);
   EXPECT_TRUE(CheckSlotIndexInvariants(idx).ok());
 }
 

@@ -124,8 +124,8 @@ class Pool {
   absl::Status CheckLayout(const std::vector<uint64_t>& pages);
 
   // The region base of segment `segment` and a reference that keeps it mapped, for a copy into
-  // or out of its rows. Only valid for rows a copy guard (BeginCopy) admitted: such a segment is
-  // online or still draining, so it is always here. CHECK-fails otherwise.
+  // or out of its rows. Only valid for rows a copy guard (BeginCopyRuns) admitted: such a
+  // segment is online or still draining, so it is always here. CHECK-fails otherwise.
   uint8_t* SegmentBase(uint32_t segment, std::shared_ptr<void>* keepalive) const;
 
   // Brings rows of members' regions that became ready online, releases the keepalives of

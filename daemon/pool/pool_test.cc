@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "common/geometry.h"
+#include "daemon/index/testing/row_lists.h"
 #include "daemon/pool/pool_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -136,8 +137,8 @@ TEST_F(PoolTest, CapacityGrowsWithMembersAndALeavingSegmentIsReleasedOnceDrained
   // B's member stores into B's segment (it is handed out first), and A reads it.
   auto store = pool.index().PrepareStore({std::string(32, 'k')}, jb->member);
   ASSERT_TRUE(store.ok());
-  ASSERT_TRUE(pool.index().BeginCopy(CopyDirection::kStore, store->rows).ok());
-  ASSERT_TRUE(pool.index().EndStoreCopy(store->rows, true).ok());
+  ASSERT_TRUE(BeginCopy(pool.index(), CopyDirection::kStore, store->rows).ok());
+  ASSERT_TRUE(EndStoreCopy(pool.index(), store->rows, true).ok());
   ASSERT_TRUE(pool.index().CompleteStore(store->keys, true).ok());
   auto rows = pool.index().PrepareLoad(store->keys, nullptr, ja->member);
   ASSERT_TRUE(rows.ok());

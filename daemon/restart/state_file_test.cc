@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/geometry.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/index/testing/row_lists.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -116,8 +117,8 @@ TEST(StateFileTest, WhatIsWrittenComesBackThroughTheDescriptor) {
   auto store = restored->index->PrepareStore({"new"});
   ASSERT_TRUE(store.ok());
   EXPECT_EQ(store->ticket, 70000u);
-  ASSERT_TRUE(restored->index->BeginCopy(CopyDirection::kStore, store->rows).ok());
-  ASSERT_TRUE(restored->index->EndStoreCopy(store->rows, true).ok());
+  ASSERT_TRUE(BeginCopy(*restored->index, CopyDirection::kStore, store->rows).ok());
+  ASSERT_TRUE(EndStoreCopy(*restored->index, store->rows, true).ok());
   ASSERT_TRUE(restored->index->CompleteStore({"new"}, true).ok());
   restored->index.reset();
   auto second = StateFile::Adopt(std::move(again));

@@ -36,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/index/testing/row_lists.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -230,8 +231,8 @@ int Main(int argc, char** argv) {
     sink += r->evicted_keys.size();
     // A row is READY once its store job is written and committed (SlotIndex life cycle): the
     // job engine's guards run here as they do for every store.
-    Check(index.BeginCopy(CopyDirection::kStore, r->rows), "BeginCopy");
-    Check(index.EndStoreCopy(r->rows, true), "EndStoreCopy");
+    Check(BeginCopy(index, CopyDirection::kStore, r->rows), "BeginCopy");
+    Check(EndStoreCopy(index, r->rows, true), "EndStoreCopy");
     Check(index.CompleteStore(r->keys, true), "CompleteStore");
   };
 

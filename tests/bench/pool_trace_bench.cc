@@ -31,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "daemon/index/slot_index.h"
+#include "daemon/index/testing/row_lists.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -131,8 +132,8 @@ Outcome Replay(const Options& o, const Trace& trace, uint32_t replicas, bool lea
     const std::vector<std::string> missed(keys.begin() + hit, keys.end());
     auto store = index.PrepareStore(missed, member);
     if (store.ok() && !store->rows.empty()) {
-      Check(index.BeginCopy(CopyDirection::kStore, store->rows), "BeginCopy");
-      Check(index.EndStoreCopy(store->rows, true), "EndStoreCopy");
+      Check(BeginCopy(index, CopyDirection::kStore, store->rows), "BeginCopy");
+      Check(EndStoreCopy(index, store->rows, true), "EndStoreCopy");
       Check(index.CompleteStore(store->keys, true), "CompleteStore");
       out.rows_stored += store->rows.size();
     }
