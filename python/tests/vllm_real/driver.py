@@ -1511,8 +1511,18 @@ def _cpu_answer(run, rep, A):
 
 def sc_shared_prefix_running(run, rep):
     """b shares the prompt of a, which is still running (a long decode) with its store
-    prepared: b is admitted at once (a hit, or a recompute), never held until a finishes."""
-    e = run.engine(rep, "sharedrun")
+    prepared: b is admitted at once (a hit, or a recompute), never held until a finishes.
+    vLLM's own CPU manager on the same steps is noted."""
+    cpu = _shared_prefix_running(run, rep, "cpu")
+    if cpu is not None:
+        rep.note("vLLM's CPU manager on the same steps: b admitted in step %s, lookups %s" % cpu)
+    _shared_prefix_running(run, rep, "kvoffload")
+
+
+def _shared_prefix_running(run, rep, spec):
+    sub = Report("cpu") if spec == "cpu" else rep  # the baseline's checks are not the target
+    sub.engines = rep.engines
+    e = run.engine(sub, "sharedrun-" + spec, spec=spec)
     A = prompt(24, 5 * 16 + 5)
     e.add_request("a", A, max_tokens=200)
     for _ in range(3):
@@ -1527,6 +1537,14 @@ def sc_shared_prefix_running(run, rep):
             admitted = e.stepno - arrival
             break
     a_running = e.reqs["a"] in e.running
+    if spec == "cpu":
+        e.abort("a")  # its 200 decode steps measure nothing here
+        e.drain(60)
+        e.verify_all()
+        e.shutdown()
+        rep.errors.extend(sub.errors)
+        rep.wrong_bytes += sub.wrong_bytes
+        return admitted, e.hits.get("b")
     rep.note("b admitted (blocks allocated, hit or recompute) in step %s after its arrival; "
              "a still running: %s; b's lookups (local, external): %s" % (
                  admitted, a_running, e.hits.get("b")))
@@ -1535,6 +1553,7 @@ def sc_shared_prefix_running(run, rep):
     rep.check("drained", e.drain(60))
     e.verify_all()
     e.shutdown()
+    return None
 
 
 # The forward pass in admission_steps: 5 ms (a small model's decode step; a prefill takes
