@@ -22,6 +22,7 @@
 #include "client/c_abi/abi_util.h"
 #include "client/c_abi/spec_from_c.h"
 #include "client/cuda/cuda_client.h"
+#include "common/error_info.h"
 #include "common/limits.h"
 #include "client/daemon_socket.h"
 #include "client/kvoffload_client.h"
@@ -270,6 +271,12 @@ const char* kvo_version(void) {
 
 int kvo_abi_version(void) { return KVO_ABI_VERSION; }
 
+const char* kvo_last_error_reason(void) { return kvoffload::client::c_abi::LastErrorReason(); }
+
+const char* kvo_last_error_metadata(void) {
+  return kvoffload::client::c_abi::LastErrorMetadata();
+}
+
 int kvo_worker_connect_cuda(const char* socket_path, const kvo_engine_spec* spec, uint32_t mp_rank,
                             int32_t device, const kvo_cuda_tensor* tensors, size_t num_tensors,
                             size_t num_events, kvo_worker** worker_out, char* err,
@@ -463,6 +470,8 @@ int kvo_worker_session_state(const kvo_worker* worker, struct kvo_session_state*
     state_out->session_id = state.registration.session_id;
     kvoffload::client::c_abi::CopyString(state.status.message(), state_out->message,
                                          sizeof(state_out->message));
+    kvoffload::client::c_abi::CopyString(kvoffload::common::ErrorReason(state.status),
+                                         state_out->reason, sizeof(state_out->reason));
     return absl::OkStatus();
   });
 }

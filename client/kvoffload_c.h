@@ -8,6 +8,10 @@
  *    KVO_NOT_FOUND = 5, ...; the same numbers as gRPC codes). On failure the message is written
  *    to `err` (at most err_len - 1 bytes, then a NUL; truncated when longer). `err` may be NULL
  *    or err_len 0 when the caller wants no message. On success err receives "".
+ *  - Reasons (ABI 7): a refusal the caller may act on also has a reason, a stable snake_case
+ *    name ("region_epoch_mismatch", "key_not_in_index", ...; docs/api.md "Errors" lists them
+ *    with their codes): kvo_last_error_reason() right after the failed call, on the same
+ *    thread; a job's in kvo_finished.reason. Decide on code + reason, never on the message.
  *  - Nothing throws across this boundary. Pointers named *_out are written only on success unless
  *    said otherwise. Arrays of length 0 may be NULL.
  *  - Deadlines: every call that talks to the daemon is bounded (kvo_client_options; defaults
@@ -60,7 +64,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or signature below changes; see kvo_abi_version(). */
-#define KVO_ABI_VERSION 6
+#define KVO_ABI_VERSION 7
 
 /* ---- Status codes (absl::StatusCode values) ------------------------------------------------ */
 #define KVO_OK 0
@@ -168,6 +172,14 @@ typedef struct kvo_geometry {
 const char* kvo_version(void);
 /* KVO_ABI_VERSION of the library actually loaded (bindings check it against their own). */
 int kvo_abi_version(void);
+
+/* ABI 7: the reason of the last error of this thread: every kvo_* call that returns a status
+ * code sets it, "" when that call succeeded or its error carries no reason (docs/api.md
+ * "Errors"). Thread-local storage, valid until this thread's next such call; never NULL. */
+const char* kvo_last_error_reason(void);
+/* ABI 7: that error's metadata, "key=value\n" per entry, sorted by key; "" when none. Same
+ * storage rules as kvo_last_error_reason. */
+const char* kvo_last_error_metadata(void);
 
 /* ---- Worker --------------------------------------------------------------------------------- */
 typedef struct kvo_worker kvo_worker;
@@ -306,11 +318,13 @@ int kvo_worker_wait_event(kvo_worker* worker, int32_t index, uint64_t cuda_strea
                           size_t err_len);
 
 #define KVO_MESSAGE_BYTES 256
+#define KVO_REASON_BYTES 64
 typedef struct kvo_finished {
   uint64_t job_id;
   int32_t code;                    /* the job's status code, KVO_OK when it succeeded */
   uint64_t bytes;                  /* bytes the daemon copied for the job on this node */
   char message[KVO_MESSAGE_BYTES]; /* the job's error message, NUL-terminated, truncated */
+  char reason[KVO_REASON_BYTES];   /* ABI 7: the error's reason, "" when none */
 } kvo_finished;
 
 /* Non-blocking: writes up to `capacity` finished jobs to out and their number to *n_out. Jobs
@@ -343,6 +357,7 @@ typedef struct kvo_session_state {
   uint64_t region_epoch;           /* of the live (else the last) session's region */
   uint64_t session_id;
   char message[KVO_MESSAGE_BYTES]; /* kvo_worker_session_status's message, truncated */
+  char reason[KVO_REASON_BYTES];   /* ABI 7: that status's reason, "" when none */
 } kvo_session_state;
 int kvo_worker_session_state(const kvo_worker* worker, struct kvo_session_state* state_out,
                              char* err, size_t err_len);

@@ -426,14 +426,22 @@ TEST_F(KvoffloadCTest, ErrorCodesAndMessages) {
   EXPECT_EQ(kvo_scheduler_open(daemon_->data_socket().c_str(), &bad, &none, nullptr, err,
                                sizeof(err)),
             KVO_FAILED_PRECONDITION);
-  EXPECT_NE(std::string(err).find("different spec"), std::string::npos) << err;
+  EXPECT_STREQ(kvo_last_error_reason(), "spec_mismatch") << err;
+  EXPECT_EQ(std::string(kvo_last_error_metadata()), absl::StrCat("engine=", spec.engine_id, "/0\n"));
   // A topology the daemon rejects (pipeline parallel).
   bad = Spec("c-pp");
   bad.world_size = 2;
   bad.pp = 2;
-  EXPECT_NE(kvo_scheduler_open(daemon_->data_socket().c_str(), &bad, &none, nullptr, err,
+  EXPECT_EQ(kvo_scheduler_open(daemon_->data_socket().c_str(), &bad, &none, nullptr, err,
                                sizeof(err)),
-            KVO_OK);
+            KVO_FAILED_PRECONDITION);
+  EXPECT_STREQ(kvo_last_error_reason(), "spec_rule") << err;
+  EXPECT_STREQ(kvo_last_error_metadata(), "rule=no_pipeline_parallel\n") << err;
+  // A success clears the thread's last reason; an error without one leaves it "".
+  uint64_t epoch = 0;
+  ASSERT_EQ(kvo_scheduler_region_epoch(scheduler, &epoch, err, sizeof(err)), KVO_OK);
+  EXPECT_STREQ(kvo_last_error_reason(), "");
+  EXPECT_STREQ(kvo_last_error_metadata(), "");
 
   // NULL handles.
   EXPECT_EQ(kvo_scheduler_lookup(nullptr, unknown.ptrs(), unknown.lens(), 1, states, err,
@@ -459,7 +467,9 @@ TEST_F(KvoffloadCTest, UnknownEngineIsNotFound) {
   char err[512];
   EXPECT_EQ(kvo_scheduler_lookup(scheduler, keys.ptrs(), keys.lens(), 1, states, err, sizeof(err)),
             KVO_NOT_FOUND);
-  EXPECT_NE(std::string(err).find("no engine c-dropped/0"), std::string::npos) << err;
+  EXPECT_STREQ(kvo_last_error_reason(), "engine_not_found") << err;
+  EXPECT_STREQ(kvo_last_error_metadata(), "engine=c-dropped/0\n") << err;
+  EXPECT_NE(std::string(err).find("c-dropped/0"), std::string::npos) << err;  // names it
 }
 
 TEST_F(KvoffloadCTest, ReadinessOfAReadyEngineThenOfADroppedOne) {

@@ -27,6 +27,11 @@
 // call after the daemon went away and adopts the region it finds; a new region epoch means the
 // old rows are gone (SchedulerClient::region_epoch, region_changes), and parts planned against
 // the old epoch fail with FAILED_PRECONDITION.
+//
+// Errors: every failure is an absl::Status; a daemon's refusal also carries its reason
+// (common::ErrorReason(status), common/error_info.h; the reasons in common/refusals.h and
+// docs/api.md "Errors"), kept through the client's own annotations. Decide on code + reason:
+//   if (common::ErrorReason(s) == common::reason::kKeyNotInIndex) ...  // not on s.message()
 #ifndef KVOFFLOAD_CLIENT_KVOFFLOAD_CLIENT_H_
 #define KVOFFLOAD_CLIENT_KVOFFLOAD_CLIENT_H_
 
@@ -39,8 +44,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/engine_spec.h"
+#include "common/error_info.h"
 #include "common/limits.h"
 #include "common/geometry.h"
+#include "common/refusals.h"
 #include "common/tensor_handle.h"
 
 namespace kvoffload::client {
@@ -57,9 +64,8 @@ struct ClientOptions {
   absl::Duration open_timeout = kDefaultOpenTimeout;
   // Every index call (Lookup, PrepareStore, CompleteStore, PrepareLoad, CompleteLoad, Touch).
   absl::Duration call_timeout = kDefaultCallTimeout;
-  // Re-open the engine after the daemon went away (a call failed UNAVAILABLE, NOT_FOUND for the
-  // engine, or FAILED_PRECONDITION because the engine has another region than the one the
-  // request named; or the connection to the daemon had to be made again): the next call first
+  // Re-open the engine after the daemon went away (a call failed UNAVAILABLE, engine_not_found,
+  // or region_epoch_mismatch: the engine has another region than the one the request named; or the connection to the daemon had to be made again): the next call first
   // sends OpenEngine with the same spec, bounded by call_timeout (a call never waits longer for
   // the re-open; one that finds the region still being created fails DEADLINE_EXCEEDED and a
   // later call joins it), and adopts the region it finds. false: such calls keep failing (the caller opens a new SchedulerClient).

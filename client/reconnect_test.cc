@@ -16,10 +16,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/host/host_kv_memory.h"
 #include "client/kvoffload_client.h"
 #include "client/testing/restartable_daemon.h"
+#include "common/error_info.h"
+#include "common/refusals.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
@@ -159,6 +162,10 @@ TEST(ReconnectTest, DaemonKilledMidJobClientsComeBackInANewRegion) {
   auto stale = w0->client->WaitFinished(3, absl::Seconds(10));
   ASSERT_TRUE(stale.ok()) << stale.status();
   EXPECT_EQ(stale->status.code(), absl::StatusCode::kFailedPrecondition) << stale->status;
+  EXPECT_EQ(common::ErrorReason(stale->status), common::reason::kRegionEpochMismatch)
+      << stale->status;
+  EXPECT_EQ(common::ErrorInfoOf(stale->status).metadata.at("region_epoch"),
+            absl::StrFormat("%x", new_epoch));
 
   // A new round trip: store, clobber, load, byte-exact.
   auto stored = index.PrepareStore({"n0", "n1", "n2"});
@@ -239,10 +246,11 @@ TEST(ReconnectTest, RestartBetweenCallsIsNoticed) {
     EXPECT_NE((*scheduler)->region_epoch(), old_epoch);  // re-opened before it was sent
   } else {
     const absl::StatusCode code = first.status().code();
+    const std::string reason = common::ErrorReason(first.status());
     EXPECT_TRUE(code == absl::StatusCode::kUnavailable ||
-                code == absl::StatusCode::kFailedPrecondition ||
-                (code == absl::StatusCode::kNotFound &&
-                 absl::StrContains(first.status().message(), "no engine ")))
+                (code == absl::StatusCode::kFailedPrecondition &&
+                 reason == common::reason::kRegionEpochMismatch) ||
+                (code == absl::StatusCode::kNotFound && reason == common::reason::kEngineNotFound))
         << first.status();
     EXPECT_EQ((*scheduler)->region_epoch(), old_epoch);
   }

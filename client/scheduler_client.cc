@@ -8,13 +8,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/daemon_socket.h"
 #include "client/internal/grpc_call.h"
 #include "client/kvoffload_client.h"
+#include "common/error_info.h"
+#include "common/refusals.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
@@ -41,16 +42,16 @@ Conn Connect(const std::string& socket_path) {
   return c;
 }
 
-// The daemon went away (UNAVAILABLE), answers without the engine (a restarted daemon that did
-// not keep it; an operator's drop), or has another region than the one the request named (the
-// daemon's epoch check of index requests): the engine must be opened again. NOT_FOUND for a key
-// ("... is not in the index") is an answer about the key, not the engine.
-bool EngineGone(const grpc::Status& status) {
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         (status.error_code() == grpc::StatusCode::NOT_FOUND &&
-          absl::StartsWith(status.error_message(), "no engine ")) ||
-         (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-          absl::StrContains(status.error_message(), "planned against region epoch"));
+// The daemon went away (UNAVAILABLE), answers without the engine (engine_not_found: a restarted
+// daemon that did not keep it; an operator's drop), or has another region than the one the
+// request named (region_epoch_mismatch): the engine must be opened again. NOT_FOUND for a key
+// (key_not_in_index) is an answer about the key, not the engine. Decided on code and reason,
+// never on the message (common/refusals.h).
+bool EngineGone(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kUnavailable) return true;
+  const std::string reason = common::ErrorReason(status);
+  return reason == common::reason::kEngineNotFound ||
+         reason == common::reason::kRegionEpochMismatch;
 }
 
 }  // namespace
@@ -101,9 +102,9 @@ struct SchedulerClient::Impl {
       why = stale_why;
     }
     auto failed = [&](const absl::Status& s) {
-      return absl::Status(s.code(), absl::StrCat("kvoffloadd at ", socket_path, " went away (",
-                                                 why.message(), "); re-opening the engine: ",
-                                                 s.message()));
+      return common::Annotated(s, absl::StrCat("kvoffloadd at ", socket_path, " went away (",
+                                               why.message(), "); re-opening the engine: ",
+                                               s.message()));
     };
     if (absl::Status s = CheckDaemonSocket(socket_path); !s.ok()) return failed(s);
     Conn fresh = Connect(socket_path);
@@ -147,11 +148,12 @@ struct SchedulerClient::Impl {
 
   // Marks the engine for re-opening when `status` says it is gone (from a call on `used`).
   void Saw(const Conn& used, const grpc::Status& status) {
-    if (!options.reopen || !EngineGone(status)) return;
+    const absl::Status why = internal::FromGrpcStatus(status);
+    if (!options.reopen || !EngineGone(why)) return;
     absl::MutexLock lock(&mu);
     if (used.stub != conn.stub || stale) return;  // already re-opened, or marked
     stale = true;
-    stale_why = internal::FromGrpcStatus(status);
+    stale_why = why;
   }
 
   v1::KeysRequest KeysRequest(const Conn& c, const std::vector<std::string>& keys) const {
@@ -275,9 +277,10 @@ absl::Status CheckNoDuplicates(const Keys& keys, absl::string_view call) {
 absl::Status Annotated(const absl::Status& status, absl::string_view call, size_t done,
                        size_t total) {
   if (status.ok() || done == 0) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat(status.message(), " (", call, " of ", total, " keys sent in ",
-                                   "parts: the first ", done, " keys were completed)"));
+  return common::Annotated(status,
+                           absl::StrCat(status.message(), " (", call, " of ", total,
+                                        " keys sent in parts: the first ", done,
+                                        " keys were completed)"));
 }
 
 }  // namespace
@@ -369,10 +372,10 @@ absl::StatusOr<PreparedStore> SchedulerClient::PrepareStore(const Keys& keys) {
         absl::Status undone = impl_->CompleteStoreOnce(c, 
             Slice(out.keys, done, std::min(out.keys.size(), done + chunk)), false);
         if (!undone.ok()) {
-          return absl::Status(part.status().code(),
-                              absl::StrCat(part.status().message(), "; and undoing the ",
-                                           out.keys.size(), " keys prepared before failed: ",
-                                           undone.ToString()));
+          return common::Annotated(part.status(),
+                                   absl::StrCat(part.status().message(), "; and undoing the ",
+                                                out.keys.size(), " keys prepared before failed: ",
+                                                undone.ToString()));
         }
       }
       return part.status();
@@ -416,9 +419,10 @@ absl::StatusOr<std::vector<uint64_t>> SchedulerClient::PrepareLoad(const Keys& k
         absl::Status undone =
             impl_->CompleteLoadOnce(c, Slice(keys, done, std::min(begin, done + chunk)));
         if (!undone.ok()) {
-          return absl::Status(part.status().code(),
-                              absl::StrCat(part.status().message(), "; and unpinning the ", begin,
-                                           " keys pinned before failed: ", undone.ToString()));
+          return common::Annotated(part.status(),
+                                   absl::StrCat(part.status().message(), "; and unpinning the ",
+                                                begin, " keys pinned before failed: ",
+                                                undone.ToString()));
         }
       }
       return part.status();

@@ -19,9 +19,11 @@
 #include "client/daemon_socket.h"
 #include "client/internal/grpc_call.h"
 #include "client/kvoffload_client.h"
+#include "common/error_info.h"
 #include "grpcpp/grpcpp.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
 #include "proto/spec_convert.h"
+#include "proto/status_convert.h"
 
 namespace kvoffload::client {
 namespace {
@@ -172,17 +174,14 @@ struct WorkerClient::Impl {
       if (message.has_closed()) {
         // The daemon's reason for ending the session (it cancels the call right after).
         absl::MutexLock lock(&mu);
-        closed_reason = absl::Status(static_cast<absl::StatusCode>(message.closed().code()),
-                                     message.closed().message());
+        closed_reason = StatusFromMessage(message.closed());
         continue;
       }
       if (!message.has_finished()) continue;
       const v1::JobFinished& f = message.finished();
       FinishedJob job;
       job.job_id = f.job_id();
-      job.status = f.code() == 0
-                       ? absl::OkStatus()
-                       : absl::Status(static_cast<absl::StatusCode>(f.code()), f.message());
+      job.status = StatusFromMessage(f);  // code, message and reason
       job.bytes = f.bytes();
       absl::MutexLock lock(&mu);
       if (refused.erase(job.job_id) > 0) continue;  // Submit already reported it
@@ -219,8 +218,8 @@ struct WorkerClient::Impl {
                       "kvoffloadd at ", options.socket_path,
                       " went away with the job in flight (", why.message(),
                       "); the job failed and the worker registers again"))
-                : absl::Status(why.code(), absl::StrCat("the session ended with the job in "
-                                                        "flight: ", why.message()));
+                : common::Annotated(why, absl::StrCat("the session ended with the job in "
+                                                      "flight: ", why.message()));
       for (uint64_t id : in_flight) finished.emplace(id, FinishedJob{id, failed, 0});
       in_flight.clear();
       refused.clear();
@@ -277,8 +276,8 @@ struct WorkerClient::Impl {
       if (!opened.ok()) {
         if (Permanent(opened)) {
           phase = Phase::kEnded;
-          status = absl::Status(
-              opened.code(),
+          status = common::Annotated(
+              opened,
               absl::StrCat("kvoffloadd refused to register the worker again after it went away: ",
                            opened.message()));
           return nullptr;

@@ -2,10 +2,24 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+
+#include "common/error_info.h"
 
 namespace kvoffload::client::c_abi {
 
+namespace {
+
+// The last reported error of this thread (kvo_last_error_reason, kvo_last_error_metadata).
+thread_local std::string last_reason;
+thread_local std::string last_metadata;
+
+}  // namespace
+
 int Report(const absl::Status& status, char* err, size_t err_len) {
+  const common::ErrorInfo info = common::ErrorInfoOf(status);
+  last_reason = info.reason;
+  last_metadata = common::MetadataText(info);
   if (err != nullptr && err_len > 0) {
     const absl::string_view message = status.message();
     const size_t n = std::min(message.size(), err_len - 1);
@@ -54,7 +68,11 @@ void FinishedToC(const FinishedJob& job, kvo_finished* out) {
   out->code = static_cast<int32_t>(job.status.code());
   out->bytes = job.bytes;
   CopyString(job.status.message(), out->message, sizeof(out->message));
+  CopyString(common::ErrorReason(job.status), out->reason, sizeof(out->reason));
 }
+
+const char* LastErrorReason() { return last_reason.c_str(); }
+const char* LastErrorMetadata() { return last_metadata.c_str(); }
 
 // NULL = the defaults; every timeout must be > 0.
 absl::StatusOr<ClientOptions> OptionsFromC(const kvo_client_options* c) {

@@ -20,8 +20,11 @@
 
 namespace kvoffload::client::c_abi {
 
-// Writes the message to err (truncated, NUL-terminated) and returns the code.
+// Writes the message to err (truncated, NUL-terminated), keeps the reason and metadata for this
+// thread's kvo_last_error_reason / kvo_last_error_metadata, and returns the code.
 int Report(const absl::Status& status, char* err, size_t err_len);
+const char* LastErrorReason();
+const char* LastErrorMetadata();
 
 // Runs `body` (returning absl::Status) and reports its status; exceptions become statuses.
 template <typename Body>

@@ -166,7 +166,9 @@ TEST(ReconnectCTest, KilledDaemonRestartedOnTheSameSocket) {
 
   // Planned in the old region: refused by the epoch check.
   ASSERT_EQ(Submit(w0->worker, 3, KVO_LOAD, rows, old_epoch), KVO_OK);
-  EXPECT_EQ(Wait(w0->worker, 3).code, KVO_FAILED_PRECONDITION);
+  const kvo_finished stale = Wait(w0->worker, 3);
+  EXPECT_EQ(stale.code, KVO_FAILED_PRECONDITION) << stale.message;
+  EXPECT_STREQ(stale.reason, "region_epoch_mismatch") << stale.message;
 
   // A new round trip, byte-exact.
   ASSERT_EQ(kvo_scheduler_prepare_store(scheduler, keys, lens, 2, mask, rows.data(), nullptr, 0,

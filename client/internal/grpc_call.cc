@@ -5,11 +5,6 @@
 
 namespace kvoffload::client::internal {
 
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
-
 absl::Status CallStatus(const grpc::Status& status, absl::string_view call,
                         const std::string& socket_path, absl::Duration timeout) {
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {

@@ -18,10 +18,12 @@
 #include "client/kvoffload_client.h"
 #include "grpcpp/grpcpp.h"
 #include "kvoffload/v1/kvoffload.pb.h"
+#include "proto/status_convert.h"
 
 namespace kvoffload::client::internal {
 
-absl::Status FromGrpcStatus(const grpc::Status& status);
+// Code, message and reason (the status details) of a gRPC status: proto/status_convert.h.
+using ::kvoffload::FromGrpcStatus;
 
 // A call's status; a deadline names the call, the socket and the deadline so that the caller
 // can tell a slow daemon from a dead one.

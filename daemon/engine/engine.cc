@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/refusals.h"
 #include "common/status_macros.h"
 #include "daemon/pool/segment_runs.h"
 
@@ -106,10 +107,10 @@ void Engine::LeavePool() {
 absl::Status Engine::CheckSameSpec(const common::EngineSpec& spec) const {
   if (spec == spec_) return absl::OkStatus();
   auto other = common::ComputeGeometry(spec);
-  return absl::FailedPreconditionError(
-      absl::StrCat("engine ", spec_.Key(), " exists with a different spec or geometry: existing {",
-                   spec_.DebugString(), "} geometry {", geometry_.DebugString(), "}; requested {",
-                   spec.DebugString(), "} geometry {",
+  return common::SpecMismatch(
+      spec_.Key(),
+      absl::StrCat("existing {", spec_.DebugString(), "} geometry {", geometry_.DebugString(),
+                   "}; requested {", spec.DebugString(), "} geometry {",
                    other.ok() ? other->DebugString() : std::string(other.status().message()), "}"));
 }
 

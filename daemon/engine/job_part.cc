@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/limits.h"
+#include "common/refusals.h"
 #include "daemon/index/slot_index.h"
 
 namespace kvoffload::daemon {
@@ -69,12 +70,9 @@ absl::StatusOr<ValidPart> ValidatePart(const JobPart& part, const common::Geomet
       !s.ok()) {
     return s;
   }
-  if (part.region_epoch != common::kUncheckedRegionEpoch &&
-      part.region_epoch != bounds.region_epoch) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: planned against region epoch %x but the engine now has region epoch %x: the "
-        "region was dropped and re-created, so rows stored before hold no data",
-        who, part.region_epoch, bounds.region_epoch));
+  if (absl::Status s = common::CheckRegionEpoch(who, part.region_epoch, bounds.region_epoch);
+      !s.ok()) {
+    return s;
   }
   if (part.rows.empty() && part.runs.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": no rows"));

@@ -11,6 +11,7 @@
 #include "common/geometry.h"
 #include "common/limits.h"
 #include "common/logging.h"
+#include "common/refusals.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
 #include "daemon/access/access.h"
@@ -34,19 +35,6 @@ uint64_t RandomEpoch() {
   }
   // Leave room to count up; never 0 ("not checked").
   return (epoch >> 1) | 1;
-}
-
-std::string EpochMismatch(const std::string& key, uint64_t expected, uint64_t actual) {
-  if (actual == 0) {
-    return absl::StrFormat(
-        "engine %s: the region of epoch %x no longer exists (dropped: idle TTL, an operator, "
-        "or a daemon restart); its rows are gone. Open without an epoch to start afresh",
-        key, expected);
-  }
-  return absl::StrFormat(
-      "engine %s: expected region epoch %x but the region now has epoch %x (re-created "
-      "since; rows stored before hold no data)",
-      key, expected, actual);
 }
 
 // How long a worker's registration waits for its region's first chunk to become usable.
@@ -103,11 +91,8 @@ absl::StatusOr<OpenedEngine> EngineRegistry::OpenResolved(const ResolvedSpec& re
       RETURN_IF_ERROR(CheckEngineUse(*caller, it->second->owner_uid(), it->second->spec(), "open"));
     }
     RETURN_IF_ERROR(it->second->CheckSameSpec(spec));
-    if (expected_epoch != common::kUncheckedRegionEpoch &&
-        it->second->region_epoch() != expected_epoch) {
-      return absl::FailedPreconditionError(
-          EpochMismatch(spec.Key(), expected_epoch, it->second->region_epoch()));
-    }
+    RETURN_IF_ERROR(common::CheckRegionEpoch(absl::StrCat("engine ", spec.Key()), expected_epoch,
+                                             it->second->region_epoch()));
     return OpenedEngine{it->second, false};
   };
   // Joining an existing engine never waits behind another engine's region population.
@@ -116,10 +101,10 @@ absl::StatusOr<OpenedEngine> EngineRegistry::OpenResolved(const ResolvedSpec& re
   absl::MutexLock create_lock(&create_mu_);
   found = existing();  // created while we waited?
   if (found.ok() || found.status().code() != absl::StatusCode::kNotFound) return found;
-  if (expected_epoch != common::kUncheckedRegionEpoch) {
-    // The caller's region is gone; a fresh one would serve zeroed rows as stored.
-    return absl::FailedPreconditionError(EpochMismatch(spec.Key(), expected_epoch, 0));
-  }
+  // A caller that names a region finds it gone (epoch 0: none): a fresh one would serve zeroed
+  // rows as stored.
+  RETURN_IF_ERROR(common::CheckRegionEpoch(absl::StrCat("engine ", spec.Key()), expected_epoch,
+                                           /*actual=*/0));
   const bool pooled = !spec.pool.empty();
   // A pool's rules come before anything is allocated: who may join, what members agree on.
   if (pooled) RETURN_IF_ERROR(pools_.Check(caller, spec, geometry));
@@ -320,8 +305,8 @@ absl::StatusOr<std::shared_ptr<Engine>> EngineRegistry::Find(const std::string& 
   absl::MutexLock lock(&mu_);
   auto it = engines_.find(KeyOf(engine_id, dp_rank));
   if (it == engines_.end()) {
-    return absl::NotFoundError(absl::StrCat("no engine ", KeyOf(engine_id, dp_rank),
-                                            " on this node (call OpenEngine first)"));
+    return common::EngineNotFound(KeyOf(engine_id, dp_rank),
+                                  " on this node (call OpenEngine first)");
   }
   return it->second;
 }
@@ -340,7 +325,7 @@ absl::Status EngineRegistry::Drop(const std::string& engine_id, uint32_t dp_rank
     absl::MutexLock lock(&mu_);
     auto it = engines_.find(KeyOf(engine_id, dp_rank));
     if (it == engines_.end()) {
-      return absl::NotFoundError(absl::StrCat("no engine ", KeyOf(engine_id, dp_rank)));
+      return common::EngineNotFound(KeyOf(engine_id, dp_rank));
     }
     if (may_drop) RETURN_IF_ERROR(may_drop(*it->second));
     const uint32_t workers = it->second->num_workers();

@@ -4,11 +4,6 @@
 
 namespace kvoffload::daemon {
 
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
 absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& p) {
   WorkerRegistration r;
   r.device = p.device();

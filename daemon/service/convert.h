@@ -1,6 +1,7 @@
-// Conversions at the gRPC edge: kvoffload.v1 messages ↔ common/ and daemon/ types, and
-// absl::Status ↔ grpc::Status (codes map 1:1). Nothing past this file sees protobuf types
-// except the service adapters.
+// Conversions at the gRPC edge: kvoffload.v1 messages ↔ common/ and daemon/ types. absl::Status
+// ↔ grpc::Status (codes 1:1, reasons in the status details) is proto/status_convert.h's
+// ToGrpcStatus, shared with the client. Nothing past this file sees protobuf types except the
+// service adapters.
 #ifndef KVOFFLOAD_DAEMON_SERVICE_CONVERT_H_
 #define KVOFFLOAD_DAEMON_SERVICE_CONVERT_H_
 
@@ -17,10 +18,9 @@
 #include "grpcpp/grpcpp.h"
 #include "kvoffload/v1/kvoffload.pb.h"
 #include "proto/spec_convert.h"
+#include "proto/status_convert.h"
 
 namespace kvoffload::daemon {
-
-grpc::Status ToGrpcStatus(const absl::Status& status);
 
 absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& proto);
 // The part as sent: lists and runs copied, nothing expanded and nothing checked but the

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/limits.h"
+#include "common/refusals.h"
 #include "daemon/access/access.h"
 #include "daemon/service/convert.h"
 
@@ -49,11 +50,10 @@ absl::StatusOr<EngineService::IndexRequest> EngineService::ResolveIndexRequest(
     const google::protobuf::RepeatedPtrField<std::string>& keys) {
   auto engine = IndexedEngine(context, engine_id, dp_rank, action);
   if (!engine.ok()) return engine.status();
-  if (region_epoch != common::kUncheckedRegionEpoch && region_epoch != (*engine)->region_epoch()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "engine %s: the request was planned against region epoch %x, but the engine's region is "
-        "epoch %x (re-created since: it holds none of the caller's keys); open the engine again",
-        (*engine)->key(), region_epoch, (*engine)->region_epoch()));
+  if (absl::Status s = common::CheckRegionEpoch(absl::StrCat("engine ", (*engine)->key()),
+                                                region_epoch, (*engine)->region_epoch());
+      !s.ok()) {
+    return s;
   }
   auto parsed = KeysFromProto(keys);
   if (!parsed.ok()) return parsed.status();

@@ -33,6 +33,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/service/session_stream.h"
 #include "kvoffload/v1/kvoffload.pb.h"
+#include "proto/status_convert.h"
 
 namespace kvoffload::daemon {
 
@@ -59,8 +60,7 @@ class SessionWriter final : public JobListener {
     v1::DaemonMessage message;
     v1::JobFinished* f = message.mutable_finished();
     f->set_job_id(result.job_id);
-    f->set_code(static_cast<int32_t>(result.status.code()));
-    f->set_message(std::string(result.status.message()));
+    StatusToMessage(result.status, f);  // code, message and reason
     f->set_bytes(result.bytes);
     {
       absl::MutexLock lock(&mu_);
@@ -142,8 +142,7 @@ class SessionWriter final : public JobListener {
       } else if (CloseDue()) {
         current_.Clear();
         v1::SessionClosed* closed = current_.mutable_closed();
-        closed->set_code(static_cast<int32_t>(closed_why_.code()));
-        closed->set_message(std::string(closed_why_.message()));
+        StatusToMessage(closed_why_, closed);
         close_sent_ = true;
       } else {
         return;

@@ -9,7 +9,7 @@ used).
 
 from .client import (DEFAULT_CALL_TIMEOUT_S, DEFAULT_OPEN_TIMEOUT_S, Direction, EngineSpec,
                      FinishedJob, Geometry, KeyState, KvoffloadError, PreparedStore, Readiness,
-                     Scheduler, SessionPhase, SessionState, StatusCode, Worker, WorkerInfo,
+                     Reason, Scheduler, SessionPhase, SessionState, StatusCode, Worker, WorkerInfo,
                      code_name, version)
 from .host import HostAllocation, HostTensor
 from .staged import StagedWorker
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_OPEN_TIMEOUT_S", "Direction", "EngineSpec", "FinishedJob", "Geometry",
     "HostAllocation", "HostTensor", "KeyState", "KvoffloadError", "LibraryNotFoundError",
-    "PreparedStore", "Readiness", "Scheduler", "SessionPhase", "SessionState", "StagedWorker",
+    "PreparedStore", "Readiness", "Reason", "Scheduler", "SessionPhase", "SessionState", "StagedWorker",
     "StatusCode",
     "TensorView", "Worker", "WorkerInfo", "code_name", "kv_tensor_views", "version",
 ]

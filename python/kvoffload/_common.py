@@ -30,6 +30,17 @@ class StatusCode(enum.IntEnum):
     UNAUTHENTICATED = 16
 
 
+class Reason:
+    """Why the daemon refused a call, beside its code (docs/api.md "Errors"): stable names, to
+    decide on instead of the message. KvoffloadError.reason / FinishedJob.reason hold one of
+    these, or "" when the error carries none. Mirrors common/refusals.h (test_constants.py)."""
+    REGION_EPOCH_MISMATCH = "region_epoch_mismatch"  # the region was dropped or re-created
+    ENGINE_NOT_FOUND = "engine_not_found"            # no such engine on this node
+    KEY_NOT_IN_INDEX = "key_not_in_index"            # an answer about a key; the engine is there
+    SPEC_MISMATCH = "spec_mismatch"                  # the engine exists with another spec
+    SPEC_RULE = "spec_rule"                          # metadata["rule"]: which rule of the spec
+
+
 def code_name(code: int) -> str:
     try:
         return StatusCode(code).name
@@ -39,12 +50,16 @@ def code_name(code: int) -> str:
 
 class KvoffloadError(Exception):
     """A failed kvoffload call: `code` (int, absl/gRPC status code), `name` ('NOT_FOUND'),
-    `message` (the daemon's or the library's words)."""
+    `message` (the daemon's or the library's words, for people), `reason` (a Reason value, or ""
+    when the error has none) and `metadata` (the reason's details, a dict of str). Decide on
+    code and reason, never on the message."""
 
-    def __init__(self, code: int, message: str):
+    def __init__(self, code: int, message: str, reason: str = "", metadata=None):
         self.code = int(code)
         self.name = code_name(self.code)
         self.message = message
+        self.reason = reason
+        self.metadata = dict(metadata or {})
         super().__init__("%s: %s" % (self.name, message))
 
 
@@ -255,6 +270,7 @@ class SessionState:
     reconnect_attempts: int
     region_epoch: int
     session_id: int
+    reason: str = ""  # the status's Reason, "" when none
 
     @property
     def live(self) -> bool:
@@ -263,12 +279,14 @@ class SessionState:
 
 @dataclasses.dataclass(frozen=True)
 class FinishedJob:
-    """A job's verdict on this worker's node. `code` is a StatusCode value."""
+    """A job's verdict on this worker's node. `code` is a StatusCode value, `reason` a Reason
+    ("" when none: success, or an error without one)."""
     job_id: int
     ok: bool
     code: int
     message: str
     bytes: int
+    reason: str = ""
 
     @property
     def code_name(self) -> str:
@@ -277,7 +295,8 @@ class FinishedJob:
     def check(self) -> "FinishedJob":
         """Raises KvoffloadError when the job failed; returns self otherwise."""
         if not self.ok:
-            raise KvoffloadError(self.code, "job %d: %s" % (self.job_id, self.message))
+            raise KvoffloadError(self.code, "job %d: %s" % (self.job_id, self.message),
+                                 self.reason)
         return self
 
 
@@ -295,8 +314,14 @@ class PreparedStore:
 
 
 def _raise_for(code: int, err) -> None:
+    """Raises the KvoffloadError of a C call that returned `code` with message `err`; call it
+    right after that call, on its thread (the reason is the thread's last error)."""
     if code != 0:
-        raise KvoffloadError(code, err.value.decode("utf-8", "replace"))
+        lib = _native.library()
+        reason = lib.kvo_last_error_reason().decode("utf-8", "replace")
+        lines = lib.kvo_last_error_metadata().decode("utf-8", "replace").splitlines()
+        metadata = dict(line.split("=", 1) for line in lines if "=" in line)
+        raise KvoffloadError(code, err.value.decode("utf-8", "replace"), reason, metadata)
 
 
 def _err_buffer():

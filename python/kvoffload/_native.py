@@ -8,11 +8,12 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 6  # KVO_ABI_VERSION this binding was written for
+ABI_VERSION = 7  # KVO_ABI_VERSION this binding was written for
 LIBRARY_NAME = "libkvoffload_c.so"
 ENV_LIBRARY = "KVOFFLOAD_LIB"
 
 MESSAGE_BYTES = 256  # KVO_MESSAGE_BYTES
+REASON_BYTES = 64    # KVO_REASON_BYTES
 MAX_KEY_BYTES = 256  # KVO_MAX_KEY_BYTES
 NO_ROW = 2**64 - 1   # KVO_NO_ROW
 ERROR_BYTES = 4096   # the error buffer passed to every call
@@ -158,6 +159,7 @@ class c_session_state(ctypes.Structure):  # ABI 3
         ("region_epoch", ctypes.c_uint64),
         ("session_id", ctypes.c_uint64),
         ("message", ctypes.c_char * MESSAGE_BYTES),
+        ("reason", ctypes.c_char * REASON_BYTES),  # ABI 7
     ]
 
 
@@ -179,6 +181,7 @@ class c_finished(ctypes.Structure):
         ("code", ctypes.c_int32),
         ("bytes", ctypes.c_uint64),
         ("message", ctypes.c_char * MESSAGE_BYTES),
+        ("reason", ctypes.c_char * REASON_BYTES),  # ABI 7
     ]
 
 
@@ -190,6 +193,8 @@ _keys = [_handle, _P(ctypes.c_char_p), _P(ctypes.c_size_t), ctypes.c_size_t]
 _PROTOTYPES = {
     "kvo_version": (ctypes.c_char_p, []),
     "kvo_abi_version": (ctypes.c_int, []),
+    "kvo_last_error_reason": (ctypes.c_char_p, []),  # ABI 7
+    "kvo_last_error_metadata": (ctypes.c_char_p, []),  # ABI 7
     "kvo_engine_spec_init": (None, [_P(c_engine_spec)]),
     "kvo_engine_spec_describe": (ctypes.c_int, [
         _P(c_engine_spec), ctypes.c_char_p, ctypes.c_size_t] + _err),  # ABI 4

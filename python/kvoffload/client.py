@@ -24,16 +24,16 @@ import dataclasses  # noqa: F401 — tests read the dataclasses of the types bel
 from . import _native
 from ._common import (ATTENTIONS, DEFAULT_CALL_TIMEOUT_S, DEFAULT_OPEN_TIMEOUT_S, EXECUTORS,
                       Direction, EngineSpec, FinishedJob, Geometry, KeyState, KvoffloadError,
-                      PreparedStore, Readiness, SessionPhase, SessionState, StatusCode,
-                      WorkerInfo, code_name)
+                      PreparedStore, Readiness, Reason, SessionPhase, SessionState,
+                      StatusCode, WorkerInfo, code_name)
 from .scheduler import Scheduler
 from .worker import Worker
 
 __all__ = [
     "ATTENTIONS", "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_OPEN_TIMEOUT_S", "EXECUTORS", "Direction",
     "EngineSpec", "FinishedJob", "Geometry", "KeyState", "KvoffloadError", "PreparedStore",
-    "Readiness", "Scheduler", "SessionPhase", "SessionState", "StatusCode", "Worker", "WorkerInfo",
-    "code_name", "version",
+    "Readiness", "Reason", "Scheduler", "SessionPhase", "SessionState", "StatusCode", "Worker",
+    "WorkerInfo", "code_name", "version",
 ]
 
 

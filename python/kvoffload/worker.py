@@ -31,7 +31,8 @@ def _u64_array(values, what):
 
 def _finished(c) -> FinishedJob:
     return FinishedJob(job_id=c.job_id, ok=c.code == 0, code=c.code,
-                       message=c.message.decode("utf-8", "replace"), bytes=c.bytes)
+                       message=c.message.decode("utf-8", "replace"), bytes=c.bytes,
+                       reason=c.reason.decode("utf-8", "replace"))
 
 
 def _stream_handle(stream) -> int:
@@ -258,7 +259,8 @@ class Worker(_Handle):
             phase=SessionPhase(state.phase), code=state.code,
             message=state.message.decode("utf-8", "replace"), generation=state.generation,
             region_changes=state.region_changes, reconnect_attempts=state.reconnect_attempts,
-            region_epoch=state.region_epoch, session_id=state.session_id)
+            region_epoch=state.region_epoch, session_id=state.session_id,
+            reason=state.reason.decode("utf-8", "replace"))
 
     @property
     def alive(self) -> bool:

@@ -118,6 +118,12 @@ class ConstantsAgreeWithTheCHeader(unittest.TestCase):
         self.assertEqual(_native.ABI_VERSION, self.c["KVO_ABI_VERSION"])
         self.assertEqual(_native.MAX_KEY_BYTES, self.c["KVO_MAX_KEY_BYTES"])
         self.assertEqual(_native.MESSAGE_BYTES, self.c["KVO_MESSAGE_BYTES"])
+        self.assertEqual(_native.REASON_BYTES, self.c["KVO_REASON_BYTES"])
+
+    def test_verdict_structs_end_with_message_and_reason(self):
+        for struct in (_native.c_finished, _native.c_session_state):
+            self.assertEqual(struct._fields_[-2], ("message", ctypes.c_char * _native.MESSAGE_BYTES))
+            self.assertEqual(struct._fields_[-1], ("reason", ctypes.c_char * _native.REASON_BYTES))
 
     def test_status_codes(self):
         for code in client.StatusCode:
@@ -151,6 +157,20 @@ class ConstantsAgreeWithTheCHeader(unittest.TestCase):
         c = self.c
         self.assertEqual(client.DEFAULT_OPEN_TIMEOUT_S * 1000, c["KVO_DEFAULT_OPEN_TIMEOUT_MS"])
         self.assertEqual(client.DEFAULT_CALL_TIMEOUT_S * 1000, c["KVO_DEFAULT_CALL_TIMEOUT_MS"])
+
+
+class ReasonsAgree(unittest.TestCase):
+    """The error reasons: common/refusals.h lists them once; Python's Reason and the table of
+    error_info.proto (docs/api.md) hold the same names."""
+
+    def test_python_header_and_proto_list_the_same_reasons(self):
+        header = re.findall(r'X\(k\w+, "(\w+)"\)', repo_file("common", "refusals.h"))
+        self.assertGreaterEqual(len(header), 5)
+        python = sorted(v for k, v in vars(client.Reason).items() if k.isupper())
+        self.assertEqual(sorted(header), python)
+        proto = re.findall(r"^// - `(\w+)`: ", repo_file("proto", "kvoffload", "v1",
+                                                          "error_info.proto"), re.M)
+        self.assertEqual(proto, header)  # the same order too
 
 
 if __name__ == "__main__":

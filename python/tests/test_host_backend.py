@@ -15,7 +15,7 @@ import time
 import unittest
 
 import kvoffload
-from kvoffload import (EngineSpec, HostAllocation, KeyState, KvoffloadError, Scheduler,
+from kvoffload import (EngineSpec, HostAllocation, KeyState, KvoffloadError, Reason, Scheduler,
                        StatusCode, Worker)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -519,11 +519,20 @@ class HostBackendTest(unittest.TestCase):
         with self.assertRaises(KvoffloadError) as cm:
             Scheduler.open(self.daemon.data_socket, other)
         self.assertEqual(cm.exception.name, "FAILED_PRECONDITION")
-        self.assertIn("different spec", cm.exception.message)
+        self.assertEqual(cm.exception.reason, Reason.SPEC_MISMATCH)
+        self.assertEqual(cm.exception.metadata, {"engine": "py-errors/0"})
 
         with self.assertRaises(KvoffloadError) as cm:
             Scheduler.open(self.daemon.data_socket, spec("py-pp", world_size=2, tp=1, pp=2))
-        self.assertNotEqual(cm.exception.code, 0)
+        self.assertEqual(cm.exception.name, "FAILED_PRECONDITION")
+        self.assertEqual(cm.exception.reason, Reason.SPEC_RULE)
+        self.assertEqual(cm.exception.metadata, {"rule": "no_pipeline_parallel"})
+
+        # A call that succeeds leaves no reason behind for the next error without one.
+        scheduler.lookup([b"k"])
+        with self.assertRaises(KvoffloadError) as cm:
+            scheduler.prepare_store([b""])
+        self.assertEqual((cm.exception.reason, cm.exception.metadata), ("", {}))
 
         with self.assertRaises(ValueError):
             Scheduler.open(self.daemon.data_socket, spec("py-bad", executor="slurm"))

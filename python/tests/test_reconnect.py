@@ -7,7 +7,8 @@ fails FAILED_PRECONDITION, and a new store → load round trip is byte-exact."""
 import time
 import unittest
 
-from kvoffload import KeyState, KvoffloadError, Scheduler, SessionPhase, StatusCode, Worker
+from kvoffload import (KeyState, KvoffloadError, Reason, Scheduler, SessionPhase, StatusCode,
+                       Worker)
 
 from test_host_backend import WORKER_BYTES_PER_BLOCK, Daemon, HostKv, spec
 
@@ -86,7 +87,9 @@ class ReconnectTest(unittest.TestCase):
         self.assertEqual((scheduler.region_changes, scheduler.reopens), (1, 1))
 
         w0.submit_load(3, [0, 1], planned.rows, region_epoch=old_epoch)
-        self.assertEqual(w0.wait(3, timeout_s=10).code, StatusCode.FAILED_PRECONDITION)
+        stale = w0.wait(3, timeout_s=10)
+        self.assertEqual((stale.code, stale.reason),
+                         (StatusCode.FAILED_PRECONDITION, Reason.REGION_EPOCH_MISMATCH))
 
         stored = scheduler.prepare_store(keys)
         for w in (w0, w1):

@@ -937,17 +937,42 @@ class StartupErrorTest(GenerationTest):
         self.assertIn("Fix: lower kv_connector_extra_config \"cpu_bytes_to_use\"", e.message)
 
     def test_topology_refused_names_the_rule(self):
-        from kvoffload import StatusCode
+        from kvoffload import Reason, StatusCode
         e = self.manager_error({"engine_id": "start-3"}, tp=2, pp=2)
-        self.assertEqual(e.code, StatusCode.FAILED_PRECONDITION)
-        self.assertIn("rule ", e.message)
-        self.assertIn("Fix: ", e.message)
+        self.assertEqual((e.code, e.reason, e.metadata),
+                         (StatusCode.FAILED_PRECONDITION, Reason.SPEC_RULE,
+                          {"rule": "no_pipeline_parallel"}))
+        self.assertIn("rule no_pipeline_parallel: ", e.message)  # for the operator
+        self.assertIn("Fix: this topology is not supported", e.message)
 
     def test_ray_without_local_world_size(self):
-        from kvoffload import StatusCode
+        from kvoffload import Reason, StatusCode
         e = self.manager_error({"engine_id": "start-4"}, tp=2, executor="ray")
-        self.assertEqual(e.code, StatusCode.INVALID_ARGUMENT)
+        self.assertEqual((e.code, e.reason, e.metadata),
+                         (StatusCode.INVALID_ARGUMENT, Reason.SPEC_RULE,
+                          {"rule": "launcher_requires_local_world_size"}))
         self.assertIn('"local_world_size"', e.message)
+
+    # The fix is chosen by the refusal's code + reason, not by its words.
+    def test_engine_id_taken_by_another_spec(self):
+        from kvoffload import Reason, StatusCode
+        G.create({"spec_name": "KvoffloadSpec", "spec_module_path": "kvoffload.vllm",
+                  "cpu_bytes_to_use": 1 << 20, "socket_path": self.daemon.data_socket,
+                  "engine_id": "start-5"}).get_manager()
+        e = self.manager_error({"engine_id": "start-5", "cpu_bytes_to_use": 2 << 20})
+        self.assertEqual((e.code, e.reason, e.metadata),
+                         (StatusCode.FAILED_PRECONDITION, Reason.SPEC_MISMATCH,
+                          {"engine": "start-5/0"}))
+        self.assertIn("Fix: another process of engine 'start-5' registered a different spec",
+                      e.message)
+
+    def test_local_world_size_that_does_not_divide(self):
+        from kvoffload import Reason, StatusCode
+        e = self.manager_error({"engine_id": "start-6", "local_world_size": 3}, tp=2)
+        self.assertEqual((e.code, e.reason, e.metadata),
+                         (StatusCode.INVALID_ARGUMENT, Reason.SPEC_RULE,
+                          {"rule": "local_world_size_divides_world_size"}))
+        self.assertIn('Fix: set kv_connector_extra_config "local_world_size"', e.message)
 
 
 class RequestCallsTest(GenerationTest):

@@ -43,7 +43,7 @@ import os
 import re
 
 from ..client import (DEFAULT_CALL_TIMEOUT_S, DEFAULT_OPEN_TIMEOUT_S, EngineSpec,
-                      KvoffloadError, StatusCode)
+                      KvoffloadError, Reason, StatusCode)
 
 DEFAULT_SOCKET = "/run/kvoffload/kvoffload.sock"
 ENV_SOCKET = "KVOFFLOAD_SOCKET"
@@ -280,9 +280,11 @@ def explain(error, spec, socket_path):
     """A KvoffloadError from opening the engine, with what the operator should do."""
     code, message = error.code, error.message
     undeclared = spec.local_world_size == 0 and spec.executor in ("ray", "external")
+    # Decided on code + reason (docs/api.md "Errors"), never on the message's words.
+    reason, rule_name = error.reason, error.metadata.get("rule", "")
     rule = code in (StatusCode.INVALID_ARGUMENT, StatusCode.FAILED_PRECONDITION) and \
-        "rule " in message  # a topology rule of DESIGN.md §2 (common/geometry.h)
-    if rule and ("rule local_world_size" in message or undeclared):
+        reason == Reason.SPEC_RULE  # a topology rule of DESIGN.md §2 (common/geometry.h)
+    if rule and (rule_name == "local_world_size_divides_world_size" or undeclared):
         fix = ("set kv_connector_extra_config \"local_world_size\" to the number of this "
                "replica's GPUs on each node")
     elif rule:
@@ -293,13 +295,14 @@ def explain(error, spec, socket_path):
         fix = ("lower kv_connector_extra_config \"cpu_bytes_to_use\" (%d bytes now) or raise "
                "kvoffloadd's --max_region_bytes; `kvoffloadctl stats` shows what other engines "
                "hold" % spec.budget_bytes)
-    elif code == StatusCode.FAILED_PRECONDITION and "different spec" in message:
+    elif code == StatusCode.FAILED_PRECONDITION and reason == Reason.SPEC_MISMATCH:
         fix = ("another process of engine %r registered a different spec: give each engine its "
                "own kv_connector_extra_config \"engine_id\", or `kvoffloadctl drop %s` the old "
                "one" % (spec.engine_id, spec.engine_id))
     else:
         return error
-    return KvoffloadError(code, "%s (kvoffloadd at %s). Fix: %s" % (message, socket_path, fix))
+    return KvoffloadError(code, "%s (kvoffloadd at %s). Fix: %s" % (message, socket_path, fix),
+                          reason, error.metadata)
 
 
 def model_parallel_rank(vllm_config):
