@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "common/error_info.h"
+#include "common/refusals.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -161,6 +164,20 @@ TEST(JobPartTest, EveryRuleHasItsCode) {
     EXPECT_EQ(s.code(), c.code) << s;
     EXPECT_THAT(s.message(), HasSubstr(c.message)) << s;
   }
+}
+
+// The epoch rule is common::CheckRegionEpoch's: its reason and both epochs reach the worker.
+TEST(JobPartTest, AnotherRegionEpochIsRefusedWithItsReason) {
+  JobPart part = Store({0, 1}, {0});
+  part.region_epoch = kBounds.region_epoch + 1;
+  const absl::Status s = Check(part).status();
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s;
+  const common::ErrorInfo info = common::ErrorInfoOf(s);
+  EXPECT_EQ(info.reason, common::reason::kRegionEpochMismatch);
+  EXPECT_EQ(info.metadata.at("planned_epoch"), absl::StrFormat("%x", part.region_epoch));
+  EXPECT_EQ(info.metadata.at("region_epoch"), absl::StrFormat("%x", kBounds.region_epoch));
+  part.region_epoch = 0;  // not checked
+  EXPECT_TRUE(Check(part).ok());
 }
 
 // Every wire integer of a part at the extremes (0, 2^32±1, 2^63, 2^64-1 and the bounds' edges):

@@ -14,6 +14,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "common/error_info.h"
+#include "common/refusals.h"
 #include "daemon/copy/testing/fault_copy_backend.h"
 #include "daemon/copy/testing/shm_memory.h"
 #include "daemon/engine/registry.h"
@@ -27,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "kvoffload/v1/kvoffload.grpc.pb.h"
 #include "proto/spec_convert.h"
+#include "proto/status_convert.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -549,10 +552,13 @@ TEST_F(ServiceTest, IndexCallsPlannedAgainstAnotherRegionAreFailedPrecondition) 
     v1::PrepareStoreResponse response;
     grpc::Status status = engine_stub_->PrepareStore(&context, stale, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    // Both epochs, in the reason's metadata (the gRPC status details) and for people.
+    const common::ErrorInfo info = common::ErrorInfoOf(FromGrpcStatus(status));
+    EXPECT_EQ(info.reason, common::reason::kRegionEpochMismatch) << status.error_message();
+    EXPECT_EQ(info.metadata.at("planned_epoch"), absl::StrFormat("%x", epoch ^ 1));
+    EXPECT_EQ(info.metadata.at("region_epoch"), absl::StrFormat("%x", epoch));
     EXPECT_NE(status.error_message().find(absl::StrFormat("epoch %x", epoch ^ 1)),
               std::string::npos)
-        << status.error_message();
-    EXPECT_NE(status.error_message().find(absl::StrFormat("epoch %x", epoch)), std::string::npos)
         << status.error_message();
   }
   {

@@ -14,6 +14,8 @@
 #include "absl/strings/str_split.h"
 #include "client/kvoffload_client.h"
 #include "client/host/store_rows.h"
+#include "common/error_info.h"
+#include "common/refusals.h"
 #include "gtest/gtest.h"
 #include "tests/integration/engine_fixture.h"
 #include "tests/integration/harness.h"
@@ -289,8 +291,12 @@ TEST_F(DaemonTest, BadRequestsGetExactCodesAndChangeNothing) {
   bad.local_world_size = 3;
   auto rejected = SchedulerClient::Open(daemon_->data_socket(), bad.Spec());
   EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(rejected.status().message().find("rule local_world_size_divides_world_size"),
-            std::string::npos);
+  EXPECT_EQ(common::ErrorReason(rejected.status()), common::reason::kSpecRule);
+  EXPECT_EQ(common::ErrorInfoOf(rejected.status()).metadata.at("rule"),
+            "local_world_size_divides_world_size");
+  EXPECT_TRUE(absl::StartsWith(rejected.status().message(),
+                               "rule local_world_size_divides_world_size: "))  // for operators
+      << rejected.status();
 
   // The same mp_rank twice: ALREADY_EXISTS (6). Tensors with the wrong bytes per block:
   // INVALID_ARGUMENT.
