@@ -16,6 +16,7 @@
 #include "daemon/tier/block_io_factory.h"
 #include "daemon/tier/record_format.h"
 #include "daemon/tier/testing/fault_block_io.h"
+#include "daemon/tier/testing/io_kinds.h"
 #include "daemon/tier/testing/tier_test_util.h"
 #include "daemon/tier/tier_file.h"
 #include "gtest/gtest.h"
@@ -342,11 +343,7 @@ TEST_P(DiskTierTest, StripesAcrossPaths) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Io, DiskTierTest,
-                         ::testing::Values(BlockIoKind::kUring, BlockIoKind::kPosix),
-                         [](const ::testing::TestParamInfo<BlockIoKind>& info) {
-                           return std::string(info.param == BlockIoKind::kUring ? "Uring"
-                                                                                : "Pread");
-                         });
+                         testing::AllIoKinds(), testing::IoKindTestName);
 
 }  // namespace
 }  // namespace kvoffload::tier

@@ -92,6 +92,12 @@ void UringBlockIo::ReapLoop() {
     io_uring_cqe_seen(&ring_, cqe);
     if (token == kStopToken) return;
     std::unique_ptr<QueuedIo> op(reinterpret_cast<QueuedIo*>(token));
+    {
+      // The op was queued and submitted under mu_, and its CQE exists only after that submit:
+      // taking mu_ here orders the submitter's writes before the callback in a way
+      // ThreadSanitizer can see (it cannot see through the kernel's ring).
+      absl::MutexLock lock(&mu_);
+    }
     if (res < 0) {
       op->done(common::ErrnoStatus(-res, op->request.kind == IoRequest::Kind::kRead
                                              ? "io_uring read"
