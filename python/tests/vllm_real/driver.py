@@ -1512,7 +1512,8 @@ def _cpu_answer(run, rep, A):
 def sc_shared_prefix_running(run, rep):
     """b shares the prompt of a, which is still running (a long decode) with its store
     prepared: b is admitted at once (a hit, or a recompute), never held until a finishes.
-    vLLM's own CPU manager on the same steps is noted."""
+    vLLM's own CPU manager on the same steps is noted. Steps take a 5 ms forward pass, as in
+    admission_steps: a store in flight may answer pending, and a real step gives it that time."""
     cpu = _shared_prefix_running(run, rep, "cpu")
     if cpu is not None:
         rep.note("vLLM's CPU manager on the same steps: b admitted in step %s, lookups %s" % cpu)
@@ -1522,7 +1523,7 @@ def sc_shared_prefix_running(run, rep):
 def _shared_prefix_running(run, rep, spec):
     sub = Report("cpu") if spec == "cpu" else rep  # the baseline's checks are not the target
     sub.engines = rep.engines
-    e = run.engine(sub, "sharedrun-" + spec, spec=spec)
+    e = run.engine(sub, "sharedrun-" + spec, spec=spec, forward_s=ADMISSION_FORWARD_S)
     A = prompt(24, 5 * 16 + 5)
     e.add_request("a", A, max_tokens=200)
     for _ in range(3):
@@ -1550,6 +1551,8 @@ def _shared_prefix_running(run, rep, spec):
                  admitted, a_running, e.hits.get("b")))
     rep.check("b admitted in the first step after its arrival", admitted == 1, str(admitted))
     rep.check("a had not finished when b was admitted", a_running)
+    if a_running:
+        e.abort("a")  # its remaining decode steps measure nothing here
     rep.check("drained", e.drain(60))
     e.verify_all()
     e.shutdown()

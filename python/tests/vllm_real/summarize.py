@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns one generation's driver.py output into the compact summary committed under docs/runs/:
+"""Turns one generation's driver.py output into the compact notes of a run record (runs/<run>/SUMMARY.md):
 the scenario table and the admission-steps table against vLLM's own CPU manager.
 
     summarize.py RUN.log --title TEXT [--header-file FILE] > README.md
