@@ -249,7 +249,7 @@ class ManagerCoreTest(unittest.TestCase):
 
     def test_an_unanswered_commit_is_sent_again(self):
         index = FakeScheduler()
-        m = core.ManagerCore(index, lambda: index, job_nonce=1)
+        m = core.ManagerCore(index, job_nonce=1)
         index.fail_next = 1
         m.complete_store([b"a", b"b"])  # the daemon did not answer
         manager_core.COMMIT_RETRY_S, saved = 0.0, manager_core.COMMIT_RETRY_S
@@ -262,7 +262,7 @@ class ManagerCoreTest(unittest.TestCase):
     def test_a_block_pending_for_too_long_is_a_miss(self):
         index = FakeScheduler()
         index.states[b"p"] = kvoffload.KeyState.HIT_PENDING
-        m = core.ManagerCore(index, lambda: index, job_nonce=1, pending_timeout_s=0.2)
+        m = core.ManagerCore(index, job_nonce=1, pending_timeout_s=0.2)
         self.assertEqual(m.lookup(b"p"), kvoffload.KeyState.HIT_PENDING)
         time.sleep(0.3)
         self.assertEqual(m.lookup(b"p"), kvoffload.KeyState.MISS)

@@ -44,10 +44,10 @@ core takes a lock of its own).
 # adapter layer (and the tests).
 # (Tunables are read where they are defined: patch manager_core.X / worker_core.X.)
 from .core_util import LOAD, STORE, as_key, unique
-from .manager_core import COMMIT_RETRY_S, PENDING_TIMEOUT_S, REOPEN_INTERVAL_S, ManagerCore
+from .manager_core import COMMIT_RETRY_S, PENDING_TIMEOUT_S, ManagerCore
 from .worker_core import (REDIAL_INTERVAL_S, RETRY_WINDOW_S, Finished, Job, WorkerCore,
                           _CudaEvents, plan_ranges, register)
 
 __all__ = ["COMMIT_RETRY_S", "Finished", "Job", "LOAD", "ManagerCore", "PENDING_TIMEOUT_S",
-           "REDIAL_INTERVAL_S", "REOPEN_INTERVAL_S", "RETRY_WINDOW_S", "STORE", "WorkerCore",
+           "REDIAL_INTERVAL_S", "RETRY_WINDOW_S", "STORE", "WorkerCore",
            "_CudaEvents", "as_key", "plan_ranges", "register", "unique"]

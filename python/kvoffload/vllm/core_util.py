@@ -18,11 +18,6 @@ def _code(error):
     return getattr(error, "code", None)
 
 
-def _reopens_itself(handle):
-    """A kvoffload.Scheduler of C ABI 3 re-opens its engine after the daemon went away."""
-    return getattr(type(handle), "reopens", None) is not None
-
-
 def _reconnects_itself(worker):
     """A kvoffload.Worker of C ABI 3 registers again by itself after the daemon went away, and
     gives every job it had in flight a (failed) verdict."""

@@ -144,8 +144,7 @@ def manager_core(settings, engine_spec, make_event, vllm_replicated=None):
             scheduler.close()
             raise
     log_region(engine_spec, settings, scheduler.geometry)
-    return core.ManagerCore(scheduler, lambda: open_scheduler(settings, engine_spec),
-                            job_nonce(), make_event=make_event,
+    return core.ManagerCore(scheduler, job_nonce(), make_event=make_event,
                             pending_timeout_s=settings.pending_timeout_s)
 
 
@@ -166,8 +165,7 @@ def worker_core(settings, engine_spec, mp_rank, canonical_tensors, vllm_replicat
                               call_timeout_s=settings.call_timeout_s)
 
     try:
-        wc = core.WorkerCore(dial, open_index, settings.wait_timeout_s,
-                             getattr(settings, "retry_window_s", core.RETRY_WINDOW_S))
+        wc = core.WorkerCore(dial, open_index, settings.wait_timeout_s, settings.retry_window_s)
     except KvoffloadError as e:
         raise config.explain(e, engine_spec, settings.socket_path) from None
     try:

@@ -6,9 +6,8 @@ import os
 import time
 
 from ..client import KeyState, KvoffloadError, StatusCode
-from .core_util import _TRANSIENT, _RateLimitedLog, _code, _reopens_itself, logger, unique
+from .core_util import _TRANSIENT, _RateLimitedLog, _code, logger, unique
 
-REOPEN_INTERVAL_S = 5.0   # manager: at most one attempt this often to re-open a lost engine
 PENDING_TIMEOUT_S = 60.0  # manager: a key pending longer than this looks up as a miss
 COMMIT_RETRY_S = 1.0      # manager: unanswered CompleteStores are sent again this often
 
@@ -16,22 +15,21 @@ COMMIT_RETRY_S = 1.0      # manager: unanswered CompleteStores are sent again th
 class ManagerCore:
     """The engine's index on kvoffloadd, with vLLM's manager semantics.
 
-    open_scheduler() -> kvoffload.Scheduler (raises KvoffloadError); make_event(keys, removed)
-    builds the generation's OffloadingEvent. Keys are the generation's OffloadKey bytes; the core
+    scheduler: a kvoffload.Scheduler (it re-opens the engine by itself after the daemon went
+    away); make_event(keys, removed) builds vLLM's OffloadingEvent. Keys are vLLM's OffloadKey
+    bytes; the core
     prefixes them with a cache salt that reset() changes (vLLM's reset_cache: keys stored before
     are never found again and age out of the LRU).
     """
 
-    def __init__(self, scheduler, open_scheduler, job_nonce, make_event=None,
+    def __init__(self, scheduler, job_nonce, make_event=None,
                  pending_timeout_s=PENDING_TIMEOUT_S):
         self._index = scheduler
-        self._open = open_scheduler
         self.job_nonce = job_nonce
         self.region_epoch = scheduler.region_epoch
         self._make_event = make_event
         self._events = [] if make_event is not None else None
         self._log = _RateLimitedLog()
-        self._next_reopen = 0.0
         self._salt = b""
         self._closed = False
         self._outstanding = {}     # salted key prepared for a store -> its region epoch
@@ -60,9 +58,9 @@ class ManagerCore:
     # -- engine (re)opening ----------------------------------------------------------------
 
     def _call(self, call):
-        """call(index); when the daemon no longer has the engine (restarted, dropped, not
-        running) the engine is opened again (at most every REOPEN_INTERVAL_S) and the call made
-        once more."""
+        """call(index); when the daemon no longer has the engine (restarted, not running) the
+        call is made once more: kvoffload.Scheduler re-opens the engine on that next call (at
+        once UNAVAILABLE while the daemon is still away)."""
         if self._closed:
             raise KvoffloadError(StatusCode.FAILED_PRECONDITION, "the manager was shut down")
         try:
@@ -70,11 +68,6 @@ class ManagerCore:
         except KvoffloadError as e:
             if e.code not in (StatusCode.NOT_FOUND, StatusCode.UNAVAILABLE,
                               StatusCode.ABORTED):
-                raise
-            # A handle that re-opens by itself (kvoffload.Scheduler, reconnect=True) does so on
-            # this next call (at once UNAVAILABLE while the daemon is still away); an older one
-            # is replaced here.
-            if not _reopens_itself(self._index) and not self._reopen(e):
                 raise
         finally:
             self._sync_epoch()
@@ -101,27 +94,6 @@ class ManagerCore:
         self.region_epoch = epoch
         self._pending_since.clear()
 
-    def _reopen(self, why):
-        now = time.monotonic()
-        if now < self._next_reopen:
-            return False
-        self._next_reopen = now + REOPEN_INTERVAL_S
-        try:
-            index = self._open()
-        except KvoffloadError as e:
-            self._log.warn("re-opening the engine", e)
-            return False
-        old, self._index = self._index, index
-        self.region_epoch = index.region_epoch
-        try:
-            old.close()
-        except Exception:  # noqa: BLE001 — the old handle is gone either way
-            pass
-        logger.warning("kvoffload: the engine was gone from kvoffloadd (%s); opened it again "
-                       "(%d rows, region epoch %x)", why, index.geometry.num_rows,
-                       self.region_epoch)
-        return True
-
     @property
     def scheduler(self):
         return self._index
@@ -134,7 +106,7 @@ class ManagerCore:
         return self.lookup_many((key,), own_store_pending_is_miss)[0]
 
     def lookup_many(self, keys, own_store_pending_is_miss=False):
-        """KeyStates of the keys, in order. own_store_pending_is_miss: a generation whose
+        """KeyStates of the keys, in order. own_store_pending_is_miss: a release whose
         complete_store waits for the storing request to finish (vLLM 0.20) passes True, and a
         key still pending because this manager prepared its store and has not completed it is
         a MISS (vLLM recomputes at once, as its own CPU manager does) rather than HIT_PENDING,
@@ -294,10 +266,7 @@ class ManagerCore:
             if _code(e) == StatusCode.NOT_FOUND and "not in the index" not in str(e):
                 # The engine is gone (a restart, a drop): these keys were planned in a region
                 # that no longer exists; nothing of them can be completed.
-                if _reopens_itself(self._index):
-                    return  # the handle re-opens on its next call, in a region without them
-                if self._reopen(e) and self.region_epoch != planned:
-                    return
+                return  # the handle re-opens on its next call, in a region without them
         self._stored(self._complete_one_by_one(k))
 
     def _stored(self, keys):

@@ -10,7 +10,7 @@ import time
 from ..client import KvoffloadError, SessionPhase, StatusCode, Worker
 from ..host import HostTensor
 from ..tensors import TensorView, merge_adjacent
-from .core_util import LOAD, STORE, _reconnects_itself, _reopens_itself, logger
+from .core_util import LOAD, STORE, _reconnects_itself, logger
 
 REDIAL_INTERVAL_S = 1.0   # worker: at most one attempt this often to register again
 RETRY_WINDOW_S = 30.0     # worker: a job is resubmitted on a new session until this long after
@@ -229,9 +229,6 @@ class WorkerCore:
                     job.ranges = plan_ranges(gpu, rows, bpr, int(first_index or 0))
                 except ValueError as e:
                     return self._fail(job, str(e))
-                if job.ranges is not None and not hasattr(self.worker, "submit_ranges"):
-                    return self._fail(job, "a load starting inside an offloaded block needs "
-                                      "Worker.submit_ranges (a newer kvoffload client)")
             self._jobs[daemon_id] = job
             self._submit(job)
 
@@ -320,7 +317,7 @@ class WorkerCore:
         try:
             if self._index is None:
                 self._index = self._open_index()
-            if epoch and _reopens_itself(self._index):
+            if epoch:
                 self._index.lookup(keys[:1])  # re-opens first if the daemon went away
                 if self._index.region_epoch != epoch:
                     logger.info("kvoffload: a failed store's keys are not released: the region "
