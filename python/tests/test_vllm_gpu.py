@@ -1,6 +1,6 @@
-"""GPU check of kvoffload.vllm for every supported vLLM generation (run on the accelerator
-machine, not by CI): the spec built by each generation's factory (its test double,
-vllm_double/<generation>, no vLLM needed) over kvoffloadd's CUDA backend, the worker side with
+"""GPU check of kvoffload.vllm for every supported vLLM release (run on the accelerator
+machine, not by CI): the spec built by each release's factory (its test double,
+vllm_double/<double>, no vLLM needed) over kvoffloadd's CUDA backend, the worker side with
 canonical KV tensors from torch's caching allocator:
 
   - per_layer: per layer [2, num_blocks, block_size, heads, head_dim], split into K and V as
@@ -17,7 +17,7 @@ and are compared bitwise.
     KVOFFLOAD_DAEMON=.../kvoffloadd KVOFFLOAD_LIB=.../libkvoffload_c.so \\
         PYTHONPATH=python python3 python/tests/test_vllm_gpu.py
 
-Ends with one line "N passed, N failed" (both generations together).
+Ends with one line "N passed, N failed" (every release's double together).
 """
 
 import os
@@ -192,7 +192,9 @@ def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--generation":
         return run_generation(sys.argv[2])
     passed = failed = 0
-    for generation in ("v0_20_2", "main_2026_08"):
+    sys.path.insert(0, HERE)
+    import vllm_signatures
+    for generation in vllm_signatures.DOUBLES_IN_USE:
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--generation",
                               generation], capture_output=True, text=True, timeout=900)
         sys.stdout.write(out.stdout)
