@@ -1,5 +1,5 @@
 // Names the calling thread for the kernel (/proc/PID/task/TID/comm), so `top -H`, `perf` and the
-// CPU bench (tests/gpu_e2e/v3_bench.py) tell the daemon's threads apart from gRPC's and the CUDA
+// CPU bench (tests/bench/gpu/v3_bench.py) tell the daemon's threads apart from gRPC's and the CUDA
 // driver's. Every long-lived daemon thread names itself "kvo-<role>" first thing.
 //
 // Thread-safety: names only the calling thread.

@@ -166,7 +166,7 @@ stage_start "deploy and docs checks"
 # The flagfile's defaults are compared with the daemon's own (kvoffloadd --helpfull).
 kvoffloadd="$(bazel info bazel-bin 2>/dev/null)/daemon/kvoffloadd"
 for c in deploy/verify_unit.sh deploy/install_test.sh "python3 proto/gen_api_doc.py --check" \
-    "python3 tests/gpu_e2e/fixed_cost.py --self_test" \
+    "python3 tests/bench/gpu/fixed_cost.py --self_test" \
     "python3 tests/bench/restart_report.py --self_test" \
     "python3 python/tests/vllm_signatures.py check" \
     "python3 tests/docs/check_metrics_doc.py" "python3 tests/docs/check_metrics_doc.py --self_test" \

@@ -168,7 +168,7 @@ def main():
                          f"alone, {r['loaded_ms']} ms loaded, slowdown {r['slowdown_pct']} % "
                          f"(target ≤ 2 %).")
     if torch_rows:
-        lines += ["", "**Against PyTorch alone** (tests/gpu_e2e/torch_bench.py, same process run): vLLM's",
+        lines += ["", "**Against PyTorch alone** (tests/bench/gpu/torch_bench.py, same process run): vLLM's",
                   "per-layer layout, 8 layers × K and V, 1 GiB per job, a random permutation of GPU blocks",
                   "into consecutive rows. `torch_staged`: per-layer index_select into 2 × 64 MiB GPU staging,",
                   "non_blocking copies to pinned memory on a second stream. `kvoffload (Python)`: the same",

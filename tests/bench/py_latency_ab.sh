@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 1-block Python latency on the host backend (py_latency_host.py) of two builds, interleaved
 # on this machine: this tree's bazel-bin against another commit's worktree build
-# (tests/gpu_e2e/make_ab_bundle.sh COMMIT builds one in /tmp/kvo-ab-COMMIT):
+# (tests/bench/gpu/make_ab_bundle.sh COMMIT builds one in /tmp/kvo-ab-COMMIT):
 #   tests/bench/py_latency_ab.sh COMMIT [ROUNDS]      # JSON lines, "build" = the commit
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU tests and the copy baselines on the accelerator machine from a bundle made here:
-#   bazel build //tests/gpu:all //daemon/copy/cuda:cuda_copy_backend_test //client/cuda:cuda_client_test
+#   bazel build //tests/gpu:all //tests/bench/gpu:gpu_baselines //daemon/copy/cuda:cuda_copy_backend_test //client/cuda:cuda_client_test
 #   ../shared/tools/device-bundle bundle/gpu bazel-bin/tests/gpu/cuda_copy_backend_gpu_test \
-#       bazel-bin/tests/gpu/gpu_baselines bazel-bin/daemon/copy/cuda/cuda_copy_backend_test \
+#       bazel-bin/tests/bench/gpu/gpu_baselines bazel-bin/daemon/copy/cuda/cuda_copy_backend_test \
 #       bazel-bin/client/cuda/cuda_client_test
 #   (device) tests/gpu/run.sh bundle/gpu [OUT_DIR] [--sweep]
 # Prints one "N passed, N failed" line at the end; writes logs and bench JSON lines to OUT_DIR.

@@ -6,20 +6,17 @@ cd "$(dirname "$0")/../.."
 # The bundling tool lies beside the main checkout (../shared); a worktree elsewhere names it.
 device_bundle=${DEVICE_BUNDLE:-../shared/tools/device-bundle}
 [[ -x $device_bundle ]] || device_bundle=/work/shared/tools/device-bundle
-# Helper "pin"'s restart benchmark (issue 19 item 4), once its target exists (stage restart_pin).
-extra_targets=() extra_bins=()
-if grep -q 'name = "restart_pin_bench"' tests/gpu/BUILD; then
-  extra_targets=(//tests/gpu:restart_pin_bench) extra_bins=(bazel-bin/tests/gpu/restart_pin_bench)
-fi
-bazel build --disk_cache=${KVO_DISK_CACHE:-/root/.cache/kvo-disk} "${extra_targets[@]}" //daemon:kvoffloadd //client/host:kvoffload_host_worker //tests/gpu_e2e:all \
-  //tests/gpu:cuda_copy_backend_gpu_test //tests/gpu:gpu_baselines //tests/gpu:batch_cpu_probe \
-  //tests/gpu:multi_issue_probe //daemon/copy/cuda:cuda_copy_backend_test //client/cuda:cuda_client_test
+# The GPU tests (tests/gpu, tests/gpu_e2e) and the GPU benchmarks (tests/bench/gpu).
+bazel build --disk_cache=${KVO_DISK_CACHE:-/root/.cache/kvo-disk} //daemon:kvoffloadd //client/host:kvoffload_host_worker //tests/gpu_e2e:all \
+  //tests/gpu:cuda_copy_backend_gpu_test //tests/bench/gpu:all \
+  //daemon/copy/cuda:cuda_copy_backend_test //client/cuda:cuda_client_test
 rm -rf bundle/gpu
 b=bazel-bin
 "$device_bundle" bundle/gpu $b/daemon/kvoffloadd $b/client/host/kvoffload_host_worker \
-  $b/tests/gpu_e2e/kvoffload_cuda_worker $b/tests/gpu_e2e/e2e_gpu_test $b/tests/gpu_e2e/e2e_bench \
-  $b/tests/gpu/cuda_copy_backend_gpu_test $b/tests/gpu/gpu_baselines $b/tests/gpu/batch_cpu_probe \
-  $b/tests/gpu/multi_issue_probe $b/daemon/copy/cuda/cuda_copy_backend_test $b/client/cuda/cuda_client_test "${extra_bins[@]}"
+  $b/tests/gpu_e2e/kvoffload_cuda_worker $b/tests/gpu_e2e/e2e_gpu_test $b/tests/bench/gpu/e2e_bench \
+  $b/tests/gpu/cuda_copy_backend_gpu_test $b/tests/bench/gpu/gpu_baselines $b/tests/bench/gpu/batch_cpu_probe \
+  $b/tests/bench/gpu/multi_issue_probe $b/tests/gpu/restart_pin_bench \
+  $b/daemon/copy/cuda/cuda_copy_backend_test $b/client/cuda/cuda_client_test
 bazel build --disk_cache=${KVO_DISK_CACHE:-/root/.cache/kvo-disk} //client:libkvoffload_c.so
 cp -L $b/client/libkvoffload_c.so bundle/gpu/lib/
 mkdir -p bundle/gpu/python && cp -r python/kvoffload python/tests bundle/gpu/python/
@@ -28,9 +25,9 @@ mkdir -p bundle/gpu/python && cp -r python/kvoffload python/tests bundle/gpu/pyt
 rm -f bundle/gpu/lib/libstdc++.so* bundle/gpu/lib/libgcc_s.so*
 chmod -R u+w bundle/gpu
 strip --strip-debug bundle/gpu/bin/* bundle/gpu/lib/*.so*
-cp tests/gpu_e2e/run_on_device.sh tests/gpu_e2e/torch_bench.py tests/gpu_e2e/ttft_bench.py \
-  tests/gpu_e2e/v3_bench.py tests/gpu_e2e/v3_workloads.py tests/gpu_e2e/v3_reorder.py \
-  tests/gpu_e2e/fixed_cost.py bundle/gpu/
+cp tests/gpu_e2e/run_on_device.sh tests/bench/gpu/torch_bench.py tests/bench/gpu/ttft_bench.py \
+  tests/bench/gpu/v3_bench.py tests/bench/gpu/v3_workloads.py tests/bench/gpu/v3_reorder.py \
+  tests/bench/gpu/fixed_cost.py bundle/gpu/
 # The commit the binaries were built from ("+dirty" when the tree had changes): the run records it.
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bundle' || echo +dirty)" \
   > bundle/gpu/COMMIT

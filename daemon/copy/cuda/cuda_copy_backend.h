@@ -88,7 +88,7 @@ struct CudaBackendOptions {
   // 17: one call of a 512 MiB job's 256 descriptors takes ~230 µs on the H200 before any copy;
   // 8 first starts the engines ~200 µs sooner, stage fixed_cost). 0: every call takes up to
   // max_batch_copies. Benchmark flags --cuda_first_batch_copies and --cuda_max_batch_copies
-  // (listed by --helpfull and the flagfile, like every flag) (tests/gpu_e2e/fixed_cost.py).
+  // (listed by --helpfull and the flagfile, like every flag) (tests/bench/gpu/fixed_cost.py).
   size_t first_batch_copies = 8;
   size_t max_batch_copies = 4096;
   // Copy-engine path: the batches carry cudaMemcpyFlagPreferOverlapWithCompute (benchmark flag
@@ -101,7 +101,7 @@ struct CudaBackendOptions {
   uint64_t strided_min_rows = 2;
   // A job of at least this many bytes is woken by a host function on its lane's wake stream
   // instead of being polled (poll_pacing.h). 0: every job is polled. Benchmark flag
-  // --cuda_stream_wake_min_bytes (benchmarks: tests/gpu_e2e/fixed_cost.py).
+  // --cuda_stream_wake_min_bytes (benchmarks: tests/bench/gpu/fixed_cost.py).
   uint64_t stream_wake_min_bytes = kStreamWakeMinBytes;
   // Copy-engine path: threads that issue one job's copies, each on a stream of its own (the
   // caller and issue_threads - 1 helpers, issue_pool.h), for a job of at least

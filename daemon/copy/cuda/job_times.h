@@ -12,7 +12,7 @@
 //   observed   the completion queue saw the completion event done (polled every 10 µs)
 //   reported   the engine's verdict callback returned (vote counted, verdict handed to the
 //              worker's session writer)
-// tests/gpu_e2e/fixed_cost.py parses these lines (keep the key=value format).
+// tests/bench/gpu/fixed_cost.py parses these lines (keep the key=value format).
 //
 // GPU-free, unit-tested. Thread-safety: a JobTimes belongs to its job (written by whichever
 // thread moves the job on, one at a time).

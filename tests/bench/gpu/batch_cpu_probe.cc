@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/gpu/probe_common.h"
+#include "tests/bench/gpu/probe_common.h"
 
 namespace {
 

@@ -15,7 +15,7 @@ slowed down while kvoffload copies), 1-block job latency from Python, and the da
 per job against blocks per job. One JSON object per line on stdout.
 
     KVOFFLOAD_DAEMON=.../kvoffloadd KVOFFLOAD_LIB=.../libkvoffload_c.so \
-        PYTHONPATH=python python3 tests/gpu_e2e/torch_bench.py [--quick]
+        PYTHONPATH=python python3 tests/bench/gpu/torch_bench.py [--quick]
 """
 
 import json

@@ -24,9 +24,9 @@ Also measured, after every job: the daemon's GPU memory (nvidia-smi, the daemon'
 bare CUDA context (a process that only calls cudaFree(0), lazy module loading).
 
     KVOFFLOAD_DAEMON=.../kvoffloadd KVOFFLOAD_LIB=.../libkvoffload_c.so \
-        PYTHONPATH=python python3 tests/gpu_e2e/ttft_bench.py > ttft.jsonl
+        PYTHONPATH=python python3 tests/bench/gpu/ttft_bench.py > ttft.jsonl
     # here, from the run's files: merge into docs/benchmarks.{json,md}
-    python3 tests/gpu_e2e/ttft_bench.py --merge runs/<run>/ttft.jsonl --commit C --date D
+    python3 tests/bench/gpu/ttft_bench.py --merge runs/<run>/ttft.jsonl --commit C --date D
 """
 
 import json
@@ -308,7 +308,7 @@ def merge(path, commit, date):
                     "context_floor_mib"):
             if key in r:
                 run[key] = r[key]
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs")
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "docs")
     jpath = os.path.join(root, "benchmarks.json")
     report = json.load(open(jpath))
     report["ttft"] = rows
@@ -317,7 +317,7 @@ def merge(path, commit, date):
         json.dump(report, f, indent=2)
         f.write("\n")
     lines = ["<!-- ttft-begin -->",
-             "Run of commit `%s` on %s, device: %s (%s/ttft.jsonl, tests/gpu_e2e/ttft_bench.py). "
+             "Run of commit `%s` on %s, device: %s (%s/ttft.jsonl, tests/bench/gpu/ttft_bench.py). "
              "Random-initialised Llama-3-8B-shaped model (bf16, 32 layers, GQA 8 KV heads), "
              "random prompts; KV in vLLM's cross-layer layout (2 MiB blocks of 16 tokens), "
              "loaded into other block ids. Link = bytes / this run's H2D ceiling (%.2f GB/s). "

@@ -3,14 +3,14 @@
 with --paths=default,page_dma) into docs/benchmarks.json as `copy_2d` (keeping every other key)
 and prints the markdown tables for docs/benchmarks.md's section "Copy engines: 2D copies".
 
-  python3 tests/gpu_e2e/v3_2d_report.py RUN_DIR   # interference_2d.jsonl, throughput_2d.jsonl,
+  python3 tests/bench/gpu/v3_2d_report.py RUN_DIR   # interference_2d.jsonl, throughput_2d.jsonl,
                                                   # layout_2d.jsonl, run.json
 """
 import json
 import pathlib
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def lines(path):

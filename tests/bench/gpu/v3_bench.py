@@ -19,7 +19,7 @@
 The orchestrator never touches CUDA (a child of a CUDA process must not use CUDA): the model,
 the copier and the measuring processes are `v3_bench.py --role ...` children talking JSON lines
 over pipes (v3_workloads.py). Env: KVOFFLOAD_DAEMON, KVOFFLOAD_LIB, PYTHONPATH with kvoffload.
-Merge a run into docs/benchmarks.{json,md} with tests/gpu_e2e/v3_report.py.
+Merge a run into docs/benchmarks.{json,md} with tests/bench/gpu/v3_report.py.
 """
 
 import json

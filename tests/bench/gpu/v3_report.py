@@ -2,7 +2,7 @@
 """Merges one run of the copy-path v3 benchmark (v3_bench.py, run_on_device.sh stages v3, v3_mps,
 v3_layout) into docs/benchmarks.json and docs/benchmarks.md, and draws docs/benchmarks_v3.svg.
 
-  python3 tests/gpu_e2e/v3_report.py runs/<date>-<commit>-v3bench [--docs DIR]
+  python3 tests/bench/gpu/v3_report.py runs/<date>-<commit>-v3bench [--docs DIR]
       [--reorder_run runs/<date>-<commit>-reorder]   (a later run of stage v3_reorder alone)
 
 RUN_DIR holds run.json (commit, device, date) and the stages' JSON lines: interference.jsonl,
@@ -17,7 +17,7 @@ import argparse
 import json
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 LAYOUT_NAMES = {"per_layer_4k": "per-layer 4 KiB", "per_layer_16k": "per-layer 16 KiB",
                 "per_layer_32k": "per-layer 32 KiB", "per_layer_64k": "per-layer 64 KiB",
                 "cross_layer_2m": "cross-layer 2 MiB", "contiguous": "contiguous"}
@@ -222,8 +222,8 @@ def svg_plot(inter, path):
 def render(meta, run, inter, extra, ceiling, torch_rows, throughput, cpu, latency, layout,
            svg_name):
     L = ["<!-- v3-begin -->",
-         "Run of commit `%s` on %s, device: %s (raw files: %s; tests/gpu_e2e/v3_bench.py, "
-         "merged by tests/gpu_e2e/v3_report.py). One run; every copier in a process of its own; "
+         "Run of commit `%s` on %s, device: %s (raw files: %s; tests/bench/gpu/v3_bench.py, "
+         "merged by tests/bench/gpu/v3_report.py). One run; every copier in a process of its own; "
          "the model's work captured in CUDA graphs (a bf16 GEMM loop of 20 × 8192³ and 8 decode "
          "steps of an 8-layer Llama-3-8B-shaped model at batch 64 with a 1024-token cache, "
          "plain torch ops, random weights), each replay timed with CUDA events, median of 12 "
