@@ -55,7 +55,7 @@ struct EngineSpec {
   // Only the creator's lists count; not compared by operator== (access, not layout).
   std::vector<uint32_t> member_uids;
   std::vector<uint32_t> member_gids;
-  // Issue 18: the name of a node-wide pool this engine shares its rows with (empty: a private
+  // Pools: the name of a node-wide pool this engine shares its rows with (empty: a private
   // region). Its members agree on the layout and on `model_identity`, an opaque string the
   // engine derives from everything that changes its KV bytes (model, revision, dtypes, block
   // size, ...); a pool's first member lets the uids/gids of its member lists join.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test that needs no GPU; GPU tests (tag "gpu") are listed as
-# skipped. Then the proofs of issue 9: clang's thread-safety analysis as an error, the daemon's
+# skipped. Then the robustness proofs: clang's thread-safety analysis as an error, the daemon's
 # unit and integration tests under ASan+UBSan and under TSan, and the service fuzzer for a
 # bounded time. Ends with one line "N passed, N failed" (test cases from the JUnit XML of each
 # target, in every configuration, plus one per check). Exit status: 0 only when nothing failed.

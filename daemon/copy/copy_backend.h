@@ -99,7 +99,7 @@ class CopyBackend {
   // PinRegionChunk of it running.
   virtual void UnregisterRegion(uint8_t* base) = 0;
 
-  // Serve while pinning (issue 19): records the region like RegisterRegion, but a copy may touch
+  // Serve while pinning (durable regions): records the region like RegisterRegion, but a copy may touch
   // only chunks that PinRegionChunk has made usable. Chunk c is bytes [c × chunk_bytes,
   // min(bytes, (c + 1) × chunk_bytes)); chunk_bytes is a positive multiple of row_bytes, so a row
   // never spans two chunks. The defaults suit a backend with nothing to pin (host): the whole

@@ -135,7 +135,7 @@ void VisitSegments(const DescriptorTable& table, uint64_t first_block, uint64_t 
 // Pages that repeat at a fixed pitch on both sides: row k is `bytes` at gpu_address + k ×
 // gpu_pitch and at host_offset + k × host_pitch. The copy engines move such a run as one 2D copy
 // (cudaMemcpy2DAsync) at the link's rate from 16-32 KiB pages, where one DMA per page reaches a
-// fraction of it (issue 17, runs/2026-12-02-93f6b6c-gpu/dma2d.jsonl: 4 KiB pages of
+// fraction of it (copy path v3, runs/2026-12-02-93f6b6c-gpu/dma2d.jsonl: 4 KiB pages of
 // consecutive blocks 33.6 GB/s as 2D copies against 5-10 as pages; 32 KiB 54-55 against 30-42).
 struct StridedSegment {
   uint64_t gpu_address = 0;
@@ -270,7 +270,7 @@ struct CopyPathPolicy {
   // Whether the SM paths (staged, kernel) may be used at all: only where the daemon's kernels
   // share SMs with the model (MPS) or the operator says so. Without them every job goes by copy
   // engines, whatever its shape: even short staging launches from another process cost the
-  // model a time slice each (issue 17: GEMM +17.6 %, decode +30 % against 0.7 % / 3.4 % by DMA).
+  // model a time slice each (copy path v3: GEMM +17.6 %, decode +30 % against 0.7 % / 3.4 % by DMA).
   bool sm_paths = false;
   // Direct DMA when the job's segments average at least this many bytes (one tensor: merged
   // segments; several: the smallest page, since their pages never merge across blocks).

@@ -1,4 +1,4 @@
-// Pool metrics (issue 18): per pool, its rows by state; per member, rows held, hits, loads and
+// Pool metrics: per pool, its rows by state; per member, rows held, hits, loads and
 // the cross-member part of them (a row another member stored), stores and evictions. Built at
 // scrape time from Pool::Snapshot; docs/metrics.md lists them.
 #ifndef KVOFFLOAD_DAEMON_METRICS_POOL_METRICS_H_

@@ -21,7 +21,7 @@
 // reported as RESOURCE_EXHAUSTED; with the touch fallback the kernel may instead kill the process
 // (OOM) — the node-wide MemoryBudget exists so that does not happen.
 //
-// Serve while pinning (issue 19): with `options.populate = false`, Create only maps the memfd
+// Serve while pinning (durable regions): with `options.populate = false`, Create only maps the memfd
 // and PopulateRange faults chunks in later, from any threads (RegionPreparer does that in the
 // background while the engine already serves its first chunks).
 //
@@ -56,7 +56,7 @@ struct RegionOptions {
   bool populate = true;
   // >= 0: prefer this NUMA node for the region's pages (mbind MPOL_PREFERRED); -1: first touch.
   int numa_node = -1;
-  // Serve while pinning (issue 19), read by the engine's resources, not by Region: > 0 — an
+  // Serve while pinning (durable regions), read by the engine's resources, not by Region: > 0 — an
   // engine's region is populated and registered in the background (RegionPreparer,
   // populate_threads threads) in chunks of about this many bytes, rounded down to whole rows,
   // and each chunk is served as soon as it is ready; 0 — all of it before the engine opens.
@@ -78,7 +78,7 @@ class Region {
                                                         const RegionOptions& options);
 
   // Maps an existing region memfd (one a previous daemon created and handed to the service
-  // manager's fd store, issue 19) without populating or clearing it: its pages are already there
+  // manager's fd store: durable regions) without populating or clearing it: its pages are already there
   // and hold the rows. Takes ownership of `fd` (closed on failure too). FAILED_PRECONDITION when
   // the file does not have exactly `bytes` bytes (fstat), INVALID_ARGUMENT for bytes == 0.
   // hugetlb() reports whether the file lives on hugetlbfs; populate_seconds() is 0.

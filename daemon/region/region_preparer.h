@@ -1,4 +1,4 @@
-// RegionPreparer: makes a region usable chunk by chunk in the background (issue 19, serve while
+// RegionPreparer: makes a region usable chunk by chunk in the background (durable regions: serve while
 // pinning): each chunk is populated (unless the pages are already there, as in a region adopted
 // after a restart) and then pinned through `pin` (the copy backend's PinRegionChunk); the
 // contiguous prefix of chunks that are both is reported through `ready`, in increasing order, so

@@ -1,4 +1,4 @@
-// RegionPreparer (issue 19, serve while pinning): the first chunk is waited for alone, the rest
+// RegionPreparer (durable regions: serve while pinning): the first chunk is waited for alone, the rest
 // become ready in the background; `ready` reports only the contiguous prefix that is populated
 // and pinned, in increasing order; a pin that is UNAVAILABLE is retried; a failure keeps the
 // prefix and stops the rest. Chunks are held back through the populate seam, never by sleeping.

@@ -189,7 +189,7 @@ TEST(RegionTest, HugePagesFallBackToRegularPagesWithExactSize) {
   EXPECT_TRUE(MatchesRandom((*maybe_huge)->data(), aligned, 9));
 }
 
-// Issue 19: a region memfd kept by the service manager is mapped again by the next daemon, with
+// Durable regions: a region memfd kept by the service manager is mapped again by the next daemon, with
 // its bytes, without being populated or cleared.
 TEST(RegionTest, AdoptMapsAnExistingMemfdWithItsBytes) {
   const uint64_t bytes = 4ull << 20;

@@ -1,4 +1,4 @@
-// Durability: how this daemon's engines outlive it (issue 19). Each engine's region memfd and
+// Durability: how this daemon's engines outlive it (durable regions). Each engine's region memfd and
 // state memfd (state_file.h) go to the service manager's fd store (fd_store.h) when the engine is
 // created, leave it when the engine is dropped (so its memory is really freed), and stay there
 // when the daemon stops, is upgraded or dies; the next daemon collects them at start.

@@ -1,4 +1,4 @@
-// The service manager's file-descriptor store (issue 19): how the daemon hands its region and
+// The service manager's file-descriptor store (durable regions): how the daemon hands its region and
 // state memfds to whoever restarts it, and takes them back at the next start.
 //
 // Protocol (systemd's, spoken by hand so the daemon needs no libsystemd for it; sd_notify(3),

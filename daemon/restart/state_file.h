@@ -1,4 +1,4 @@
-// StateFile: the durable record of one engine's index (issue 19), in a memfd that the service
+// StateFile: the durable record of one engine's index (durable regions), in a memfd that the service
 // manager keeps across daemon restarts next to the engine's region memfd (fd_store.h). It is the
 // RowJournal of the engine's SlotIndex: the index writes it under its own lock at the row
 // transitions of row_journal.h; a daemon started after a clean restart, an upgrade or a SIGKILL

@@ -1,4 +1,4 @@
-// The state file format (issue 19): what a daemon writes is what the next one reads back through
+// The state file format (durable regions): what a daemon writes is what the next one reads back through
 // a descriptor (the fd store's copy); a truncated or corrupted file is refused with DATA_LOSS;
 // a corrupted record is FREE, never a wrong row; an index restored from it serves the same keys.
 #include "daemon/restart/state_file.h"

@@ -1,5 +1,5 @@
 // kvoffload-supervise: the service manager's fd store and restart policy for machines without
-// systemd (development, containers without an init, and the test double of issue 19).
+// systemd (development, containers without an init, and the test double of the durable-region tests).
 //
 //   kvoffload-supervise [--restart_delay_ms=100] [--fdstore_max=4096] --
 //       /usr/local/bin/kvoffloadd --runtime_dir=/tmp/kvo ...   (one command line)

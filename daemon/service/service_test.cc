@@ -372,7 +372,7 @@ class FirstMessageTest : public ::testing::Test {
   std::unique_ptr<v1::Worker::Stub> stub_;
 };
 
-// Issue 20 item 8b: the proto and docs/api.md promise DEADLINE_EXCEEDED for a session that does
+// The proto and docs/api.md promise DEADLINE_EXCEEDED for a session that does
 // not register in time (it was CANCELLED: the handler could only cancel its blocked Read).
 TEST_F(FirstMessageTest, SilentSessionEndsWithDeadlineExceeded) {
   grpc::ClientContext context;

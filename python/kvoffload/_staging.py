@@ -213,7 +213,7 @@ class _ChunkGraphs:
     """CUDA graphs of a full chunk's gather (store) and scatter (load), one per staging buffer
     and direction, over a static index buffer each. Eagerly a chunk is an index_select per KV
     tensor and a cat (a scatter: an index_copy_ per tensor), ~10 µs of Python and a launch each:
-    with 32 layers that bounded the chunk rate below the link's (issue 17). A replay is one
+    with 32 layers that bounded the chunk rate below the link's (copy path v3). A replay is one
     launch. Partial chunks (a job's last) stay eager.
 
     Each direction's graphs share one memory pool (about a chunk of index_select scratch for the

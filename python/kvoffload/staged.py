@@ -1,10 +1,10 @@
 """kvoffload.StagedWorker: the opt-in worker-side reorder, for KV layouts whose blocks the daemon
-can only move page by page (issue 17).
+can only move page by page (copy path v3).
 
 Why: vLLM's per-layer caches keep a block's K and V pages of every layer in separate tensors, so
 a block is 2 × layers pages apart on the GPU, and random blocks reach the daemon's copy engines
 as one DMA per page (4-64 KiB pages: 5-44 GB/s on the H200, against ~55 for the link). The
-daemon cannot gather them with SMs without taking the model a time slice (no MPS: issue 17). The
+daemon cannot gather them with SMs without taking the model a time slice (no MPS: copy path v3). The
 worker can, on a stream of its own process. A StagedWorker registers with the daemon not the KV
 caches but a staging buffer, laid out as the daemon lays out a row (a block's pages back to
 back, in registration order), and moves each job through it in chunks of `chunk_rows` rows:

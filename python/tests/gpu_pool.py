@@ -1,4 +1,4 @@
-"""GPU check of pools (issue 18): two engines in two processes join one pool on kvoffloadd's CUDA
+"""GPU check of pools: two engines in two processes join one pool on kvoffloadd's CUDA
 backend; A stores blocks of its torch KV cache, B (another process, other GPU memory) looks the
 keys up, loads them into other block ids of its own cache and finds A's bytes, bitwise. Also:
 a third engine naming another model identity is refused FAILED_PRECONDITION before anything is

@@ -1,4 +1,4 @@
-"""GPU check of kvoffload.StagedWorker (issue 17's opt-in worker-side reorder) on kvoffloadd's
+"""GPU check of kvoffload.StagedWorker (copy path v3's opt-in worker-side reorder) on kvoffloadd's
 CUDA backend, with vLLM-shaped per-layer bf16 caches (sub-allocations, random blocks):
 
   1. a staged store (chunks through 3 staging buffers) is loaded by a plain Worker registered

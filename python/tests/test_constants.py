@@ -1,4 +1,4 @@
-"""Every constant the Python package repeats from the C header agrees with it (issue 20: one
+"""Every constant the Python package repeats from the C header agrees with it (the house: one
 definition; the binding cannot include the header, so this test is the tie). The header is
 client/kvoffload_c.h, itself checked against common/limits.h at compile time."""
 

@@ -1,4 +1,4 @@
-"""Scheduler.readiness() and wait_until_ready() (issue 31 item 4).
+"""Scheduler.readiness() and wait_until_ready() (outside-test defects).
 
 Against the real kvoffloadd (host backend): an engine's readiness with its exact numbers, and
 NOT_FOUND at once for an engine the daemon no longer has. A region that stays half pinned cannot

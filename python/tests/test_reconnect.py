@@ -1,4 +1,4 @@
-"""The package's workers and schedulers come back by themselves (issue 19 item 3): kvoffloadd is
+"""The package's workers and schedulers come back by themselves (durable regions): kvoffloadd is
 killed (SIGKILL) with a job in flight and another starts on the same socket. The job's verdict is
 a failure, calls during the outage fail UNAVAILABLE at once, the worker registers again in the
 background, the scheduler re-opens and reports the new region, a part planned in the old region

@@ -1,4 +1,4 @@
-"""kvoffload.StagedWorker (issue 17's opt-in worker-side reorder) against the real kvoffloadd on
+"""kvoffload.StagedWorker (copy path v3's opt-in worker-side reorder) against the real kvoffloadd on
 its host backend, with torch CPU tensors (Debian's python3-torch; the CUDA path runs on the GPU
 machine: tests/gpu_e2e).
 

@@ -5,7 +5,7 @@
 //   - a full scheduler store cycle: PrepareStore → store job → CompleteStore, per key;
 //   - the daemon's host CPU per job (utime + stime from /proc, over many jobs) for a load of N
 //     blocks sent as ONE range (--cpu_blocks), with 2-byte blocks so that the memcpy the host
-//     backend does is small next to the control path (issue 17: ≤ 2× the 1-block job at 1M).
+//     backend does is small next to the control path (copy path v3's target: ≤ 2× the 1-block job at 1M).
 // Prints markdown tables, or JSON with --json.
 #include <signal.h>
 #include <sys/stat.h>

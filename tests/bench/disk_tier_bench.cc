@@ -1,4 +1,4 @@
-// Disk tier benchmark (issue 30): the device's own O_DIRECT ceiling measured by fio at the same
+// Disk tier benchmark: the device's own O_DIRECT ceiling measured by fio at the same
 // block size and queue depth, then the tier's write and read GB/s against it, the latency of
 // one record read alone (p50/p99), and the header scan a restart costs. Prints one JSON object
 // (and writes it to --out). Needs fio on PATH (deploy/install_deps.sh).

@@ -6,7 +6,7 @@
 //   bazel run //tests/bench:index_bench -- --rows=100000
 //   bazel run //tests/bench:index_bench -- --pool_members=8 --floor=1000   # a pool's index
 //
-// With --pool_members=N the index is a pool (issue 18) of N online segments of rows/N rows, and
+// With --pool_members=N the index is a pool of N online segments of rows/N rows, and
 // request i is made by member i % N (so most hits are cross-member), with a per-member floor of
 // --floor rows: the same work as a private index of as many rows, plus the pool's bookkeeping.
 //

@@ -1,5 +1,5 @@
 // pool_trace_bench: N data-parallel replicas of one model serving a shared-prefix trace, each
-// with a private region vs all of them in one pool (issue 18 item 5), at the same total budget.
+// with a private region vs all of them in one pool, at the same total budget.
 // It drives the daemon's own SlotIndex (daemon/index/slot_index.h) exactly as a vLLM scheduler
 // does (Lookup, load the leading hits, store the rest), so hit rates, stores and evictions are
 // those of the daemon's index; no bytes are copied (bytes stored = rows stored × row_bytes).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Puts one pool_trace_bench run (issue 18 item 5) into docs/benchmarks.json as `shared_pool`,
+"""Puts one pool_trace_bench run (pools) into docs/benchmarks.json as `shared_pool`,
 keeping every other key, and prints the markdown table for docs/benchmarks.md.
 
   bazel-bin/tests/bench/pool_trace_bench --json > run.jsonl

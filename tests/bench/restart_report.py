@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Puts issue 19's restart figures into docs/benchmarks.json as `restart` (and `restart_run`),
+"""Puts the durable regions' restart figures into docs/benchmarks.json as `restart` (and `restart_run`),
 keeping every other key, and rewrites the table of docs/benchmarks.md between
 <!-- restart-begin --> and <!-- restart-end --> ("## Restart survival").
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Disk tier benchmark sweep (issue 30): disk_tier_bench (fio's O_DIRECT ceiling, then the tier
+# Disk tier benchmark sweep: disk_tier_bench (fio's O_DIRECT ceiling, then the tier
 # at the same block size and queue depth) at several queue depths and both I/O implementations.
 # One JSON line per run into $1 (default /tmp/disk_tier_bench.jsonl). The directory tested is
 # $KVOFFLOAD_TIER_BENCH_DIR (default /tmp/kvoffload-disk-tier-bench): put it on the NVMe to judge.

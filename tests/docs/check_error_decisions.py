@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that no client code decides on an error's words (issue 32 item 2).
+"""Checks that no client code decides on an error's words (the house, round 2).
 
 A refusal's identity is its code plus its reason (docs/api.md "Errors"; common/refusals.h); the
 message is for people and may be reworded. This fails on client code (client/ and python/

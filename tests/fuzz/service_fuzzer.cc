@@ -168,7 +168,7 @@ class Script {
     s->set_blocks_per_row(in_.Int(0, 3));
     // Budgets from nothing to four times the node cap, and any 64-bit value: OpenEngine reserves
     // the whole cost (region + index metadata) before it builds anything, so even 2^64 − 1 is
-    // refused in O(1) (tests/fuzz/regressions/issue9_index_built_before_reservation found the
+    // refused in O(1) (tests/fuzz/corpus/service/index_built_before_reservation found the
     // opposite before).
     switch (in_.Int(0, 15)) {
       case 0:

@@ -1149,7 +1149,7 @@ TEST_F(CudaBackendIpcTest, StagingIsBoundedPerDevice) {
   for (void* p : gpu) cudaFree(p);
 }
 
-// Registering a region creates no CUDA context (issue 12 item 2: a GPU no worker uses holds
+// Registering a region creates no CUDA context (whole GPU node: a GPU no worker uses holds
 // none of the daemon's memory): the region is pinned when the first worker opens, in that
 // worker's context; a region registered after that is pinned at once. Both move bytes.
 TEST_F(CudaBackendIpcTest, RegionsArePinnedInTheContextOfAWorkersDevice) {
@@ -1191,7 +1191,7 @@ TEST_F(CudaBackendIpcTest, RegionsArePinnedInTheContextOfAWorkersDevice) {
   cudaFree(gpu);
 }
 
-// Issue 17 (1b): on a device without SM paths (no MPS: the default rule) every job goes by copy
+// Copy path v3: on a device without SM paths (no MPS: the default rule) every job goes by copy
 // engines and the daemon's GPU memory stays at its context after any mix of jobs — per-layer
 // 4 KiB pages in random rows (what the staged and kernel paths took before, with a pooled
 // descriptor table and staging each), several jobs in flight, and one job of 2^20 blocks. The

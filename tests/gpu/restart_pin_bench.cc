@@ -1,4 +1,4 @@
-// restart_pin_bench (issue 19 item 4, H200): how soon an engine's region serves its first row,
+// restart_pin_bench (durable regions: serve while pinning, H200): how soon an engine's region serves its first row,
 // and how soon it is fully pinned, with the CUDA backend, at first start and after a restart.
 //
 //   restart_pin_bench --gib=32,64 --chunk_mib=128 --threads=8 --thp=1,0

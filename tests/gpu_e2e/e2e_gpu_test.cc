@@ -212,7 +212,7 @@ TEST_F(GpuEndToEndTest, AWorkerKilledMidTransferLeavesTheDaemonServingOthers) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Several GPUs of one host (issue 12, item 1): one worker process per GPU, each seeing only its
+// Several GPUs of one host (whole GPU node): one worker process per GPU, each seeing only its
 // own GPU (CUDA_VISIBLE_DEVICES), so its CUDA ordinal is 0 while the daemon, which sees every GPU,
 // finds it by uuid. Skipped with fewer than two GPUs.
 class MultiGpuTest : public GpuEndToEndTest {
@@ -346,7 +346,7 @@ TEST_F(MultiGpuTest, Dp2Tp2OnFourGpus) {
   }
 }
 
-// Worker death (issue 8, items 2 and 3). A worker is SIGKILLed at each point of a job's life:
+// Worker death (copy path v2). A worker is SIGKILLed at each point of a job's life:
 // before its event is recorded (the record queued behind seconds of GPU work, the store naming it
 // already submitted), between record and submit, mid-copy, and with seconds of every-SM work
 // queued on its stream. Throughout, another engine ("survivor") stores, loads and verifies fresh

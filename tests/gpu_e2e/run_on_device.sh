@@ -7,12 +7,13 @@
 # latency, interference, CPU per job), ttft.jsonl (the TTFT table: ttft_bench.py) and device.txt
 # to OUT, prints a short table and a final "N passed, N failed" line. The third argument picks
 # stages (quoted, space separated): tests mps_rule ttft baselines e2e e2e_sms4 latency torch mps,
-# or all (the default); and, not in all, the copy-path v3 benchmark (v3_bench.py, issue 17): v3
+# or all (the default); and, not in all, the copy-path v3 benchmark (v3_bench.py): v3
 # (interference without MPS, throughput, CPU per job, 1-block latency from C++ and Python into
-# OUT/v3/*.jsonl), v3_mps (interference with every process an MPS client), v3_layout (item 2) and
-# v3_reorder (item 2's worker-side reorder: kvoffload.StagedWorker, driven by v3_reorder.py); restart_pin (issue 19
-# item 4: helper pin's restart_pin_bench, 32 and 64 GiB regions, into OUT/restart.jsonl; needs
-# up to 128 GiB of host memory); fixed_cost (issue 17: the copy-engine path's fixed cost per job,
+# OUT/v3/*.jsonl), v3_mps (interference with every process an MPS client), v3_layout (what layout
+# buys at small pages) and v3_reorder (the worker-side reorder: kvoffload.StagedWorker, driven by
+# v3_reorder.py); restart_pin (durable regions, serve while pinning: restart_pin_bench, 32 and
+# 64 GiB regions, into OUT/restart.jsonl; needs
+# up to 128 GiB of host memory); fixed_cost (the copy-engine path's fixed cost per job,
 # fixed_cost.py: a per-step breakdown of 512 MiB cross-layer and 1-block jobs for several batch
 # variants of the daemon, into OUT/fixed_cost/fixed_cost.json, ~60 s); batch_cpu (the host CPU
 # of cudaMemcpyBatchAsync against cudaMemcpyAsync with large entries: batch_cpu_probe, into
@@ -96,11 +97,11 @@ run cuda_copy_backend_gpu_test 240 env KVO_EXPECT_MPS=0 "$bundle/bin/cuda_copy_b
 run e2e_gpu_test 420 "$bundle/bin/e2e_gpu_test"
 run python_torch_gpu 240 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_smoke.py"
-# Pools (issue 18): two engines in two processes share one pool; one stores, the other loads
+# Pools: two engines in two processes share one pool; one stores, the other loads
 # into other blocks, bitwise.
 run python_pool_gpu 180 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
   KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/python/tests/gpu_pool.py"
-# kvoffload.StagedWorker (issue 17's worker-side reorder): its rows are a plain worker's, bitwise.
+# kvoffload.StagedWorker (copy path v3's worker-side reorder): its rows are a plain worker's, bitwise.
 run python_staged_gpu 180 env PYTHONPATH="$bundle/python:$bundle/python/tests" \
   KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" \
   python3 "$bundle/python/tests/gpu_staged.py"
@@ -217,7 +218,7 @@ if only v3_2d; then
   bench_py v3/layout_2d 200 "$bundle/v3_bench.py" layout --paths=default,page_dma
 fi
 if only v3_layout; then
-  echo "=== copy path v3: what layout buys at small pages (issue 17 item 2)"
+  echo "=== copy path v3: what layout buys at small pages"
   bench_py v3/layout 120 "$bundle/v3_bench.py" layout
 fi
 if only v3_reorder; then
@@ -225,7 +226,7 @@ if only v3_reorder; then
   bench_py v3/reorder 150 "$bundle/v3_bench.py" reorder
 fi
 if only fixed_cost; then
-  echo "=== copy-engine path: fixed cost per job (issue 17), per-step medians per daemon variant"
+  echo "=== copy-engine path: fixed cost per job, per-step medians per daemon variant"
   mkdir -p "$out/fixed_cost"
   if timeout -k 5 120 env PYTHONPATH="$bundle/python" KVOFFLOAD_LIB="$bundle/lib/libkvoffload_c.so" \
       KVOFFLOAD_DAEMON="$bundle/bin/kvoffloadd" python3 "$bundle/fixed_cost.py" \
@@ -237,15 +238,15 @@ if only fixed_cost; then
   cat "$out/fixed_cost/table.txt"
 fi
 if only batch_cpu; then
-  echo "=== host CPU of cudaMemcpyBatchAsync against cudaMemcpyAsync, large entries (issue 17)"
+  echo "=== host CPU of cudaMemcpyBatchAsync against cudaMemcpyAsync, large entries"
   bench batch_cpu 120 "$bundle/bin/batch_cpu_probe"
 fi
 if only multi_issue; then
-  echo "=== small random pages issued by more threads on more streams (issue 17)"
+  echo "=== small random pages issued by more threads on more streams"
   bench multi_issue 150 "$bundle/bin/multi_issue_probe"
 fi
 if only restart_pin; then
-  echo "=== restart benchmark: time to first load and to fully pinned after a restart (issue 19)"
+  echo "=== restart benchmark: time to first load and to fully pinned after a restart"
   if [[ ! -x $bundle/bin/restart_pin_bench ]]; then
     failed=$((failed + 1)); echo "FAILED: restart_pin_bench is not in the bundle"
   elif timeout 360 "$bundle/bin/restart_pin_bench" --gib=32,64 --chunk_mib=128 --threads=8 \

@@ -130,7 +130,7 @@ int Register(v1::Worker::Stub& stub, v1::Engine::Stub& engine) {
   }
   std::string detail = absl::StrCat(" registered slot=", reply.registered().slot());
   if (absl::GetFlag(FLAGS_truncate_and_store)) {
-    // The attack of issue 10: shrink the memory under the daemon, then make it copy from it.
+    // An identity-and-isolation attack: shrink the memory under the daemon, then make it copy from it.
     const int truncated = ftruncate(fd, 0);
     absl::StrAppend(&detail, " ftruncate=", truncated == 0 ? "ok" : strerror(errno));
     // A row from the engine's index, as a scheduler would get it.

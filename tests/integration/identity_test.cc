@@ -1,4 +1,4 @@
-// Issue 10 ("Identity and isolation"): every attack found against main, reproduced against the real
+// Identity and isolation: every attack found against main, reproduced against the real
 // daemon from processes running as other uids (setpriv; CI runs as root), each refused with its
 // exact status while the victim engine's keys, rows and bytes stay as they were; and the owners'
 // own flows still pass.
@@ -152,7 +152,7 @@ TEST_F(IdentityTest, AnotherUidCannotTouchAnEngineItDoesNotOwn) {
   ASSERT_NE(before.find("ready=3 writing=1"), std::string::npos) << before;
   EXPECT_NE(before.find(absl::StrCat("owner=", kVictim)), std::string::npos) << before;
 
-  // Each attack of issue 10, as kAttacker: refused, nothing changed.
+  // Each identity-and-isolation attack, as kAttacker: refused, nothing changed.
   struct Attack {
     const char* what;
     std::vector<std::string> args;

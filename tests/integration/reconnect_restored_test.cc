@@ -1,4 +1,4 @@
-// The clients come back to a region that survived (issue 19 items 1-3 together): kvoffloadd
+// The clients come back to a region that survived (durable regions, the daemon and clients together): kvoffloadd
 // under kvoffload-supervise keeps its regions across a crash (SIGKILL) and a clean restart
 // (SIGHUP), with the same epoch. The self-reconnecting worker fails its job in flight, registers
 // again and finds the same epoch (region_changes 0); the scheduler re-opens, keeps its epoch,

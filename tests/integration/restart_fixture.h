@@ -1,4 +1,4 @@
-// Fixtures of the restart tests (issue 19): kvoffloadd under kvoffload-supervise (the fd store
+// Fixtures of the restart tests (durable regions): kvoffloadd under kvoffload-supervise (the fd store
 // and restart policy systemd would provide), a scheduler speaking the Engine service directly
 // (one per daemon incarnation, so nothing reconnects behind the test's back), and rows whose
 // bytes are known from a seed, so every hit after a restart can be verified byte for byte.

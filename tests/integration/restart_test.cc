@@ -1,4 +1,4 @@
-// Issue 19, the daemon side: the cache outlives the daemon. The real kvoffloadd under
+// Durable regions, the daemon side: the cache outlives the daemon. The real kvoffloadd under
 // kvoffload-supervise (the fd store a service manager keeps), real worker processes, the host
 // copy backend. Every hit after a restart is loaded back and compared byte for byte with what
 // was stored (each batch of rows is filled from its own seed).

@@ -1,4 +1,4 @@
-// Issue 9's findings, each reproduced against the real daemon binary and asserting the fixed
+// The robustness findings, each reproduced against the real daemon binary and asserting the fixed
 // behaviour: exact status codes, the daemon still SERVING, its memory (VmHWM) and descriptors
 // bounded, nothing half-applied.
 #include <fcntl.h>

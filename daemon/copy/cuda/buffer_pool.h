@@ -1,7 +1,7 @@
 // A bounded pool of per-job descriptor buffers (pinned host memory plus its device copy) for the
 // SM copy paths. GPU-free: the allocation is passed in, so the bound is unit-tested in CI.
 //
-// What grew before (issue 17, 1b): pair tables were pooled in power-of-two classes and never
+// What grew before (copy path v3, the daemon's GPU memory): pair tables were pooled in power-of-two classes and never
 // freed, so the daemon's GPU memory rose with the largest jobs it had seen times the jobs in
 // flight at once (6.1 GB reported on an H200 after a mix with one 960,000-page job). Here every
 // byte the pool holds, in use or cached, counts against one limit: Acquire frees cached buffers

@@ -1,4 +1,4 @@
-// The descriptor-buffer bound (issue 17, 1b) without a GPU: the allocator is a fake that counts
+// The descriptor-buffer bound (copy path v3) without a GPU: the allocator is a fake that counts
 // live bytes, so the test sees exactly what a device would hold.
 #include "daemon/copy/cuda/buffer_pool.h"
 

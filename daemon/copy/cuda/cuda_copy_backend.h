@@ -49,7 +49,7 @@
 namespace kvoffload::daemon::cuda {
 
 // When the SM copy paths (staged, kernel) may move a job on a device. Without MPS, kernels of
-// different processes time-slice the GPU: measured on the H200 (issue 17), the daemon's short
+// different processes time-slice the GPU: measured on the H200 (copy path v3), the daemon's short
 // staging gathers cost a graph-captured GEMM 17.6 % and a decode step 30 %, plain DMA 0.7 % and
 // 3.4 % (the copy's own HBM traffic). So by default a kernel runs only where it can share SMs.
 enum class SmCopies {

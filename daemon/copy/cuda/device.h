@@ -156,7 +156,7 @@ class Device {
 
 // A registered region, pinned in chunks that end on row boundaries: one row never spans two
 // chunks, so its device address is chunk_device_base + offset within the chunk. A region
-// registered whole is pinned at once; a declared one (serve while pinning, issue 19) chunk by
+// registered whole is pinned at once; a declared one (serve while pinning, durable regions) chunk by
 // chunk, in any order, and copies may reach only its ready prefix (ready_bytes).
 class PinnedRegion {
  public:

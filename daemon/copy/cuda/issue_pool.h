@@ -1,4 +1,4 @@
-// IssuePool: threads that hand one job's copies to the driver in parallel (issue 17).
+// IssuePool: threads that hand one job's copies to the driver in parallel (copy path v3).
 //
 // A job of many small copies (vLLM's per-layer pages with random blocks: 16384 copies of 32 KiB,
 // 131072 of 4 KiB for 512 MiB) is bound by the host, not by the link: cudaMemcpyBatchAsync takes

@@ -1,4 +1,4 @@
-// JobTimes: when a job passed each step of the CUDA backend (issue 17's fixed cost per job),
+// JobTimes: when a job passed each step of the CUDA backend (copy path v3's fixed cost per job),
 // read from the steady clock — one clock read a step, nothing else on the copy's path. A job is
 // described in one line (DescribeJobTimes) at debug level once it has been reported, so the
 // log of `--log_level=debug` gives, per job:

@@ -41,7 +41,7 @@ class RegionPins {
   // with pinning serialised, so a device created meanwhile pins it in PinPending).
   absl::Status Register(uint8_t* base, uint64_t bytes, uint64_t row_bytes,
                         const std::function<int()>& device_in_use);
-  // Serve while pinning (issue 19): records the region, pinning nothing; PinChunk pins its chunks
+  // Serve while pinning (durable regions): records the region, pinning nothing; PinChunk pins its chunks
   // of `chunk_bytes` (a multiple of row_bytes, at most the 64 GiB cap) one at a time.
   absl::Status Declare(uint8_t* base, uint64_t bytes, uint64_t row_bytes, uint64_t chunk_bytes);
   // cudaHostRegister of one chunk of a declared region in the context of `device_in_use()`;

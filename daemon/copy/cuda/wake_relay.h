@@ -1,5 +1,5 @@
 // A wake-up that a CUDA host function (cudaLaunchHostFunc) can deliver to an object that may be
-// gone by the time the stream reaches the function (issue 17: host CPU per job).
+// gone by the time the stream reaches the function (copy path v3: host CPU per job).
 //
 // The completion queue polls short jobs, but a long copy polled at any useful pace still costs
 // the daemon ~4 µs of CPU a poll (~5.5 ms for a 78 ms job). Instead, a long job asks its stream to

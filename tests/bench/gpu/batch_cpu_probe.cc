@@ -1,4 +1,4 @@
-// batch_cpu_probe (issue 17, H200): the host CPU it takes to hand large copies to the copy
+// batch_cpu_probe (copy path v3, H200): the host CPU it takes to hand large copies to the copy
 // engines, by API. The v3 benchmark found one 4 GiB block (32 cudaMemcpyBatchAsync entries of
 // 128 MiB, the region's registration chunks) costing the daemon ~45 ms of CPU over its 79 ms
 // copy, while the same bytes as 1M blocks (32 cudaMemcpy2DAsync calls) cost 1.5 ms. This probe

@@ -1,4 +1,4 @@
-"""Probe (issue 17 item 2): how fast do the copy engines move per-layer pages that are strided on
+"""Probe (copy path v3, layouts): how fast do the copy engines move per-layer pages that are strided on
 one side, as one 2D copy per tensor (cudaMemcpy2DAsync), against one 1D copy per page and the
 contiguous ceiling? No kernel anywhere. Prints JSON lines.
 

@@ -1,4 +1,4 @@
-"""The copy-engine path's fixed cost per job (issue 17): where a 512 MiB job's time goes.
+"""The copy-engine path's fixed cost per job (copy path v3): where a 512 MiB job's time goes.
 
   fixed_cost.py OUT.json [--quick]   (run_on_device.sh stage fixed_cost)
   fixed_cost.py --self_test          the log parsing and the medians, without a GPU
@@ -24,7 +24,7 @@ the completion + verdict + outside_us, which in_us and out_us split into the way
 called -> the backend has the job) and out (verdict handed on -> the client's wait returned).
 spin keeps every CPU busy with SCHED_IDLE loops (qos, not in the list now, holds a 0 µs CPU
 latency request): what they take off in_us and out_us is what idle CPUs' wake-ups cost on that
-host (the JSON records the cpuidle driver and states). issue1 issues every job from one thread
+host (the JSON records the cpuidle driver and states). one_issuer: every job from one thread
 on one stream: per_layer_32k random (16384 copies a job) shows what the IssuePool's threads buy
 where the host's issue rate bounds a job. *_again repeat a variant at the end (drift).
 """
@@ -55,15 +55,15 @@ ALARM_S = 105  # then the variant running is abandoned (its daemon stopped), the
 # measured, so no CPU idles (a woken thread preempts the spinner at once). qos: a CPU latency
 # request of 0 µs held on /dev/cpu_dma_latency (PM QoS, what tuned's latency-performance profile
 # sets; root only): the kernel keeps every CPU in its shallowest idle state.
-# issue1: every job's copies from one thread on one stream (--cuda_issue_threads=1, the default
+# one_issuer: every job's copies from one thread on one stream (--cuda_issue_threads=1, the default
 # before 2026-12-03's IssuePool); qos was measured at 6ade07f and 76254d3 (no effect: the guest
 # has no cpuidle driver) and is kept for hosts that have one.
 VARIANTS = [
     ("default", [], None),
-    ("issue1", ["--cuda_issue_threads=1"], None),
+    ("one_issuer", ["--cuda_issue_threads=1"], None),
     ("spin", [], "spin"),
     ("default_again", [], None),
-    ("issue1_again", ["--cuda_issue_threads=1"], None),
+    ("one_issuer_again", ["--cuda_issue_threads=1"], None),
 ]
 STEPS = ["plan_us", "wait_us", "first_us", "enqueue_us", "copy_us", "verdict_us", "total_us"]
 TIMING = re.compile(r"job timing: (store|load) (.*)$")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 1-block Python latency (torch_bench.py --latency: store of one block, submit to verdict,
-# 2000 jobs) of two builds in one session, interleaved so both see the same machine (issue 20
-# item 6): on the accelerator machine,
+# 2000 jobs) of two builds in one session, interleaved so both see the same machine: on the
+# accelerator machine,
 #   tests/bench/gpu/latency_ab.sh bundle/gpu bundle/ab-COMMIT OUT [ROUNDS]
 # Each round runs the other build then this one, each with its own daemon, C library, Python
 # package and torch_bench.py; lines go to OUT/latency_ab.jsonl with "build" = the COMMIT file.

@@ -1,4 +1,4 @@
-// multi_issue_probe (issue 17, H200): can more host threads issuing copies on more streams move
+// multi_issue_probe (copy path v3, H200): can more host threads issuing copies on more streams move
 // small random pages faster, with no SM? batch_cpu_probe (runs/2026-12-03-acdd84c-diag)
 // found that 16384 entries of 32 KiB take the issuing thread ~12 ms of cudaMemcpyBatchAsync
 // calls (~0.7 µs an entry) against ~10 ms of link time: small random pages are bound by the

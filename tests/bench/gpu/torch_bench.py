@@ -1,4 +1,4 @@
-"""Copy-path benchmark against what a PyTorch user writes alone, in one run on one GPU (issue 8).
+"""Copy-path benchmark against what a PyTorch user writes alone, in one run on one GPU (copy path v2).
 
 Same blocks for every method: vLLM's per-layer KV layout ([2, num_blocks, page] per layer, bf16),
 a random permutation of GPU blocks into consecutive host rows.

@@ -1,4 +1,4 @@
-"""TTFT table (issue 17 item 5): what a recomputed prefix costs against bringing its KV back.
+"""TTFT table (copy path v3): what a recomputed prefix costs against bringing its KV back.
 
 A random-initialised Llama-3-8B-shaped model (transformers, bf16, 32 layers, 32 query heads,
 8 KV heads, head dim 128; no download) and prompts of 4k, 16k and 32k random tokens. Per prompt:
@@ -346,7 +346,7 @@ def merge(path, commit, date):
         head, rest = md.split("<!-- ttft-begin -->", 1)
         md = head + block + rest.split("<!-- ttft-end -->", 1)[1]
     else:
-        md = md.rstrip("\n") + "\n\n## Time to first token: recompute or load (issue 17)\n\n" + \
+        md = md.rstrip("\n") + "\n\n## Time to first token: recompute or load\n\n" + \
             block + "\n"
     with open(mpath, "w") as f:
         f.write(md)

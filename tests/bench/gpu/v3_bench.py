@@ -1,4 +1,4 @@
-"""Copy-path v3 benchmark (issue 17 item 4), one run on one GPU; JSON lines on stdout.
+"""Copy-path v3 benchmark, one run on one GPU; JSON lines on stdout.
 
   v3_bench.py interference [--mps] [--quick]   slowdown of the model's graph-captured work (a
       bf16 GEMM loop, a Llama-8B-shaped decode step) while a copier in another process moves
@@ -9,8 +9,8 @@
       direction and path, against the same run's ceiling and the best PyTorch-only method
   v3_bench.py cpu [--quick]          the daemon's host CPU per job, 1 to 1M blocks, one run
       (and the same blocks as lists)
-  v3_bench.py layout [--quick]       issue 17 item 2: what layout buys at 4-64 KiB pages
-  v3_bench.py reorder [--quick]      item 2's worker-side reorder (kvoffload.StagedWorker, driven
+  v3_bench.py layout [--quick]       what layout buys at 4-64 KiB pages
+  v3_bench.py reorder [--quick]      the worker-side reorder (kvoffload.StagedWorker, driven
       by v3_reorder.py): rate, and cost to the model from its own process against torch_staged
       in-process
   --paths=a,b (interference, throughput, layout): only these paths of PATHS (by name), e.g.
@@ -331,7 +331,7 @@ def cpu(quick):
 
 
 def layout(quick, only=None):
-    """Issue 17 item 2: per-layer pages of 4-64 KiB, random / runs of 16 / consecutive blocks,
+    """Layouts: per-layer pages of 4-64 KiB, random / runs of 16 / consecutive blocks,
     registered as today (a block's 16 pages back to back in its row: a segment contiguous on
     both sides is one page), the same with blocks_per_row 16, and the same bytes with each
     tensor in a region of its own (an engine per K/V tensor: what a tensor-major row layout
@@ -364,7 +364,7 @@ REORDER_IN_MODEL = REORDER_VARIANTS[1]
 
 
 def reorder(quick):
-    """Issue 17 item 2's worker-side reorder (kvoffload.StagedWorker via v3_reorder.py): its rate against the
+    """The worker-side reorder (kvoffload.StagedWorker via v3_reorder.py): its rate against the
     ceiling and torch_staged, and its cost to the model from the model's own process against
     torch_staged on a thread of the model's process (the in-process PyTorch method)."""
     layouts = [("per_layer_32k", "random")] if quick else [("per_layer_32k", "random"),

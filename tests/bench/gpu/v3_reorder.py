@@ -1,4 +1,4 @@
-"""Issue 17 item 2's opt-in worker-side reorder in the benchmark: kvoffload.StagedWorker (the
+"""Copy path v3's opt-in worker-side reorder in the benchmark: kvoffload.StagedWorker (the
 library's; python/kvoffload/staged.py) driven over a v3_workloads.Layout.
 
 One 512 MiB job each way: the job's GPU blocks (the layout's block set, random or consecutive)

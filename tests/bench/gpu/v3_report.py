@@ -330,7 +330,7 @@ def render(meta, run, inter, extra, ceiling, torch_rows, throughput, cpu, latenc
                                          "Python (kvoffload package)", v.get("p50"), v.get("p99"))
             for k, v in sorted(latency.items())) + "."]
     if layout:
-        L += ["", "**What layout buys at small pages** (issue 17 item 2; default path, one job, "
+        L += ["", "**What layout buys at small pages** (copy path v3's layouts; default path, one job, "
               "512 MiB, GB/s): `per_layer` is vLLM's per-layer caches registered as they are "
               "(the region keeps a block's 16 pages back to back, so a segment contiguous on "
               "both sides is one page); `tensor_major` moves the same blocks with each K/V "
@@ -352,7 +352,7 @@ def render(meta, run, inter, extra, ceiling, torch_rows, throughput, cpu, latenc
             L.append("| %s | %s | %s | %s | %s | %s |" % (
                 LAYOUT_NAMES.get(k[0], k[0]), k[1], k[2], num(get.get("per_layer"), "%.2f"),
                 num(get.get("per_layer_bpr16"), "%.2f"), num(get.get("tensor_major"), "%.2f")))
-    L += ["", "**Against the targets of issue 17** (this run)", "",
+    L += ["", "**Against the targets of copy path v3** (this run)", "",
           "| target | reached | verdict |", "|---|---|---|"]
     L += targets(inter, throughput, cpu, extra)
     L.append("<!-- v3-end -->")
@@ -522,7 +522,7 @@ def main():
         head, rest = md.split("<!-- v3-begin -->", 1)
         md = head + block + rest.split("<!-- v3-end -->", 1)[1]
     else:
-        section = ("## Copy path v3: interference, throughput, CPU per job, latency (issue 17)\n\n"
+        section = ("## Copy path v3: interference, throughput, CPU per job, latency\n\n"
                    + block + "\n\n")
         anchor = "## Time to first token"
         md = md.replace(anchor, section + anchor, 1) if anchor in md else \

@@ -1,4 +1,4 @@
-"""The pieces of the copy-path v3 benchmark (issue 17 item 4) that touch the GPU; v3_bench.py
+"""The pieces of the copy-path v3 benchmark that touch the GPU; v3_bench.py
 runs each in a process of its own and tells it what to do over stdin (one JSON object a line,
 one answer a line on stdout).
 
