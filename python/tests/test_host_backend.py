@@ -266,7 +266,7 @@ class HostBackendTest(unittest.TestCase):
         self.assertEqual(kv.block_bytes(22), kv.golden[22])  # untouched
 
     def test_pool_members_in_two_processes_share_keys_byte_exact(self):
-        # Issue 18 through the real daemon: member A (a process of its own) stores; member B
+        # Pools through the real daemon: member A (a process of its own) stores; member B
         # (this process) finds A's keys, loads them into other blocks of its own memory and gets
         # A's bytes; B's store is a hit for A. Another model identity is refused, naming it.
         ctx = multiprocessing.get_context("spawn")
