@@ -246,6 +246,17 @@ class G_Release:
         elif "context" not in _params(self.abstract.OffloadingManager.on_schedule_end):
             manager.on_schedule_end()
 
+    def next_step(self, manager):
+        """The scheduler's next step as the manager sees it: the end of this one
+        (on_schedule_end, 0.23 on), else another request's lookup and store in the next."""
+        if hasattr(self.abstract.OffloadingManager, "on_schedule_end"):
+            self.schedule_end(manager)
+            return
+        import uuid
+        other = keys("step-" + uuid.uuid4().hex[:6], 1)
+        self.lookup(manager, other[0])
+        manager.prepare_store(other, self.ctx())
+
     def attempt(self, manager, ks, ctx):
         """One of vLLM's scheduling attempts for a request: its maximal-prefix lookup (0.20
         touches the keys first; later releases after), a pending or retry answer defers the
@@ -461,10 +472,9 @@ class GenerationTest(unittest.TestCase):
         self.assertEqual(out.evicted_keys, [])
         rows = list(out.store_spec.block_ids)
         self.assertEqual(len(set(rows)), 5)
-        # Prepared, not completed: 0.20 completes a store only when its request finishes, so
-        # a miss (recompute now); 2026-08 completes it when the job ends, so pending (bounded).
-        own = G.own_store_pending
-        self.assertEqual([G.lookup(m, k) for k in hashes], [own] * 5)
+        # Prepared in this step, its job not submitted yet (vLLM submits it at the start of the
+        # next step's execution; 0.20 completes it only when its request finishes): a miss.
+        self.assertEqual([G.lookup(m, k) for k in hashes], ["miss"] * 5)
         gpu_blocks = [7, 1, 30, 12, 4]
         self.assertTrue(w.store(11, G.gpu(gpu_blocks, 0), out.store_spec))
         r = self.done(w, 1)[11]
@@ -1060,12 +1070,20 @@ class AdmissionTest(GenerationTest):
         self.assertEqual(G.attempt(m, k, ctx), (2, False))
 
     def test_own_store_answers_per_release(self):
-        # 0.20 completes a store when the storing request finishes: the key answers a miss
-        # (recompute now). Later releases complete each job as it ends: pending, bounded.
+        # A store prepared in this step: its job is submitted at the start of the next step's
+        # execution, so a miss (recompute now) on every release. From the next step: 0.20
+        # completes a store only when the storing request finishes, so still a miss; later
+        # releases complete each job as it ends, so pending while its copy is in flight.
         _, m = self.manager(self.extra("own"))
-        out = G.prepare_store(m, keys("own", 1))
-        self.assertIsNotNone(out)
-        self.assertEqual(G.lookup(m, keys("own", 1)[0]), G.own_store_pending)
+        k = keys("own", 1)
+        self.assertIsNotNone(G.prepare_store(m, k))
+        self.assertEqual(G.lookup(m, k[0]), "miss")
+        G.next_step(m)
+        self.assertEqual(G.lookup(m, k[0]), G.own_store_pending)
+        G.next_step(m)
+        self.assertEqual(G.lookup(m, k[0]), G.own_store_pending)
+        G.complete_store(m, k, success=False)
+        self.assertEqual(G.lookup(m, k[0]), "miss")
 
     def test_a_request_that_excludes_cpu_tiers_misses(self):
         if not hasattr(G.abstract, "TierFilter"):

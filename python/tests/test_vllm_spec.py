@@ -50,6 +50,37 @@ def _have_numpy():
         return False
 
 
+# The suite's runs, one per double, started together on first use (each has its own daemon);
+# KVOFFLOAD_VLLM_JOBS of them at a time (default 3).
+_RUNS = {}
+
+
+def _run_suite(generation):
+    """(results by test name, output) of test_vllm_generations.py for one double."""
+    fd, path = tempfile.mkstemp(prefix="kvo-gen-", suffix=".json")
+    os.close(fd)
+    try:
+        out = subprocess.run([sys.executable, os.path.join(HERE, "test_vllm_generations.py"),
+                              generation, path], env=_env(), capture_output=True, text=True,
+                             timeout=1200)
+        with open(path) as f:
+            results = json.load(f) if os.path.getsize(path) else {}
+        return results, out.stdout + out.stderr
+    finally:
+        os.unlink(path)
+
+
+def _suite_results(generation):
+    if not _RUNS:
+        import concurrent.futures
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=int(os.environ.get("KVOFFLOAD_VLLM_JOBS", "3")))
+        for g in suite.GENERATIONS:
+            _RUNS[g] = pool.submit(_run_suite, g)
+        pool.shutdown(wait=False)
+    return _RUNS[generation].result()
+
+
 def _generation_class(generation):
     """A TestCase with one test per test of test_vllm_generations, all answered by one run of
     the suite (in its own process) for `generation`."""
@@ -63,18 +94,7 @@ def _generation_class(generation):
             if not _have_numpy():
                 raise unittest.SkipTest("numpy is missing (vLLM's block ids are numpy arrays; "
                                         "deploy/install_deps.sh installs python3-numpy)")
-            fd, path = tempfile.mkstemp(prefix="kvo-gen-", suffix=".json")
-            os.close(fd)
-            try:
-                out = subprocess.run([sys.executable, os.path.join(HERE,
-                                                                   "test_vllm_generations.py"),
-                                      generation, path], env=_env(), capture_output=True,
-                                     text=True, timeout=1200)
-                cls.output = out.stdout + out.stderr
-                with open(path) as f:
-                    cls.results = json.load(f) if os.path.getsize(path) else {}
-            finally:
-                os.unlink(path)
+            cls.results, cls.output = _suite_results(generation)
 
         def check(self, name):
             r = (self.results or {}).get(name)

@@ -69,8 +69,8 @@ class KvoffloadManager(API.OffloadingManager):
     lookups.RequestLookups answers a request's scan from one daemon call once its keys are
     known. Admission (docs/vllm.md): READY answers a hit in the same step; a key this manager
     prepared for a store answers a miss where vLLM completes stores only at the end of the
-    storing request (0.20), else pending while its copy is in flight (bounded by
-    PENDING_TIMEOUT_S); never RETRY."""
+    storing request (0.20) and, later, until its job is submitted (the next step); then
+    pending while its copy is in flight (bounded by PENDING_TIMEOUT_S); never RETRY."""
 
     def __init__(self, core_):
         self.core = core_
@@ -125,8 +125,10 @@ class KvoffloadManager(API.OffloadingManager):
     def on_request_finished(self, req_context):
         self.lookups.finished(_token(req_context))
 
+    @gen_common.never_raises(None)
     def on_schedule_end(self, context=None):
         self.lookups.end_scan()
+        self.core.step_end()
 
     def has_pending_work(self):
         return False  # nothing of kvoffload's needs a scheduler step to progress

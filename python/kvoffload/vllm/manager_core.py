@@ -39,6 +39,11 @@ class ManagerCore:
         self._pending_since = {}   # salted key -> when a lookup first found it pending
         self._pending_timeout_s = pending_timeout_s
         self._pending_stored = []  # salted keys completed but still being written (events)
+        # Keys prepared for a store in this scheduler step: vLLM (0.21 on) submits their jobs at
+        # the start of the next step's execution, so until the next step they look up as a
+        # miss (vLLM recomputes now) rather than pending on a copy that has not started.
+        self._unsubmitted = set()
+        self._looked_up = False    # a lookup since the last prepare_store: a new step began
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -111,7 +116,8 @@ class ManagerCore:
         key still pending because this manager prepared its store and has not completed it is
         a MISS (vLLM recomputes at once, as its own CPU manager does) rather than HIT_PENDING,
         which would hold the request until the storing request ends (docs/vllm.md,
-        admission)."""
+        admission). Otherwise a key this manager prepared in the current scheduler step (its
+        store job not submitted yet: step_end) is a MISS too."""
         self._flush_commits()
         k = self._k(keys)
         try:
@@ -119,9 +125,11 @@ class ManagerCore:
         except Exception as e:  # noqa: BLE001 — never into vLLM
             self._log.warn("lookup", e)
             return [KeyState.MISS] * len(k)
-        if own_store_pending_is_miss and self._outstanding:
-            states = [KeyState.MISS if st == KeyState.HIT_PENDING and key in self._outstanding
-                      else st for key, st in zip(k, states)]
+        self._looked_up = True
+        own = self._outstanding if own_store_pending_is_miss else self._unsubmitted
+        if own:
+            states = [KeyState.MISS if st == KeyState.HIT_PENDING and key in own else st
+                      for key, st in zip(k, states)]
         return [self._aged(key, st) for key, st in zip(k, states)]
 
     def _aged(self, key, state):
@@ -217,6 +225,8 @@ class ManagerCore:
         """PreparedStore with unsalted keys (request order), or None when the region cannot
         make room or the daemon is unreachable (nothing stored; vLLM goes on)."""
         self._flush_commits()
+        if self._looked_up:  # the first store of a new step: the last step's jobs were sent
+            self.step_end()
         k = self._k(keys)
         try:
             prepared = self._call(lambda index: index.prepare_store(k))
@@ -226,10 +236,18 @@ class ManagerCore:
             return None
         for key in prepared.keys:
             self._outstanding[key] = self.region_epoch
+        self._unsubmitted.update(prepared.keys)
         evicted = self._unsalt(prepared.evicted_keys)
         self._event(evicted, removed=True)
         return dataclasses.replace(prepared, keys=self._unsalt(prepared.keys),
                                    evicted_keys=evicted)
+
+    def step_end(self):
+        """The end of a scheduler step (vLLM's on_schedule_end, 0.23 on; before it, the first
+        prepare_store after a lookup): the stores prepared before it are submitted by the
+        time the next step's lookups run."""
+        self._unsubmitted.clear()
+        self._looked_up = False
 
     def store_keys(self, keys):
         """The keys a worker completes with success=False when the store fails (salted)."""
@@ -239,6 +257,7 @@ class ManagerCore:
         k = self._current(self._k(keys), self._outstanding)
         self._flush_commits()
         if k:
+            self._unsubmitted.difference_update(k)
             self._complete(k, success)
 
     def _complete(self, k, success):
@@ -324,6 +343,7 @@ class ManagerCore:
     def reset(self):
         """vLLM's reset_cache: nothing stored so far is found again (a new key salt)."""
         outstanding, self._outstanding = list(self._outstanding), {}
+        self._unsubmitted.clear()
         if outstanding:  # stores vLLM dropped with the reset: never completed otherwise
             try:
                 self._index.complete_store(outstanding, success=False)
