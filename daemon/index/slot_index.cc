@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/check.h"
+#include "common/refusals.h"
 #include "common/status_macros.h"
 
 namespace kvoffload::daemon {
@@ -47,8 +48,7 @@ absl::Status DuplicateKey(absl::string_view operation, size_t index, absl::strin
 }
 
 absl::Status UnknownKey(absl::string_view operation, size_t index, absl::string_view key) {
-  return absl::NotFoundError(
-      absl::StrCat(operation, ": ", KeyName(index, key), " is not in the index"));
+  return common::KeyNotInIndex(operation, index, KeyName(index, key));
 }
 
 }  // namespace

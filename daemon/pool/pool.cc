@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/refusals.h"
 #include "common/status_macros.h"
 
 namespace kvoffload::daemon {
@@ -46,20 +47,24 @@ uint64_t FloorRows(const common::Geometry& geometry, double fraction) {
 absl::Status Pool::CheckNames(const common::EngineSpec& spec) {
   const std::string& name = spec.pool;
   if (name.empty() || name.size() > kMaxNameBytes || !std::all_of(name.begin(), name.end(), NameChar)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rule pool_name_format: pool \"", absl::CHexEscape(name.substr(0, 64)),
-        "\" must be 1..", kMaxNameBytes, " characters of [A-Za-z0-9._-]"));
+    return common::SpecRule(absl::StatusCode::kInvalidArgument, "pool_name_format",
+                            absl::StrCat("pool \"", absl::CHexEscape(name.substr(0, 64)),
+                                         "\" must be 1..", kMaxNameBytes,
+                                         " characters of [A-Za-z0-9._-]"));
   }
   if (spec.model_identity.empty() || spec.model_identity.size() > kMaxIdentityBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rule pool_model_identity: an engine joining pool ", name, " must give a model_identity "
-        "of 1..", kMaxIdentityBytes, " bytes (it has ", spec.model_identity.size(),
-        "): members share KV bytes only when they are the same model with the same dtypes"));
+    return common::SpecRule(
+        absl::StatusCode::kInvalidArgument, "pool_model_identity",
+        absl::StrCat("an engine joining pool ", name, " must give a model_identity of 1..",
+                     kMaxIdentityBytes, " bytes (it has ", spec.model_identity.size(),
+                     "): members share KV bytes only when they are the same model with the same "
+                     "dtypes"));
   }
   if (spec.rows_assigned_by_engine) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rule pool_needs_daemon_index: engine ", spec.Key(), " assigns its rows itself "
-        "(rows_assigned_by_engine) and cannot share the daemon's index of pool ", name));
+    return common::SpecRule(
+        absl::StatusCode::kInvalidArgument, "pool_needs_daemon_index",
+        absl::StrCat("engine ", spec.Key(), " assigns its rows itself (rows_assigned_by_engine) "
+                     "and cannot share the daemon's index of pool ", name));
   }
   return absl::OkStatus();
 }
