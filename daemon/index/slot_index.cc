@@ -88,8 +88,7 @@ absl::StatusOr<std::unique_ptr<SlotIndex>> SlotIndex::Create(
   std::random_device random;
   const uint32_t first = 1 + static_cast<uint32_t>(random() % kMaxTicket);
   absl::MutexLock lock(&index->mu_);
-  index->next_ticket_ = first;
-  index->tickets_reserved_end_ = first;
+  index->tickets_.StartAt(first);
   return index;
 }
 
@@ -123,7 +122,7 @@ void SlotIndex::MakeReady(std::vector<uint32_t>& rows) {
     r.state = RowState::kReady;
     r.store_failed = r.written = r.committed = false;
     r.prev = kNil;
-    ++members_[r.member].counts.rows_held;
+    ++segments_.member(r.member).counts.rows_held;
     // Published only now: the row's bytes are written and the scheduler committed them.
     if (journal_ != nullptr) journal_->OnReady(row, KeyOf(r), r.ticket);
     if (r.copies == 0) LruPushMostRecent(row);
@@ -149,19 +148,21 @@ std::string SlotIndex::DropWritingKey(uint32_t row) {
 
 SlotIndex::SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal,
                      uint64_t ready_rows)
-    : SlotIndex(num_rows, std::move(journal), ready_rows, PoolShape{num_rows, 1, 0}) {}
+    : SlotIndex(num_rows, std::move(journal), ready_rows, PoolShape{num_rows, 1, 0},
+                /*pool=*/false) {}
 
 SlotIndex::SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal,
-                     uint64_t ready_rows, const PoolShape& shape)
+                     uint64_t ready_rows, const PoolShape& shape, bool pool)
     : num_rows_(num_rows),
       sentinel_(num_rows),
       segment_rows_(shape.segment_rows),
       num_segments_(shape.num_segments),
-      member_floor_rows_(shape.member_floor_rows),
       owned_journal_(std::move(journal)),
       journal_(owned_journal_.get()),
       rows_(uint64_t{num_rows} + 1),
-      key_to_row_(0, RowKeyHash{rows_.data()}, RowKeyEq{rows_.data()}) {
+      key_to_row_(0, RowKeyHash{rows_.data()}, RowKeyEq{rows_.data()}),
+      segments_(shape, pool),
+      tickets_(journal_) {
   // Every row is present from the start, so the table never grows (no rehash under the lock).
   key_to_row_.reserve(num_rows);
   Row& sentinel = rows_[sentinel_];
@@ -174,21 +175,11 @@ SlotIndex::SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal,
     free_head_ = r;
   }
   rows_free_ = ready_end_;
-  segment_ready_[0] = segment_rows_;  // a private index: its one segment is online
 }
 
 SlotIndex::~SlotIndex() {
   absl::MutexLock lock(&mu_);
   for (Row& row : rows_) ReleaseKey(row);
-}
-
-void SlotIndex::ReserveTicketLocked() {
-  if (journal_ == nullptr || next_ticket_ != tickets_reserved_end_) return;
-  // Reserved in chunks so that the journal is written once per kTicketChunk stores.
-  uint64_t end = uint64_t{next_ticket_} + kTicketChunk;
-  if (end > kMaxTicket) end -= kMaxTicket;  // tickets run 1..kMaxTicket, then 1 again
-  tickets_reserved_end_ = static_cast<uint32_t>(end);
-  journal_->OnTicketsReserved(tickets_reserved_end_);
 }
 
 // ---- Lists and keys --------------------------------------------------------------------------
@@ -205,11 +196,11 @@ void SlotIndex::LruUnlink(uint32_t row) {
   r.prev = kNil;
   r.next = kNil;
   --rows_evictable_;
-  --members_[r.member].evictable;
+  --segments_.member(r.member).evictable;
 }
 
 void SlotIndex::LruPushMostRecent(uint32_t row) {
-  if (OfflineRow(row)) {  // its segment left the pool: the key goes, the row is parked
+  if (segments_.OfflineRow(row)) {  // its segment left the pool: the key goes, the row is parked
     DropReadyKey(row);
     ReleaseKey(rows_[row]);
     Park(row);
@@ -228,11 +219,11 @@ void SlotIndex::LruLinkAfter(uint32_t row, uint32_t after) {
   rows_[r.next].prev = row;
   rows_[after].next = row;
   ++rows_evictable_;
-  ++members_[r.member].evictable;
+  ++segments_.member(r.member).evictable;
 }
 
 void SlotIndex::FreePush(uint32_t row) {
-  if (OfflineRow(row)) {
+  if (segments_.OfflineRow(row)) {
     Park(row);
     return;
   }
@@ -286,7 +277,7 @@ void SlotIndex::DropReadyKey(uint32_t row) {
   r.state = RowState::kFree;
   r.ticket = 0;
   --rows_ready_;
-  --members_[r.member].counts.rows_held;
+  --segments_.member(r.member).counts.rows_held;
 }
 
 void SlotIndex::FreeOrQuarantine(uint32_t row) {
@@ -345,7 +336,7 @@ std::vector<SlotIndex::KeyState> SlotIndex::Lookup(const std::vector<std::string
     } else {
       states[i] = KeyState::kHit;
       ++hits_;
-      MemberCounts& m = members_[member].counts;
+      MemberCounts& m = segments_.member(member).counts;
       ++m.hits;
       if (rows_[row].member != member) ++m.cross_member_hits;
     }
@@ -357,10 +348,10 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     const std::vector<std::string>& keys, uint32_t member) {
   constexpr absl::string_view kOp = "PrepareStore";
   KVO_CHECK(member < kMaxMembers, "member tag ", member, " out of range");
-  const bool floor = FloorActive();
+  absl::MutexLock lock(&mu_);
+  const bool floor = segments_.FloorActive();
   uint64_t held_back[kMaxMembers];  // floor only: marked evictable rows per member
   if (floor) std::fill(held_back, held_back + kMaxMembers, uint64_t{0});
-  absl::MutexLock lock(&mu_);
   // Pass 1 (no changes): validate, split present from new keys, mark the present rows (they
   // must not be evicted by this call, and the mark finds duplicates among them).
   scratch_rows_.clear();
@@ -401,7 +392,7 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
   const uint64_t needed = scratch_new_.size();
   // The floor's count only matters when the store must evict.
   const uint64_t evictable = floor && scratch_new_.size() > rows_free_
-                                 ? EvictableFor(member, held_back)
+                                 ? segments_.EvictableFor(member, held_back)
                                  : rows_evictable_ - protected_evictable;
   const uint64_t available = rows_free_ + evictable;
   if (status.ok() && needed > available) {
@@ -412,8 +403,8 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
         "%d not ready yet, %d offline, %d kept for other members' floors (%d rows each)%s",
         kOp, needed, available, rows_free_, evictable, num_rows_, rows_writing_, rows_reading_,
         rows_ready_ - (rows_evictable_ - protected_evictable), rows_quarantined_,
-        not_ready, rows_offline_ - PoolNotReadyRowsLocked(),
-        rows_evictable_ - protected_evictable - evictable, member_floor_rows_,
+        not_ready, segments_.rows_parked() - segments_.NotReadyOnlineRows(),
+        rows_evictable_ - protected_evictable - evictable, segments_.floor_rows(),
         not_ready == 0
             ? ""
             : "; rows not ready yet come online as the region is populated and registered "
@@ -427,9 +418,7 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
 
   // Pass 2: allocate. Cannot fail: `available` rows exist.
   PrepareStoreResult result;
-  ReserveTicketLocked();
-  result.ticket = next_ticket_;
-  next_ticket_ = next_ticket_ == kMaxTicket ? 1 : next_ticket_ + 1;
+  result.ticket = tickets_.Issue();
   result.keys.reserve(needed);
   result.rows.reserve(needed);
   result.evicted_keys.reserve(needed > rows_free_ ? needed - rows_free_ : 0);
@@ -439,14 +428,15 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     if (free_head_ != kNil) {
       row = FreePop();
     } else {
-      while (cursor != sentinel_ && (rows_[cursor].marked || !MayEvict(member, rows_[cursor]))) {
-        if (!rows_[cursor].marked) ++members_[member].counts.floor_skips;
+      while (cursor != sentinel_ &&
+             (rows_[cursor].marked || !segments_.MayEvict(member, rows_[cursor].member))) {
+        if (!rows_[cursor].marked) ++segments_.member(member).counts.floor_skips;
         cursor = rows_[cursor].next;
       }
       KVO_CHECK(cursor != sentinel_, "ran out of evictable rows: ", evictable, " were counted");
       row = cursor;
       cursor = rows_[row].next;
-      ++members_[rows_[row].member].counts.evicted;
+      ++segments_.member(rows_[row].member).counts.evicted;
       LruUnlink(row);
       result.evicted_keys.emplace_back(KeyOf(rows_[row]));
       DropReadyKey(row);
@@ -465,7 +455,7 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
     result.rows.push_back(row);
   }
   for (uint32_t row : scratch_rows_) rows_[row].marked = false;
-  members_[member].counts.stores += needed;
+  segments_.member(member).counts.stores += needed;
   return result;
 }
 
@@ -542,10 +532,10 @@ absl::StatusOr<std::vector<uint64_t>> SlotIndex::PrepareLoad(const std::vector<s
       ++rows_reading_;
     }
     ++r.readers;
-    if (pool_) ++member_pins_[member][row];
-    if (r.member != member) ++members_[member].counts.cross_member_loads;
+    segments_.Pin(member, row);
+    if (r.member != member) ++segments_.member(member).counts.cross_member_loads;
   }
-  members_[member].counts.loads += scratch_rows_.size();
+  segments_.member(member).counts.loads += scratch_rows_.size();
   return rows;
 }
 
@@ -564,7 +554,7 @@ absl::Status SlotIndex::CompleteLoad(const std::vector<std::string>& keys, uint3
       });
   if (!status.ok()) return status;
   for (auto it = scratch_rows_.rbegin(); it != scratch_rows_.rend(); ++it) {
-    if (pool_) ForgetPin(*it, member);
+    segments_.Unpin(member, *it);
     DropReader(*it);
   }
   return absl::OkStatus();

@@ -112,13 +112,16 @@
 // and no floor; it behaves exactly as before.
 //
 // Thread-safety: a SlotIndex is safe for concurrent use; every method takes one internal mutex
-// for its whole duration. Ownership: the index owns nothing but its own metadata; it knows rows
-// only by number and never touches region memory. It owns its journal. Returned vectors and strings
-// are the caller's.
+// for its whole duration. As Engine's, its state is in parts that share that one lock, each a
+// plain value in its own file, held ABSL_GUARDED_BY the mutex (so clang's -Wthread-safety proves
+// every use holds it): SegmentMap (segment_map.h: segments, members' counters and pins, the
+// floor) and TicketBook (ticket_book.h: store tickets and their reservation). The index composes
+// them with the rows, keys and lists. Ownership: the index owns nothing but its own metadata; it
+// knows rows only by number and never touches region memory. It owns its journal. Returned
+// vectors and strings are the caller's.
 #ifndef KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
 #define KVOFFLOAD_DAEMON_INDEX_SLOT_INDEX_H_
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -137,6 +140,8 @@
 #include "common/limits.h"
 #include "daemon/copy/copy_run.h"  // CopyDirection, RowRun
 #include "daemon/index/row_journal.h"
+#include "daemon/index/segment_map.h"
+#include "daemon/index/ticket_book.h"
 
 namespace kvoffload::daemon {
 
@@ -180,7 +185,7 @@ class SlotIndex {
   }
   static uint64_t RowOfHandle(uint64_t handle) { return handle & 0xffffffffu; }
   static uint32_t TicketOfHandle(uint64_t handle) { return static_cast<uint32_t>(handle >> 32); }
-  static constexpr uint32_t kMaxTicket = (uint32_t{1} << 31) - 1;
+  static constexpr uint32_t kMaxTicket = TicketBook::kMaxTicket;
 
   // A snapshot of the index. Rows: free + quarantined + writing + ready + reading + not_ready +
   // offline == num_rows; without offline, they add up to rows_online().
@@ -208,24 +213,9 @@ class SlotIndex {
   };
 
   // ---- Pools (see the file comment). -----------------------------------------------------
-  static constexpr uint32_t kMaxMembers = 16;  // member tags take 4 bits of a row
-  struct PoolShape {
-    uint32_t segment_rows = 0;       // rows per segment, >= 1
-    uint32_t num_segments = 1;       // 1..kMaxMembers
-    uint64_t member_floor_rows = 0;  // 0: plain LRU over the pool
-  };
-  // Per member (cumulative except rows_held): what it stored, hit and loaded, and what of its
-  // rows other members' stores evicted. "cross": the row was stored by another member.
-  struct MemberCounts {
-    uint64_t rows_held = 0;  // READY or READING rows this member stored
-    uint64_t hits = 0;
-    uint64_t cross_member_hits = 0;
-    uint64_t loads = 0;  // keys pinned by PrepareLoad
-    uint64_t cross_member_loads = 0;
-    uint64_t stores = 0;       // keys given a row by PrepareStore
-    uint64_t evicted = 0;      // of this member's rows, by anyone's store
-    uint64_t floor_skips = 0;  // eviction candidates passed over to keep another's floor
-  };
+  static constexpr uint32_t kMaxMembers = SegmentMap::kMaxMembers;
+  using PoolShape = SegmentMap::Shape;
+  using MemberCounts = SegmentMap::MemberCounts;
 
   // Creates an index of `num_rows` FREE rows. INVALID_ARGUMENT unless 1 <= num_rows <= kMaxRows.
   // `journal` (optional; the index owns it) hears every READY/FREE transition (row_journal.h),
@@ -283,12 +273,7 @@ class SlotIndex {
   // An online segment's rows [0, ready_rows) are usable from now on (a lower value, or an
   // offline segment, changes nothing).
   void MarkSegmentRowsReady(uint32_t segment, uint64_t ready_rows);
-  struct SegmentDrain {
-    uint64_t keys_dropped = 0;  // idle READY keys dropped now
-    uint64_t rows_pending = 0;  // rows still in use, parked as each becomes idle
-    uint64_t stores_ended = 0;  // the member's prepared stores ended as CompleteStore(false)
-    uint64_t pins_dropped = 0;  // the member's PrepareLoad pins ended as CompleteLoad
-  };
+  using SegmentDrain = SegmentMap::Drain;
   // Takes an online segment offline (see the file comment) and ends what its member (the tag
   // equal to the segment) left unfinished, wherever in the pool: its WRITING keys as
   // CompleteStore(false) would (a row quarantined while a copy is in flight) — except a
@@ -476,44 +461,19 @@ class SlotIndex {
   };
   using KeySet = absl::flat_hash_set<uint32_t, RowKeyHash, RowKeyEq>;
 
-  // Tickets reserved from the journal at a time (OnTicketsReserved).
-  static constexpr uint32_t kTicketChunk = 1u << 16;
-
   // Private: one segment.
   SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal, uint64_t ready_rows);
   SlotIndex(uint32_t num_rows, std::unique_ptr<RowJournal> journal, uint64_t ready_rows,
-            const PoolShape& shape);
-  struct MemberState {
-    MemberCounts counts;     // rows_held kept live
-    uint64_t evictable = 0;  // READY rows with no copy this member stored (on the LRU list)
-  };
-  // Rows not ready yet (the readiness watermark's, and a pool's online segments' still being
-  // pinned, which a pool parks), and the latter alone.
+            const PoolShape& shape, bool pool);
+  // Rows not ready yet: the readiness watermark's, and a pool's online segments' still being
+  // pinned (which a pool parks).
   uint64_t NotReadyRowsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  uint64_t PoolNotReadyRowsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // A row of an offline segment (cheap when none is offline).
-  bool OfflineRow(uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return segments_offline_ != 0 && segment_offline_[row / segment_rows_];
-  }
   // A FREE, idle row of an offline segment goes to no list.
   void Park(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Parked: of an offline segment, or above its online segment's readiness.
-  bool ParkedRow(uint32_t row) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return OfflineRow(row) || row % segment_rows_ >= segment_ready_[row / segment_rows_];
-  }
+  // Segment `segment`'s rows [0, ready_rows) go to the free list (SegmentMap::MarkReady).
   void MarkSegmentReadyLocked(uint32_t segment, uint64_t ready_rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The floor is in force (a pool with a floor).
-  bool FloorActive() const { return member_floor_rows_ != 0 && num_segments_ > 1; }
-  // Whether `member`'s store may evict READY idle `r` (its owner's floor).
-  bool MayEvict(uint32_t member, const Row& r) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Rows `member` may evict now, `held_back[m]` of member m's evictable rows excluded.
-  uint64_t EvictableFor(uint32_t member, const uint64_t* held_back) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   static absl::Status CheckNumRows(uint64_t num_rows);
-  // Before a ticket is issued: when it is the first one not yet reserved, reserves the next
-  // kTicketChunk from the journal.
-  void ReserveTicketLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   static absl::string_view KeyOf(const Row& row) {
     return absl::string_view(
@@ -561,16 +521,14 @@ class SlotIndex {
   std::string DropWritingKey(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One reader fewer on READING `row`; READY again (or parked) when it was the last.
   void DropReader(uint32_t row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Pools: forgets one of `member`'s pins on `row` (another member's when it has none).
-  void ForgetPin(uint32_t row, uint32_t member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends `member`'s prepared stores and pins (TakeSegmentOffline).
   void EndMemberWork(uint32_t member, SegmentDrain* drain) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t num_rows_;
   const uint32_t sentinel_;           // == num_rows_: head/tail of the LRU list
-  const uint32_t segment_rows_;       // == num_rows_ for a private index
-  const uint32_t num_segments_;       // 1 for a private index
-  const uint64_t member_floor_rows_;  // 0: no floor
+  // The pool's shape, read without the lock (segments_ has its own copy under it).
+  const uint32_t segment_rows_;  // == num_rows_ for a private index
+  const uint32_t num_segments_;  // 1 for a private index
   // May be null. Declared before the rows so that it is destroyed after them.
   const std::unique_ptr<RowJournal> owned_journal_;
   RowJournal* const journal_;  // owned_journal_.get()
@@ -600,24 +558,11 @@ class SlotIndex {
   uint64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t commits_dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  std::array<MemberState, kMaxMembers> members_ ABSL_GUARDED_BY(mu_);
-  std::array<bool, kMaxMembers> segment_offline_ ABSL_GUARDED_BY(mu_){};
-  std::array<uint32_t, kMaxMembers> segment_parked_ ABSL_GUARDED_BY(mu_){};  // parked rows
-  // Rows [0, segment_ready_[s]) of an online segment have been handed to the free list.
-  std::array<uint32_t, kMaxMembers> segment_ready_ ABSL_GUARDED_BY(mu_){};
-  uint32_t segments_offline_ ABSL_GUARDED_BY(mu_) = 0;
-  // Made by CreatePool: its members' pins are tracked and its not-ready rows are parked.
-  bool pool_ ABSL_GUARDED_BY(mu_) = false;
-  // Pools only: each member's PrepareLoad pins, row → count, so that a member that leaves
-  // without CompleteLoad does not pin rows for ever. Allocates under the lock as pins are taken;
-  // a private index tracks nothing (its engine and index go together).
-  std::array<absl::flat_hash_map<uint32_t, uint32_t>, kMaxMembers> member_pins_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t rows_offline_ ABSL_GUARDED_BY(mu_) = 0;
+  // The pool side (segments, members, pins, the floor): a part under this lock.
+  SegmentMap segments_ ABSL_GUARDED_BY(mu_);
   uint32_t store_seq_ ABSL_GUARDED_BY(mu_) = 0;    // next PrepareStore sequence number (wraps)
-  uint32_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;  // 1..kMaxTicket, then 1 again
-  // With a journal: the first ticket not reserved yet (next_ticket_ at start: reserve at once).
-  uint32_t tickets_reserved_end_ ABSL_GUARDED_BY(mu_) = 1;
+  // The store tickets (reserved from the journal in chunks): a part under this lock.
+  TicketBook tickets_ ABSL_GUARDED_BY(mu_);
   // Rows whose commit is recorded (Row::committed), with the time of the commit.
   absl::flat_hash_map<uint32_t, absl::Time> committed_since_ ABSL_GUARDED_BY(mu_);
 

@@ -10,16 +10,8 @@ namespace kvoffload::daemon {
 
 // ---- Introspection ---------------------------------------------------------------------------
 
-uint64_t SlotIndex::PoolNotReadyRowsLocked() const {
-  uint64_t rows = 0;
-  for (uint32_t s = 0; pool_ && s < num_segments_; ++s) {
-    if (!segment_offline_[s]) rows += segment_rows_ - segment_ready_[s];
-  }
-  return rows;
-}
-
 uint64_t SlotIndex::NotReadyRowsLocked() const {
-  return num_rows_ - ready_end_ + PoolNotReadyRowsLocked();
+  return num_rows_ - ready_end_ + segments_.NotReadyOnlineRows();
 }
 
 SlotIndex::Counts SlotIndex::counts() const {
@@ -28,7 +20,7 @@ SlotIndex::Counts SlotIndex::counts() const {
   c.num_rows = num_rows_;
   // A pool parks the rows of an online segment that are not ready yet as it parks an offline
   // segment's: they count as not ready, not offline (online rows add up without them).
-  const uint64_t pool_not_ready = PoolNotReadyRowsLocked();
+  const uint64_t pool_not_ready = segments_.NotReadyOnlineRows();
   c.rows_not_ready = num_rows_ - ready_end_ + pool_not_ready;
   c.rows_free = rows_free_;
   c.rows_quarantined = rows_quarantined_;
@@ -43,7 +35,7 @@ SlotIndex::Counts SlotIndex::counts() const {
   c.evictions = evictions_;
   c.commits_pending = committed_since_.size();
   c.commits_dropped = commits_dropped_;
-  c.rows_offline = rows_offline_ - pool_not_ready;
+  c.rows_offline = segments_.rows_parked() - pool_not_ready;
   return c;
 }
 

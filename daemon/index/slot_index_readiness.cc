@@ -28,7 +28,7 @@ uint64_t SlotIndex::MarkRowsReady(uint64_t end) {
     key_to_row_.insert(p.row);
     LruLinkAfter(p.row, sentinel_);  // the least recent: a parked row coming back
     ++rows_ready_;
-    ++members_[r.member].counts.rows_held;  // pools' per-member count (a private index: member 0)
+    ++segments_.member(r.member).counts.rows_held;  // pools' per-member count (a private index: member 0)
     ++back;
     std::string().swap(p.key);
   }

@@ -76,7 +76,7 @@ absl::StatusOr<SlotIndex::RestoreResult> SlotIndex::Restore(uint64_t num_rows,
   // not told again (LruPushMostRecent would renumber them all).
   for (auto it = accepted.rbegin(); it != accepted.rend(); ++it) index.LruLink(*it);
   index.rows_ready_ = accepted.size();
-  index.members_[0].counts.rows_held = accepted.size();  // a restored index is private
+  index.segments_.member(0).counts.rows_held = accepted.size();  // a restored index is private
   result.rows_restored = accepted.size();
   if (journal != nullptr) {
     for (uint32_t row : refused_rows) {
@@ -87,8 +87,7 @@ absl::StatusOr<SlotIndex::RestoreResult> SlotIndex::Restore(uint64_t num_rows,
       if (index.rows_[row].state == RowState::kFree && !parked) journal->OnFree(row);
     }
   }
-  index.next_ticket_ = next_ticket >= 1 && next_ticket <= kMaxTicket ? next_ticket : 1;
-  index.tickets_reserved_end_ = index.next_ticket_;
+  index.tickets_.StartAt(next_ticket);
   return result;
 }
 

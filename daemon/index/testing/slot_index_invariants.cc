@@ -78,7 +78,7 @@ absl::Status SlotIndex::CheckInvariants() const {
       } else if (r.copies > 0) {
         ++quarantined;
         if (on_list[row]) return fail("quarantined row ", row, " is on a list");
-      } else if (ParkedRow(row)) {
+      } else if (segments_.ParkedRow(row)) {
         if (on_list[row]) return fail("parked row ", row, " is on a list");
         ++offline;
         ++parked[row / segment_rows_];
@@ -122,12 +122,14 @@ absl::Status SlotIndex::CheckInvariants() const {
                 " writing ", writing, "/", rows_writing_, " ready ", ready, "/", rows_ready_,
                 " reading ", reading, "/", rows_reading_);
   }
-  if (offline != rows_offline_) return fail(offline, " parked rows, counter says ", rows_offline_);
+  if (offline != segments_.rows_parked()) {
+    return fail(offline, " parked rows, counter says ", segments_.rows_parked());
+  }
   // Pools: the members' recorded pins are READING rows' readers, all of them.
-  if (pool_) {
+  if (segments_.pool()) {
     std::vector<uint64_t> pins(num_rows_, 0);
-    for (const auto& member : member_pins_) {
-      for (const auto& [row, count] : member) {
+    for (uint32_t m = 0; m < kMaxMembers; ++m) {
+      for (const auto& [row, count] : segments_.pins(m)) {
         if (row >= num_rows_ || count == 0) return fail("pin record of row ", row, " x", count);
         pins[row] += count;
       }
@@ -140,14 +142,14 @@ absl::Status SlotIndex::CheckInvariants() const {
     }
   }
   for (uint32_t m = 0; m < kMaxMembers; ++m) {
-    if (held[m] != members_[m].counts.rows_held || evictable[m] != members_[m].evictable) {
+    const SegmentMap::Member& member = segments_.member(m);
+    if (held[m] != member.counts.rows_held || evictable[m] != member.evictable) {
       return fail("member ", m, ": ", held[m], " rows held / ", evictable[m],
-                  " evictable, counters say ", members_[m].counts.rows_held, " / ",
-                  members_[m].evictable);
+                  " evictable, counters say ", member.counts.rows_held, " / ", member.evictable);
     }
-    if (m < num_segments_ && parked[m] != segment_parked_[m]) {
+    if (m < num_segments_ && parked[m] != segments_.parked(m)) {
       return fail("segment ", m, ": ", parked[m], " parked rows, counter says ",
-                  segment_parked_[m]);
+                  segments_.parked(m));
     }
   }
   if (free_length + quarantined + writing + ready + reading + offline + (num_rows_ - ready_end_) !=
