@@ -1,7 +1,7 @@
 """kvoffload's EngineSpec and connector settings from a vLLM config (no vLLM import: the
 config objects are read by attribute, so this module is tested without vLLM): engine_spec()
-from vLLM 0.20's (vllm_config, kv_cache_config), engine_spec_from_offloading_config() from the
-2026-08 generation's OffloadingConfig.
+from (vllm_config, kv_cache_config) of vLLM 0.20 to 0.25, engine_spec_from_offloading_config()
+from the OffloadingConfig of vLLM 0.26 and main 2026-08 (capabilities row spec_constructor).
 
 Every process of one engine (the scheduler and each worker) derives the same EngineSpec from
 the same vllm_config; the daemon refuses a process whose spec differs, with both in the message.
@@ -34,7 +34,7 @@ kv_connector_extra_config keys (all optional but the budget):
   model_identity                    what pool members must agree on; derived under vLLM 0.20
                                     from the model, revision, dtype, quantization, KV-cache
                                     dtype, block size, attention kind and layers; required with
-                                    "pool" under the 2026-08 generation (its config names no
+                                    "pool" under vLLM 0.26 and main (their config names no
                                     model)
 """
 
@@ -195,7 +195,7 @@ def _pool_name(extra, engine_id):
 
 
 def _model_identity(vllm_config, kv_spec, use_mla, layers):
-    """Everything of a vLLM 0.20 config that changes the KV bytes of one block."""
+    """Everything of a vLLM (0.20 to 0.25) config that changes the KV bytes of one block."""
     model = getattr(vllm_config, "model_config", None)
     cache = getattr(vllm_config, "cache_config", None)
     parts = [("model", getattr(model, "model", None)),
@@ -319,7 +319,7 @@ def model_parallel_rank(vllm_config):
 
 
 def engine_spec_from_offloading_config(offloading_config, replicated=False):
-    """The EngineSpec of this engine replica on this node from the 2026-08 generation's
+    """The EngineSpec of this engine replica on this node from vLLM's (0.26, main)
     OffloadingConfig (the spec sees no vllm_config there). Its parallel config has no executor
     and no node count: the executor is "uni" for one worker, else "mp", unless extra_config
     "executor" says otherwise, and local_world_size is the world size unless extra_config
