@@ -413,7 +413,7 @@ class ReplicatedLayoutCheckTest(unittest.TestCase):
 
 
 class PoolSpecTest(unittest.TestCase):
-    """extra_config "pool" and "model_identity" (issue 18): data-parallel replicas of one engine
+    """extra_config "pool" and "model_identity" (pools): data-parallel replicas of one engine
     share one pool by one key; the identity names what changes KV bytes."""
 
     def spec(self, extra, **kw):
