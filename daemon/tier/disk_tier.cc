@@ -72,8 +72,8 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(DiskTierOptions options
   Log()->info(
       "disk tier open ({}): {} files, {} slots of {} bytes, {} records restored in {:.3f} s "
       "({} torn headers, {} skipped, {} files formatted)",
-      std::string(tier->io_->name()), files, s.capacity_slots, s.slot_bytes, s.records, s.scan_seconds,
-      s.scan_torn_headers, s.scan_skipped, s.files_formatted);
+      std::string(tier->io_->name()), files, s.capacity_slots, s.slot_bytes, s.records,
+      s.scan_seconds, s.scan_torn_headers, s.scan_skipped, s.files_formatted);
   return tier;
 }
 

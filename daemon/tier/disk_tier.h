@@ -97,11 +97,13 @@ class DiskTier {
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
 
-  // Writes `bytes` at `payload` as the record of (namespace_id, key). Refusals: INVALID_ARGUMENT
-  // (alignment, length, key), RESOURCE_EXHAUSTED (every slot busy). `done`: OK once the record is
-  // on the device and visible to Read; else the device's error (RESOURCE_EXHAUSTED for ENOSPC,
-  // INTERNAL for EIO, DATA_LOSS for a short write); a failed write loses no other record, and
-  // the key's previous record, if any, stays readable.
+  // Writes `bytes` at `payload` as the record of (namespace_id, key). The payload's checksum is
+  // computed on the calling thread before the I/O starts (~0.1 ms per 2 MiB). Refusals:
+  // INVALID_ARGUMENT (alignment, length, key), RESOURCE_EXHAUSTED (every slot busy). `done`: OK
+  // once the record is on the device and visible to Read; ABORTED when its namespace was
+  // dropped meanwhile; else the device's error (RESOURCE_EXHAUSTED for ENOSPC, INTERNAL for EIO,
+  // DATA_LOSS for a short write). A failed write loses no other record, and the key's previous
+  // record, if any, stays readable.
   absl::Status Write(uint64_t namespace_id, absl::string_view key, const void* payload,
                      uint64_t bytes, WriteDone done);
 

@@ -8,9 +8,9 @@
 //
 // Slot life cycle:
 //   FREE ─Allocate─▶ WRITING ─Commit─▶ COMMITTED ─(evicted by Allocate, Forget, Drop)─▶ FREE
-//                       └─Abort─▶ FREE        │ Pin/Unpin: readers; a pinned record is never
-//                                             │ evicted; replaced, forgotten or dropped while
-//                                             └ pinned it is RETIRED, FREE when the last reader leaves.
+//                       └─Abort─▶ FREE
+// Pin/Unpin count readers; a pinned record is never evicted. One replaced, forgotten or dropped
+// while pinned is RETIRED (out of the key table) and FREE when its last reader leaves.
 // Recency: a record becomes most recently used when it is committed and when its last reader
 // leaves. Restore (at open) orders records by generation, oldest least recent.
 //

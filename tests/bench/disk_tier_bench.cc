@@ -4,6 +4,8 @@
 // (and writes it to --out). Needs fio on PATH (deploy/install_deps.sh).
 //
 //   bazel run //tests/bench:disk_tier_bench -- --dir=/nvme/bench --bytes=8589934592
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,13 +69,13 @@ absl::StatusOr<double> Fio(const std::string& rw, const std::string& file) {
 // return OK and call done(ok) later. Returns seconds, or -1 if any request failed.
 class Pipeline {
  public:
-  explicit Pipeline(int depth) : busy_(depth, false) {}
+  explicit Pipeline(int depth) : depth_(depth), busy_(depth, false) {}
 
   template <typename StartFn>
   double Run(uint64_t count, StartFn start) {
     const auto t0 = Clock::now();
     for (uint64_t i = 0; i < count; ++i) {
-      const size_t b = i % busy_.size();
+      const size_t b = i % depth_;
       std::pair<Pipeline*, size_t> arg(this, b);
       {
         absl::MutexLock lock(&mu_);
@@ -104,6 +106,7 @@ class Pipeline {
   bool AllFree() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return std::none_of(busy_.begin(), busy_.end(), [](bool b) { return b; });
   }
+  const size_t depth_;
   absl::Mutex mu_;
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
@@ -122,6 +125,12 @@ absl::StatusOr<std::unique_ptr<DiskTier>> OpenTier(const std::string& dir, uint6
   return DiskTier::Open(o, *std::move(io));
 }
 
+// The tier's files from an earlier run (one path: one data file and the drop list).
+void RemoveTier(const std::string& dir) {
+  std::remove((dir + "/kvtier.0.dat").c_str());
+  std::remove((dir + "/kvtier.drops").c_str());
+}
+
 double Percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
@@ -133,7 +142,8 @@ int Run() {
   const int qd = absl::GetFlag(FLAGS_qd);
   const uint64_t records = absl::GetFlag(FLAGS_bytes) / block;
   const uint64_t payload_bytes = records * block;
-  std::system(absl::StrCat("mkdir -p ", dir, " && rm -f ", dir, "/kvtier.*").c_str());
+  mkdir(dir.c_str(), 0750);
+  RemoveTier(dir);
 
   const std::string fio_file = dir + "/fio.dat";
   absl::StatusOr<double> fio_write = Fio("write", fio_file);
@@ -180,7 +190,7 @@ int Run() {
   if (!reopened.ok()) return 1;
   const DiskTierStats scan = (*reopened)->stats();
   reopened->reset();
-  std::system(absl::StrCat("rm -f ", dir, "/kvtier.*").c_str());
+  RemoveTier(dir);
 
   const double gb = 1e9;
   const double tier_write = payload_bytes / write_s, tier_read = payload_bytes / read_s;
