@@ -45,7 +45,7 @@ spdlog::logger* Log() {
 
 absl::Status ErrnoStatus(const std::string& what) { return common::ErrnoStatus(errno, what); }
 
-// Issue 19: the engines a previous daemon left in the fd store, back before any client connects.
+// Durable regions: the engines a previous daemon left in the fd store, back before any client connects.
 void RestoreEngines(std::vector<InheritedFd> inherited, Durability* durability,
                     EngineRegistry* registry) {
   if (inherited.empty()) return;
@@ -85,7 +85,7 @@ struct Daemon::Impl {
   // Destruction order matters (reverse of declaration): servers, then services, registry,
   // release queue (engines die there), budget, and the backend last.
   std::unique_ptr<CopyBackend> backend;
-  // Issue 19; outlive the registry, which forgets dropped engines' descriptors through them.
+  // Durable regions; outlive the registry, which forgets dropped engines' descriptors through them.
   std::unique_ptr<FdStore> fd_store;
   std::unique_ptr<Durability> durability;
   // Copy callbacks still running; they touch `release` and `budget` (through engines).
@@ -295,7 +295,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   impl_->admin_acceptor->Stop();
   // Every engine is closed by now, so a call still open can only fail; and gRPC waits for this
   // deadline on every idle connection a client keeps (schedulers and workers do), which made a
-  // clean restart cost 2 s of unavailability (issue 19). 200 ms lets replies on their way go.
+  // clean restart cost 2 s of unavailability. 200 ms lets replies on their way go.
   const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(200);
   impl_->data_server->Shutdown(deadline);
   impl_->admin_server->Shutdown(deadline);

@@ -25,7 +25,7 @@
 
 namespace kvoffload::daemon {
 
-// What a restart hands the daemon (issue 19). main.cc fills it from the environment before any
+// What a restart hands the daemon (durable regions). main.cc fills it from the environment before any
 // thread starts; tests may pass a store of their own.
 struct RestartInputs {
   // Where engines' memfds go (FdStoreFromEnvironment); null: nothing outlives the daemon.
