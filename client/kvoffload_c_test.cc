@@ -397,7 +397,8 @@ TEST_F(KvoffloadCTest, ErrorCodesAndMessages) {
   EXPECT_EQ(kvo_scheduler_prepare_load(scheduler, unknown.ptrs(), unknown.lens(), 1, rows, err,
                                        sizeof(err)),
             KVO_NOT_FOUND);
-  EXPECT_NE(std::string(err).find("not in the index"), std::string::npos) << err;
+  EXPECT_STREQ(kvo_last_error_reason(), "key_not_in_index") << err;
+  EXPECT_STREQ(kvo_last_error_metadata(), "key_index=0\noperation=PrepareLoad\n") << err;
   const Keys empty_key = {""};
   int32_t states[1];
   uint8_t mask[1];

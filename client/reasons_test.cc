@@ -64,6 +64,8 @@ TEST_F(ReasonsTest, EpochMismatchAndMissingEngineReopenAKeyAnswerDoesNot) {
   // An answer about a key: NOT_FOUND key_not_in_index, and the engine is not re-opened.
   absl::Status unknown = (*a)->CompleteLoad({"never-stored"});
   EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
+  EXPECT_EQ(common::ErrorReason(unknown), common::reason::kKeyNotInIndex) << unknown;
+  EXPECT_EQ(common::ErrorInfoOf(unknown).metadata.at("key_index"), "0");
   ASSERT_TRUE((*a)->Lookup({"k"}).ok());
   EXPECT_EQ((*a)->reopens(), 0u);
 
@@ -92,6 +94,20 @@ TEST_F(ReasonsTest, EpochMismatchAndMissingEngineReopenAKeyAnswerDoesNot) {
   EXPECT_EQ(common::ErrorInfoOf(gone.status()).metadata, (Metadata{{"engine", "reasons/0"}}));
   ASSERT_TRUE((*a)->Lookup({"k"}).ok());
   EXPECT_EQ((*a)->reopens(), 2u);
+}
+
+// A call split into several requests names the unknown key by its place in the whole call.
+TEST_F(ReasonsTest, KeyIndexCountsInTheWholeSplitCall) {
+  ClientOptions options;
+  options.max_keys_per_request = 2;
+  auto a = SchedulerClient::Open(daemon_->data_socket(), Spec("reasons-split"), 0, options);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->PrepareStore({"a", "b", "c"}).ok());
+  absl::Status s = (*a)->CompleteStore({"a", "b", "c", "never-stored"}, /*success=*/false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_EQ(common::ErrorInfoOf(s).metadata,
+            (Metadata{{"key_index", "3"}, {"operation", "CompleteStore"}}))
+      << s;
 }
 
 TEST_F(ReasonsTest, OpenRefusalsCarryTheirReasons) {

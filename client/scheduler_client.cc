@@ -8,6 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -274,10 +275,23 @@ absl::Status CheckNoDuplicates(const Keys& keys, absl::string_view call) {
   return absl::OkStatus();
 }
 
+// A refusal that names a key by its position (key_not_in_index's key_index) names it in the
+// whole call, not in the request of consecutive keys from `begin` that the daemon answered.
+absl::Status KeyIndexInCall(absl::Status status, size_t begin) {
+  common::ErrorInfo info = common::ErrorInfoOf(status);
+  auto it = info.metadata.find("key_index");
+  uint64_t index = 0;
+  if (begin == 0 || it == info.metadata.end() || !absl::SimpleAtoi(it->second, &index)) {
+    return status;
+  }
+  it->second = absl::StrCat(index + begin);
+  return common::WithErrorInfo(std::move(status), info);
+}
+
 absl::Status Annotated(const absl::Status& status, absl::string_view call, size_t done,
                        size_t total) {
   if (status.ok() || done == 0) return status;
-  return common::Annotated(status,
+  return common::Annotated(KeyIndexInCall(status, done),
                            absl::StrCat(status.message(), " (", call, " of ", total,
                                         " keys sent in parts: the first ", done,
                                         " keys were completed)"));
@@ -419,13 +433,13 @@ absl::StatusOr<std::vector<uint64_t>> SchedulerClient::PrepareLoad(const Keys& k
         absl::Status undone =
             impl_->CompleteLoadOnce(c, Slice(keys, done, std::min(begin, done + chunk)));
         if (!undone.ok()) {
-          return common::Annotated(part.status(),
+          return common::Annotated(KeyIndexInCall(part.status(), begin),
                                    absl::StrCat(part.status().message(), "; and unpinning the ",
                                                 begin, " keys pinned before failed: ",
                                                 undone.ToString()));
         }
       }
-      return part.status();
+      return KeyIndexInCall(part.status(), begin);
     }
     rows.insert(rows.end(), part->begin(), part->end());
   }

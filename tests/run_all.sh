@@ -174,7 +174,9 @@ for c in deploy/verify_unit.sh deploy/install_test.sh "python3 proto/gen_api_doc
     "python3 tests/docs/check_flagfile.py --self_test --kvoffloadd $kvoffloadd" \
     "python3 tests/docs/check_one_home.py" "python3 tests/docs/check_one_home.py --self_test" \
     "python3 tests/docs/check_no_issue_numbers.py" \
-    "python3 tests/docs/check_no_issue_numbers.py --self_test"; do
+    "python3 tests/docs/check_no_issue_numbers.py --self_test" \
+    "python3 tests/docs/check_error_decisions.py" \
+    "python3 tests/docs/check_error_decisions.py --self_test"; do
   $c
   check "$c" $?
 done

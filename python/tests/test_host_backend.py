@@ -490,7 +490,9 @@ class HostBackendTest(unittest.TestCase):
         e = cm.exception
         self.assertEqual((e.code, e.name), (5, "NOT_FOUND"))
         self.assertIsInstance(e.code, int)
-        self.assertIn("not in the index", e.message)
+        self.assertEqual(e.reason, Reason.KEY_NOT_IN_INDEX)
+        self.assertEqual(e.metadata, {"key_index": "0", "operation": "PrepareLoad"})
+        self.assertIn("never-stored".encode().hex(), e.message)  # names the key
         self.assertTrue(str(e).startswith("NOT_FOUND: "))
 
         with self.assertRaises(KvoffloadError) as cm:

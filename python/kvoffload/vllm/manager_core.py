@@ -5,7 +5,7 @@ import dataclasses
 import os
 import time
 
-from ..client import KeyState, KvoffloadError, StatusCode
+from ..client import KeyState, KvoffloadError, Reason, StatusCode
 from .core_util import _TRANSIENT, _RateLimitedLog, _code, logger, unique
 
 PENDING_TIMEOUT_S = 60.0  # manager: a key pending longer than this looks up as a miss
@@ -282,7 +282,8 @@ class ManagerCore:
                                              StatusCode.NOT_FOUND):
                 self._log.warn("complete_store", e)
                 return
-            if _code(e) == StatusCode.NOT_FOUND and "not in the index" not in str(e):
+            if _code(e) == StatusCode.NOT_FOUND and \
+                    getattr(e, "reason", "") != Reason.KEY_NOT_IN_INDEX:
                 # The engine is gone (a restart, a drop): these keys were planned in a region
                 # that no longer exists; nothing of them can be completed.
                 return  # the handle re-opens on its next call, in a region without them
