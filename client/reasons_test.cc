@@ -1,5 +1,5 @@
-// Issue 32 item 2: a refusal's reason reaches the C++ client from a real daemon, and the
-// scheduler's decision to re-open the engine rests on code + reason (engine_not_found,
+// Error reasons end to end: a refusal's reason reaches the C++ client from a real daemon, and
+// the scheduler's decision to re-open the engine rests on code + reason (engine_not_found,
 // region_epoch_mismatch), never on the message; an answer about a key (key_not_in_index) or a
 // refused spec does not re-open anything.
 #include <map>
