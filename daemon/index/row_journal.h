@@ -1,4 +1,4 @@
-// RowJournal: what a SlotIndex tells a durable record of its rows (issue 19), so that a daemon
+// RowJournal: what a SlotIndex tells a durable record of its rows, so that a daemon
 // started after a restart or a crash can rebuild the index from the rows that were READY.
 //
 // The index calls it with its own lock held, at exactly these transitions:

@@ -1,4 +1,4 @@
-// SegmentMap: the pool side of a SlotIndex (issue 18; slot_index.h "Pools"). A pool index's rows
+// SegmentMap: the pool side of a SlotIndex (slot_index.h "Pools"). A pool index's rows
 // are `num_segments` segments of `segment_rows` rows, one per member region. This part holds
 // which segments are online, how many of each segment's rows are parked (on no list: offline, or
 // online but not ready yet) or ready, each member's counters and PrepareLoad pins, and the floor

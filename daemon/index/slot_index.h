@@ -49,8 +49,8 @@
 // false)), the committed key is dropped and the row freed: it never reads as a hit. A recorded
 // commit whose store never arrives is dropped by DropStaleCommits. CompleteStore(false) on a row
 // that still has a copy in flight frees the key at once but quarantines the row: it is handed out
-// again only after EndCopyRuns has dropped its copy count to 0 (PegaFlow 403: a DMA that outlived its timeout
-// wrote into memory already handed to someone else).
+// again only after EndCopyRuns has dropped its copy count to 0 (PegaFlow 403: a DMA that
+// outlived its timeout wrote into memory already handed to someone else).
 //
 // Recency (LRU order) — only READY rows with no reader and no copy in flight can be evicted, least
 // recently used first. A row becomes most recently used when
@@ -84,12 +84,12 @@
 // bytes per row of hash table (reserved up front, so no rehash ever happens under the lock).
 // Longer keys take one heap block each, of exactly their size; nothing else is allocated per row.
 //
-// Durability (issue 19): an optional RowJournal hears, under the index's lock, when a row becomes
+// Durability: an optional RowJournal hears, under the index's lock, when a row becomes
 // READY (OnReady, after its bytes are written and committed), loses its READY key (OnFree, before
 // the row can be handed to another key), becomes most recently used (OnTouch), and when tickets
 // are reserved; Restore rebuilds an index from the READY rows such a journal recorded.
 //
-// Readiness (issue 19, serve while pinning): an index may start with only rows [0, ready_rows)
+// Readiness (serve while pinning): an index may start with only rows [0, ready_rows)
 // usable, the rest of its region still being populated and registered. Rows at or above that
 // watermark are never handed out (not on the free list) and never readable; MarkRowsReady moves
 // it up as the region's chunks become ready. Restored READY rows above it are parked, out of the
@@ -98,7 +98,7 @@
 // list, when their rows become ready — unless their key was stored again meanwhile (then the
 // newer row wins and the parked one is freed).
 //
-// Pools (issue 18; daemon/pool/pool.h): one index may serve several engines that share their
+// Pools (daemon/pool/pool.h): one index may serve several engines that share their
 // rows. Its rows are `num_segments` segments of `segment_rows` rows each, row r in segment
 // r / segment_rows (each segment is one member's region). A segment is online (its rows are
 // handed out) or offline (its FREE rows are parked: on no list, never handed out). Taking a

@@ -1,4 +1,4 @@
-// SlotIndex's RowJournal hook and Restore (issue 19): the journal hears READY exactly when a row
+// SlotIndex's RowJournal hook and Restore: the journal hears READY exactly when a row
 // is written and committed, FREE before a row is handed to another key, recency on every LRU
 // move; an index restored from what it recorded serves the same keys in the same rows, in the
 // same LRU order, with tickets that never repeat one handed out before.

@@ -6,7 +6,7 @@
 #include "common/status_macros.h"
 #include "daemon/index/slot_index.h"
 
-// SlotIndex as a pool's index (issue 18; slot_index.h "Pools"): the rows of segments that go
+// SlotIndex as a pool's index (slot_index.h "Pools"): the rows of segments that go
 // online and offline as members join and leave. Which segment is where, the members' counters and
 // pins and the floor rule are SegmentMap's (segment_map.h); this file moves the rows.
 

@@ -1,4 +1,4 @@
-// SlotIndex as a pool's index (issue 18): segments online/offline, cross-member hits and loads,
+// SlotIndex as a pool's index: segments online/offline, cross-member hits and loads,
 // states across members, and the per-member floor of the pool's LRU.
 #include <memory>
 #include <string>

@@ -2,7 +2,7 @@
 
 #include "daemon/index/slot_index.h"
 
-// SlotIndex readiness (issue 19, serve while pinning): the watermark below which rows are usable
+// SlotIndex readiness (serve while pinning): the watermark below which rows are usable
 // and the restored rows parked above it.
 
 namespace kvoffload::daemon {

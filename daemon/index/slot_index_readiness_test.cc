@@ -1,4 +1,4 @@
-// SlotIndex readiness (issue 19, serve while pinning): rows at or above the watermark are never
+// SlotIndex readiness (serve while pinning): rows at or above the watermark are never
 // handed out or readable; MarkRowsReady makes them usable; restored READY rows above it miss
 // until their rows are ready, then hit — unless the key was stored again meanwhile.
 #include <cstdint>

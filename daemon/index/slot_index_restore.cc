@@ -5,7 +5,7 @@
 #include "common/status_macros.h"
 #include "daemon/index/slot_index.h"
 
-// SlotIndex::Restore: an index rebuilt from the READY rows a RowJournal recorded (issue 19).
+// SlotIndex::Restore: an index rebuilt from the READY rows a RowJournal recorded (durable regions).
 
 namespace kvoffload::daemon {
 

@@ -1,8 +1,8 @@
 // TicketBook: the store tickets of a SlotIndex (slot_index.h "Row handles"). Each PrepareStore
 // takes the next ticket, 1..kMaxTicket and then 1 again; a row keeps its ticket while it holds
-// its key, so a copy naming another ticket is refused. With a journal (issue 19), tickets are
-// reserved in chunks before they are issued (RowJournal::OnTicketsReserved), so that an index
-// restored after a crash starts past every ticket the previous one may have handed out.
+// its key, so a copy naming another ticket is refused. With a journal (durable regions), tickets
+// are reserved in chunks before they are issued (RowJournal::OnTicketsReserved), so that an
+// index restored after a crash starts past every ticket the previous one may have handed out.
 //
 //   TicketBook tickets(journal);  // journal may be null
 //   tickets.StartAt(first);       // a new index: a random point; a restored one: where it left off

@@ -1,4 +1,4 @@
-// Pool: one cache shared by several engines of a node (issue 18) — data-parallel replicas of one
+// Pool: one cache shared by several engines of a node — data-parallel replicas of one
 // model, or engines of one model run by cooperating users. A pool is ONE SlotIndex (one key
 // space, one LRU) over segments: each member brings its own region (its own budget, admitted as
 // any engine's) as one segment, so the pool's capacity is the sum of its members' budgets and

@@ -1,4 +1,4 @@
-// PoolTable: the node's pools by name (issue 18). The registry asks it, under its engine-creation
+// PoolTable: the node's pools by name. The registry asks it, under its engine-creation
 // lock, whether a spec naming a pool may join (Check, before the engine's region is allocated),
 // then joins the created engine (Join: into the existing pool, or a new one the engine creates
 // and owns). Maintenance forgets pools whose last member left and drained.

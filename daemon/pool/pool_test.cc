@@ -1,4 +1,4 @@
-// Pool (issue 18): who may join, what members must agree on, segments joining and draining.
+// Pool: who may join, what members must agree on, segments joining and draining.
 #include "daemon/pool/pool.h"
 
 #include <memory>

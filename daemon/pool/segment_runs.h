@@ -1,4 +1,4 @@
-// SplitBySegment: a job's runs (copy_run.h) cut at the pool's segment boundaries (issue 18). A
+// SplitBySegment: a job's runs (copy_run.h) cut at the pool's segment boundaries. A
 // pool's region blocks are numbered across its segments (segment s holds region blocks
 // [s × segment_blocks, (s + 1) × segment_blocks)), but each segment is its own member's region,
 // so a copy is one CopyJob per segment touched, its runs renumbered to the segment's blocks.
