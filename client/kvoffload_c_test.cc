@@ -428,7 +428,8 @@ TEST_F(KvoffloadCTest, ErrorCodesAndMessages) {
                                sizeof(err)),
             KVO_FAILED_PRECONDITION);
   EXPECT_STREQ(kvo_last_error_reason(), "spec_mismatch") << err;
-  EXPECT_EQ(std::string(kvo_last_error_metadata()), absl::StrCat("engine=", spec.engine_id, "/0\n"));
+  EXPECT_EQ(std::string(kvo_last_error_metadata()),
+            absl::StrCat("engine=", spec.engine_id, "/0\n"));
   // A topology the daemon rejects (pipeline parallel).
   bad = Spec("c-pp");
   bad.world_size = 2;

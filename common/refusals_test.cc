@@ -51,7 +51,8 @@ TEST(RefusalsTest, EachConstructorGivesItsReasonCodeAndMetadata) {
   EXPECT_EQ(spec.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ErrorReason(spec), "spec_mismatch");
 
-  absl::Status rule = SpecRule(absl::StatusCode::kFailedPrecondition, "no_pipeline_parallel", "pp 2");
+  absl::Status rule =
+      SpecRule(absl::StatusCode::kFailedPrecondition, "no_pipeline_parallel", "pp 2");
   EXPECT_EQ(rule.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(rule.message(), "rule no_pipeline_parallel: pp 2");
   EXPECT_EQ(ErrorReason(rule), "spec_rule");

@@ -52,8 +52,8 @@ TEST(StatusConvertTest, ForeignDetailsAreIgnored) {
             absl::InternalError("x"));
   v1::RpcStatus other;
   other.add_details()->set_type_url("type.googleapis.com/google.rpc.DebugInfo");
-  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::INTERNAL, "x", other.SerializeAsString())),
-            absl::InternalError("x"));
+  const grpc::Status foreign(grpc::StatusCode::INTERNAL, "x", other.SerializeAsString());
+  EXPECT_EQ(FromGrpcStatus(foreign), absl::InternalError("x"));
 }
 
 TEST(StatusConvertTest, SessionMessagesCarryTheReason) {
