@@ -1,4 +1,4 @@
-// SchedulerClient::Readiness and WaitUntilReady (issue 31 item 4): the engine's readiness from
+// SchedulerClient::Readiness and WaitUntilReady (readiness): the engine's readiness from
 // the real kvoffloadd (host backend: ready by the time it is asked, every number exact), an
 // engine that is gone, a daemon that is gone; and, against a stand-in daemon whose region stays
 // half pinned (the real one cannot be held there on demand), the wait that ends when every row

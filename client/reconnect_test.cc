@@ -1,4 +1,4 @@
-// The clients come back by themselves (issue 19 item 3), against the real kvoffloadd on its host
+// The clients come back by themselves (durable regions), against the real kvoffloadd on its host
 // backend: SIGKILL the daemon with a job in flight and start another on the same socket. The
 // job's verdict is a failure, Submit during the outage fails fast, the workers register again
 // in the background, the scheduler re-opens the engine and sees the new region, a part planned

@@ -1,4 +1,4 @@
-// The restart path through the C ABI (issue 19 item 3), against the real kvoffloadd on its host
+// The restart path through the C ABI (durable regions), against the real kvoffloadd on its host
 // backend: SIGKILL with a job in flight, a submit during the outage, the daemon back on the same
 // socket, kvo_worker_session_state and kvo_scheduler_region_changes, a part planned in the old
 // region, and a byte-exact round trip afterwards.

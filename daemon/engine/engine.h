@@ -96,7 +96,7 @@ struct EngineSnapshot {
   uint32_t workers = 0;
   double idle_seconds = 0;
   double populate_seconds = 0;
-  // Serve while pinning (issue 19): bytes of the region usable now (populated and registered;
+  // Serve while pinning (durable regions): bytes of the region usable now (populated and registered;
   // == region_bytes once fully ready) and when the first / the last chunk became ready, in
   // seconds after the engine was opened (-1: not yet).
   uint64_t region_ready_bytes = 0;
@@ -105,7 +105,7 @@ struct EngineSnapshot {
   double region_first_ready_seconds = 0;
   double region_fully_ready_seconds = 0;
   LatencyHistogram::Snapshot latency;
-  std::string pool;  // issue 18: empty for a private engine
+  std::string pool;  // pools: empty for a private engine
   uint32_t pool_member = 0;
 };
 
@@ -135,12 +135,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const common::Geometry& geometry() const { return geometry_; }
   uint64_t max_blocks_per_job() const { return deps_.jobs.max_blocks_per_job; }
   std::string key() const { return spec_.Key(); }
-  // The engine's row index: its own, or its pool's (issue 18) once it joined one.
+  // The engine's row index: its own, or its pool's (pools) once it joined one.
   SlotIndex& index() { return *active_index_; }
   // The member tag its index calls pass (0 for a private engine).
   uint32_t index_member() const { return member_; }
   const std::shared_ptr<Pool>& pool() const { return pool_; }
-  // Issue 18: the engine serves `pool`'s index as member `member` (its region is that member's
+  // Pools: the engine serves `pool`'s index as member `member` (its region is that member's
   // segment). Set once by the registry before the engine is published, like set_owner_uid.
   void set_pool(std::shared_ptr<Pool> pool, uint32_t member);
   // Leaves the pool (its segment drains); no-op for a private engine. Idempotent.

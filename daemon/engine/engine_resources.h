@@ -36,7 +36,7 @@ namespace kvoffload::daemon {
 struct EngineCost {
   uint64_t region_bytes = 0;
   uint64_t index_bytes = 0;  // SlotIndex::MetadataBytesFor(num_rows)
-  uint64_t state_bytes = 0;  // the durable state file (issue 19); 0 when not durable
+  uint64_t state_bytes = 0;  // the durable state file (durable regions); 0 when not durable
   uint64_t total_bytes = 0;  // the sum; UINT64_MAX when it does not fit 64 bits
 };
 
@@ -99,7 +99,7 @@ absl::StatusOr<EngineResources> AcquireEngineResources(const common::EngineSpec&
                                                        MemoryBudget* budget, CopyBackend* backend,
                                                        const RegionOptions& region_options);
 
-// The same for an engine whose rows outlive the daemon (issue 19; `durability` enabled): its
+// The same for an engine whose rows outlive the daemon (durable regions; `durability` enabled): its
 // state file is charged with the rest, created after the region, and owned by the index as its
 // journal; both memfds go to the fd store (Durability::Publish) before this returns. A failure
 // to store them is logged and the engine is served without durability rather than refused.

@@ -1,4 +1,4 @@
-// Pools through the registry and real engines (issue 18 items 2–4), host backend: a key one
+// Pools through the registry and real engines (pools), host backend: a key one
 // member stored is a byte-exact load for another, across segments; states hold across members;
 // a member killed mid-store or dropped keeps the rows the others use; isolation (a non-member,
 // another uid, another model identity, another pool, a private engine) with exact statuses.

@@ -7,7 +7,7 @@
 //   ASSIGN_OR_RETURN(auto attached,                        // worker: validates, opens its
 //                    registry.AttachWorker(spec, 0, mp_rank, registration, &listener));  // memory
 //
-// Pools (issue 18): a spec naming a pool is checked against it (PoolTable::Check: access, model
+// Pools: a spec naming a pool is checked against it (PoolTable::Check: access, model
 // identity, layout fingerprint) before its engine is created, and the created engine joins it
 // (its region becomes a segment). An engine that goes — dropped, idle past TTL, undone — leaves
 // its pool; maintenance releases drained segments and forgets empty pools.
@@ -52,10 +52,10 @@ struct RegistryOptions {
   // First region epoch; 0 picks a random one (each daemon start numbers its regions afresh,
   // so an epoch from an earlier daemon never matches unless its region was restored).
   uint64_t first_region_epoch = 0;
-  // Issue 19: engines' regions and states go to the fd store and come back after a restart.
+  // Durable regions: engines' regions and states go to the fd store and come back after a restart.
   // Not owned; must outlive the registry. Null or disabled: nothing outlives the daemon.
   Durability* durability = nullptr;
-  // Issue 18: pools (their members are never durable: a pool does not outlive the daemon).
+  // Pools (their members are never durable: a pool does not outlive the daemon).
   PoolOptions pools;
 };
 
@@ -119,7 +119,7 @@ class EngineRegistry {
   // Drops every engine without workers that `may_drop` (when set) approves; returns their keys.
   std::vector<std::string> DropIdle(const EngineCheck& may_drop = nullptr);
 
-  // Issue 19: recreates an engine a previous daemon left in the fd store, with the same region
+  // Durable regions: recreates an engine a previous daemon left in the fd store, with the same region
   // epoch, owner, members and READY rows (AdoptEngineResources), before any client can see it.
   // ALREADY_EXISTS when its key is taken, RESOURCE_EXHAUSTED when it no longer fits the node
   // cap (or --max_engines). On failure the caller Forgets its descriptors.

@@ -1,4 +1,4 @@
-// DiskTier: a node-local store of fixed-size records on NVMe (issue 30's disk tier), keyed by
+// DiskTier: a node-local store of fixed-size records on NVMe (the disk tier), keyed by
 // (namespace id, key), bounded by bytes with LRU eviction. Records move by direct I/O straight
 // between the caller's page-aligned memory (the pinned region's rows) and the device: no bounce
 // copy, no page cache. Every record carries a header (record_format.h) and a payload checksum; a
