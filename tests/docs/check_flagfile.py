@@ -112,13 +112,30 @@ def doc_value(text):
     return value
 
 
+# A flags table row: "| `--a` | 8 | ..." or "| `--a` / `--b` | 8192 / 4096 | ...".
+TABLE_ROW = re.compile(r"^\|\s*((?:`--[a-z0-9_]+`(?:\s*/\s*)?)+)\s*\|\s*([^|]+?)\s*\|")
+
+
+def stated_defaults(line):
+    """[(flag, the default as the line states it)] of one line of prose or of a flags table."""
+    found = [(m.group(1) or m.group(3), (m.group(2) or m.group(4)).strip())
+             for m in DOC_DEFAULT.finditer(line)]
+    row = TABLE_ROW.match(line)
+    if row:
+        flags = re.findall(r"`--([a-z0-9_]+)`", row.group(1))
+        values = [v.strip() for v in row.group(2).split(" / ")]
+        if len(values) == len(flags):
+            found += list(zip(flags, values))
+        else:
+            found += [(f, row.group(2).strip()) for f in flags]
+    return found
+
+
 def check_docs(defaults, files):
     problems = []
     for name in files:
         for number, line in enumerate(open(os.path.join(ROOT, name), encoding="utf-8"), 1):
-            for m in DOC_DEFAULT.finditer(line):
-                flag = m.group(1) or m.group(3)
-                said = (m.group(2) or m.group(4)).strip()
+            for flag, said in stated_defaults(line):
                 if flag not in defaults:
                     problems.append("%s:%d: --%s is not a flag of kvoffloadd" % (name, number, flag))
                 elif flag in COMPUTED:
@@ -168,11 +185,15 @@ def self_test(kvoffloadd, flagfile):
                                ("`--pool_member_floor` (default 0.5)", "said '0.5'"),
                                ("[--max_blocks_per_job, 2^21]", "said '2^21'"),
                                ("[--max_region_bytes, all of RAM]", "the code computes"),
-                               ("[--no_such_flag, 1]", "--no_such_flag is not a flag")]:
-            open(doc, "w", encoding="utf-8").write("x " + text + " y\n")
+                               ("[--no_such_flag, 1]", "--no_such_flag is not a flag"),
+                               ("| `--max_engines` | 512 | engines |", "said '512'"),
+                               ("| `--max_jobs_per_engine` / `--max_jobs_per_session` | 8192 / 4095 |"
+                                " x |", "--max_jobs_per_session default said '4095'")]:
+            line = text if text.startswith("|") else "x " + text + " y"
+            open(doc, "w", encoding="utf-8").write(line + "\n")
             found = check_docs(defaults, [os.path.relpath(doc, ROOT)])
             assert any(expected in p for p in found), (text, found)
-    print("check_flagfile self test: OK (%d flags; 4 flagfile and 5 doc mismatches caught)" %
+    print("check_flagfile self test: OK (%d flags; 4 flagfile and 7 doc mismatches caught)" %
           len(defaults))
 
 
