@@ -584,7 +584,11 @@ TEST_F(EngineTest, WriterOnlyStoresFinishOnTheWritersVote) {
   EXPECT_EQ(engine_->index().Lookup(keys),
             std::vector<SlotIndex::KeyState>(2, SlotIndex::KeyState::kHit));
 
-  // The non-writer comes back; a load needs both votes.
+  // The non-writer comes back; a load needs both votes. As a real worker would, it waits until
+  // its previous session's memory is no longer referenced: the writer's copy callback drops its
+  // references last, after the verdict, and the engine refuses the rank until then (UNAVAILABLE
+  // "register again shortly"). On a loaded machine that can be after the verdict arrived here.
+  ASSERT_TRUE(env_.Settle());
   auto memory = ShmWorkerMemory::Create(testing::kLayers, kWorkerBlocks, testing::kPageBytes, 77);
   ASSERT_TRUE(memory.ok());
   workers_[1]->memory = *std::move(memory);
