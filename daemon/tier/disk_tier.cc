@@ -252,6 +252,7 @@ absl::Status DiskTier::Write(uint64_t namespace_id, absl::string_view key, const
               ++stats_.writes_superseded;
             }
             ++stats_.writes_ok;
+            stats_.bytes_written += header.payload_bytes;
           }
         }
         done(std::move(status));
@@ -314,6 +315,7 @@ absl::Status DiskTier::Read(uint64_t namespace_id, absl::string_view key, void* 
             ++stats_.read_errors;
           } else {
             ++stats_.reads_ok;
+            stats_.bytes_read += loc.payload_bytes;
           }
           map_.Unpin(loc.slot);
         }
@@ -336,6 +338,14 @@ bool DiskTier::Contains(uint64_t namespace_id, absl::string_view key) const {
   return map_.Find(namespace_id, key).has_value();
 }
 
+std::vector<bool> DiskTier::ContainsAll(uint64_t namespace_id,
+                                        const std::vector<std::string>& keys) {
+  std::vector<bool> found(keys.size());
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < keys.size(); ++i) found[i] = map_.Find(namespace_id, keys[i]).has_value();
+  return found;
+}
+
 absl::Status DiskTier::DropNamespace(uint64_t namespace_id) {
   absl::MutexLock lock(&mu_);
   const uint64_t generation = next_generation_++;
@@ -352,6 +362,26 @@ DiskTierStats DiskTier::stats() const {
   s.slot_bytes = slot_bytes_;
   s.records = map_.records();
   s.evictions = map_.evictions();
+  return s;
+}
+
+RecordStoreStats DiskTier::record_stats() const {
+  const DiskTierStats d = stats();
+  RecordStoreStats s;
+  s.capacity_bytes = d.capacity_slots * d.slot_bytes;
+  s.used_bytes = d.records * d.slot_bytes;
+  s.records = d.records;
+  s.writes_ok = d.writes_ok;
+  s.write_errors = d.write_errors;
+  s.bytes_written = d.bytes_written;
+  s.reads_ok = d.reads_ok;
+  s.read_misses = d.read_misses;
+  s.read_corrupt = d.read_corrupt;
+  s.read_errors = d.read_errors;
+  s.bytes_read = d.bytes_read;
+  s.evictions = d.evictions;
+  const IoScheduler::Counts io = scheduler_->counts();
+  s.queue_depth = io.reads_in_flight + io.writes_in_flight + io.reads_waiting + io.writes_waiting;
   return s;
 }
 

@@ -44,6 +44,7 @@
 #include "daemon/tier/block_io.h"
 #include "daemon/tier/io_scheduler.h"
 #include "daemon/tier/namespace_drops.h"
+#include "daemon/tier/record_store.h"
 #include "daemon/tier/slot_map.h"
 #include "daemon/tier/tier_file.h"
 
@@ -75,6 +76,8 @@ struct DiskTierStats {
   uint64_t read_misses = 0;        // NOT_FOUND: not in the tier
   uint64_t read_corrupt = 0;       // DATA_LOSS: header or checksum mismatch; record forgotten
   uint64_t read_errors = 0;        // the device failed the read
+  uint64_t bytes_written = 0;      // payload bytes of writes_ok
+  uint64_t bytes_read = 0;         // payload bytes of reads_ok
   uint64_t evictions = 0;
   // Open: what the header scan found.
   uint64_t scan_records = 0;
@@ -84,16 +87,13 @@ struct DiskTierStats {
   double scan_seconds = 0;
 };
 
-class DiskTier {
+class DiskTier : public RecordStore {
  public:
-  using WriteDone = std::function<void(absl::Status)>;
-  using ReadDone = std::function<void(absl::StatusOr<uint64_t>)>;
-
   // Opens or creates the tier files and rebuilds the index from their headers. Errors:
   // INVALID_ARGUMENT for bad options, the file system's for files (RESOURCE_EXHAUSTED: ENOSPC).
   static absl::StatusOr<std::unique_ptr<DiskTier>> Open(DiskTierOptions options,
                                                         std::unique_ptr<BlockIo> io);
-  ~DiskTier();
+  ~DiskTier() override;
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
 
@@ -105,22 +105,27 @@ class DiskTier {
   // DATA_LOSS for a short write). A failed write loses no other record, and the key's previous
   // record, if any, stays readable.
   absl::Status Write(uint64_t namespace_id, absl::string_view key, const void* payload,
-                     uint64_t bytes, WriteDone done);
+                     uint64_t bytes, WriteDone done) override;
 
   // Reads the record of (namespace_id, key) into `dst` (capacity `capacity` bytes). Refusals:
   // NOT_FOUND (a miss), INVALID_ARGUMENT (alignment, or capacity below the record's length).
   // `done`: the payload length; DATA_LOSS when the record fails its header or checksum check
   // (the record is forgotten, `dst` holds garbage); the device's error otherwise.
   absl::Status Read(uint64_t namespace_id, absl::string_view key, void* dst, uint64_t capacity,
-                    ReadDone done);
+                    ReadDone done) override;
 
   bool Contains(uint64_t namespace_id, absl::string_view key) const;
+  // Answered from memory, under one lock.
+  std::vector<bool> ContainsAll(uint64_t namespace_id,
+                                const std::vector<std::string>& keys) override;
 
   // Forgets every record of the namespace, durably (namespace_drops.h): none is read again,
   // before or after a restart; writes of it in flight are discarded when they finish.
-  absl::Status DropNamespace(uint64_t namespace_id);
+  absl::Status DropNamespace(uint64_t namespace_id) override;
 
   DiskTierStats stats() const;
+  absl::string_view tier_name() const override { return "disk"; }
+  RecordStoreStats record_stats() const override;
   absl::string_view io_name() const { return io_->name(); }
 
  private:
