@@ -373,6 +373,15 @@ class SlotIndex {
   // CheckRowRuns.
   absl::Status BeginCopyRuns(CopyDirection direction, const std::vector<RowRun>& rows);
 
+  // A tier below the region (daemon/tier/tier_link.h) copies the row of `key` out: one more
+  // copy in flight on its READY or READING row, which is not evicted, reset or parked until
+  // EndCopyRuns({run}) ends it (then it is the most recently used, as after a load). The row
+  // keeps its key meanwhile; a store can never write it (it is not WRITING).
+  //   INVALID_ARGUMENT     a key of invalid length
+  //   NOT_FOUND            the key is not in the index
+  //   FAILED_PRECONDITION  the key is WRITING (not readable yet)
+  absl::StatusOr<RowRun> BeginSpill(absl::string_view key);
+
   // Drops the keys of rows whose commit was recorded before `cutoff` while no store job has
   // written them and none is in flight (the store was never submitted: a worker died, or an
   // engine committed keys it never stored). Their rows return to FREE. Returns how many.

@@ -114,6 +114,28 @@ absl::Status SlotIndex::BeginCopyRuns(CopyDirection direction, const std::vector
   return absl::OkStatus();
 }
 
+absl::StatusOr<RowRun> SlotIndex::BeginSpill(absl::string_view key) {
+  if (key.size() < kMinKeyBytes || key.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spill: a key of ", key.size(), " bytes (", kMinKeyBytes, "..",
+                     kMaxKeyBytes, " allowed)"));
+  }
+  absl::MutexLock lock(&mu_);
+  const uint32_t row = FindRow(key);
+  if (row == kNil) return absl::NotFoundError("spill: the key is not in the index");
+  Row& r = rows_[row];
+  if (r.state != RowState::kReady && r.state != RowState::kReading) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("spill: row ", row, " is ", RowStateName(r.state), ", not readable"));
+  }
+  // An idle READY row leaves the LRU list (not evictable while the tier reads it); EndCopyRuns
+  // puts it back as the most recent, as it does after a load.
+  if (r.state == RowState::kReady && r.copies == 0) LruUnlink(row);
+  ++r.copies;
+  ++copies_in_flight_;
+  return RowRun{row, 1, r.ticket};
+}
+
 absl::Status SlotIndex::EndCopyRuns(const std::vector<RowRun>& rows) {
   absl::MutexLock lock(&mu_);
   return EndCopyLocked(rows);
