@@ -125,6 +125,7 @@ void SlotIndex::MakeReady(std::vector<uint32_t>& rows) {
     ++segments_.member(r.member).counts.rows_held;
     // Published only now: the row's bytes are written and the scheduler committed them.
     if (journal_ != nullptr) journal_->OnReady(row, KeyOf(r), r.ticket);
+    if (ready_listener_) ready_listener_(KeyOf(r));
     if (r.copies == 0) LruPushMostRecent(row);
   }
   rows_writing_ -= rows.size();

@@ -124,6 +124,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -382,6 +383,12 @@ class SlotIndex {
   //   FAILED_PRECONDITION  the key is WRITING (not readable yet)
   absl::StatusOr<RowRun> BeginSpill(absl::string_view key);
 
+  // A tier below the region hears every key that becomes READY, after its bytes were written
+  // and committed, with the index's lock held: it may only queue the key (tier_link.h) and must
+  // not call the index. Set once, before the index is shared; an empty function: nobody.
+  using ReadyListener = std::function<void(absl::string_view key)>;
+  void SetReadyListener(ReadyListener listener);
+
   // Drops the keys of rows whose commit was recorded before `cutoff` while no store job has
   // written them and none is in flight (the store was never submitted: a worker died, or an
   // engine committed keys it never stored). Their rows return to FREE. Returns how many.
@@ -572,6 +579,7 @@ class SlotIndex {
   uint32_t store_seq_ ABSL_GUARDED_BY(mu_) = 0;    // next PrepareStore sequence number (wraps)
   // The store tickets (reserved from the journal in chunks): a part under this lock.
   TicketBook tickets_ ABSL_GUARDED_BY(mu_);
+  ReadyListener ready_listener_ ABSL_GUARDED_BY(mu_);
   // Rows whose commit is recorded (Row::committed), with the time of the commit.
   absl::flat_hash_map<uint32_t, absl::Time> committed_since_ ABSL_GUARDED_BY(mu_);
 

@@ -114,6 +114,11 @@ absl::Status SlotIndex::BeginCopyRuns(CopyDirection direction, const std::vector
   return absl::OkStatus();
 }
 
+void SlotIndex::SetReadyListener(ReadyListener listener) {
+  absl::MutexLock lock(&mu_);
+  ready_listener_ = std::move(listener);
+}
+
 absl::StatusOr<RowRun> SlotIndex::BeginSpill(absl::string_view key) {
   if (key.size() < kMinKeyBytes || key.size() > kMaxKeyBytes) {
     return absl::InvalidArgumentError(

@@ -108,6 +108,27 @@ TEST(SlotIndexSpillTest, ReadingRowsSpillAndWritingOrAbsentKeysDoNot) {
   EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
+TEST(SlotIndexSpillTest, TheReadyListenerHearsEachKeyOnceItIsWrittenAndCommitted) {
+  std::unique_ptr<SlotIndex> index = MakeIndex(4);
+  Keys heard;
+  index->SetReadyListener([&heard](absl::string_view key) { heard.emplace_back(key); });
+  // Commit first, written later: heard only once written.
+  absl::StatusOr<SlotIndex::PrepareStoreResult> p = index->PrepareStore({"a", "b"});
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(index->CompleteStore({"a", "b"}, true).ok());
+  EXPECT_TRUE(heard.empty());
+  ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, p->rows).ok());
+  ASSERT_TRUE(EndStoreCopy(*index, p->rows, true).ok());
+  EXPECT_THAT(heard, ElementsAre("b", "a"));  // the first key last: the most recent
+  // A failed store is never heard.
+  absl::StatusOr<SlotIndex::PrepareStoreResult> f = index->PrepareStore({"f"});
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(index->CompleteStore({"f"}, false).ok());
+  heard.clear();
+  Store(*index, {"c"});
+  EXPECT_THAT(heard, ElementsAre("c"));
+}
+
 TEST(SlotIndexSpillTest, AnOfflineSegmentWaitsForTheSpill) {
   absl::StatusOr<std::unique_ptr<SlotIndex>> made =
       SlotIndex::CreatePool(SlotIndex::PoolShape{/*num_segments=*/2, /*segment_rows=*/2});
