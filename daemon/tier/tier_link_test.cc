@@ -1,0 +1,386 @@
+// TierLink/TierManager over a SlotIndex and a region in memory: spill on READY, promote on a
+// Lookup's miss (byte-exact), the prefix rule, namespaces, failures and the promotion bound —
+// against an in-memory store whose completions the test controls, and the real DiskTier.
+#include "daemon/tier/tier_link.h"
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/index/testing/row_lists.h"
+#include "daemon/tier/aligned_buffer.h"
+#include "daemon/tier/block_io_factory.h"
+#include "daemon/tier/disk_tier.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kvoffload::daemon {
+namespace {
+
+using ::testing::ElementsAre;
+using KeyState = SlotIndex::KeyState;
+using Keys = std::vector<std::string>;
+constexpr KeyState kMiss = KeyState::kMiss;
+constexpr KeyState kHit = KeyState::kHit;
+constexpr KeyState kPending = KeyState::kHitPending;
+constexpr uint64_t kRowBytes = 8192;
+
+// A RecordStore in memory. Completions run on its own thread, in order; `hold_reads` keeps read
+// completions back until Release(); `corrupt_reads` makes every read DATA_LOSS.
+class MemoryStore : public tier::RecordStore {
+ public:
+  MemoryStore() : thread_([this] { Run(); }) {}
+  ~MemoryStore() override {
+    Release();
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  absl::string_view tier_name() const override { return "memory"; }
+  absl::Status Write(uint64_t ns, absl::string_view key, const void* payload, uint64_t bytes,
+                     WriteDone done) override {
+    std::string value(static_cast<const char*>(payload), bytes);
+    absl::MutexLock lock(&mu_);
+    if (refuse_writes) return absl::ResourceExhaustedError("full");
+    queue_.push_back([this, ns, key = std::string(key), value = std::move(value),
+                      done = std::move(done)]() mutable {
+      {
+        absl::MutexLock lock(&mu_);
+        records_[{ns, key}] = value;
+        ++writes;
+      }
+      done(absl::OkStatus());
+    });
+    return absl::OkStatus();
+  }
+  absl::Status Read(uint64_t ns, absl::string_view key, void* dst, uint64_t capacity,
+                    ReadDone done) override {
+    absl::MutexLock lock(&mu_);
+    auto it = records_.find({ns, std::string(key)});
+    if (it == records_.end()) return absl::NotFoundError("no record");
+    std::string value = it->second;
+    auto run = [this, dst, capacity, value = std::move(value), done = std::move(done)]() {
+      bool corrupt;
+      {
+        absl::MutexLock lock(&mu_);
+        corrupt = corrupt_reads;
+      }
+      if (corrupt) {
+        std::memset(dst, 0xEE, capacity);  // a failed read may leave garbage behind
+        done(absl::DataLossError("checksum mismatch"));
+        return;
+      }
+      std::memcpy(dst, value.data(), value.size());
+      done(value.size());
+    };
+    if (hold_reads) {
+      held_.push_back(std::move(run));
+    } else {
+      queue_.push_back(std::move(run));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<bool> ContainsAll(uint64_t ns, const std::vector<std::string>& keys) override {
+    absl::MutexLock lock(&mu_);
+    std::vector<bool> out;
+    for (const std::string& k : keys) out.push_back(records_.count({ns, k}) != 0);
+    return out;
+  }
+  absl::Status DropNamespace(uint64_t ns) override {
+    absl::MutexLock lock(&mu_);
+    for (auto it = records_.begin(); it != records_.end();) {
+      it = it->first.first == ns ? records_.erase(it) : std::next(it);
+    }
+    return absl::OkStatus();
+  }
+  tier::RecordStoreStats record_stats() const override {
+    absl::MutexLock lock(&mu_);
+    tier::RecordStoreStats s;
+    s.records = records_.size();
+    s.writes_ok = writes;
+    return s;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    hold_reads = false;
+    for (auto& f : held_) queue_.push_back(std::move(f));
+    held_.clear();
+  }
+  void Set(bool* flag, bool value) {
+    absl::MutexLock lock(&mu_);
+    *flag = value;
+  }
+  size_t records() const {
+    absl::MutexLock lock(&mu_);
+    return records_.size();
+  }
+
+  bool hold_reads = false;     // guarded by mu_ (Set)
+  bool corrupt_reads = false;  // guarded by mu_ (Set)
+  bool refuse_writes = false;  // guarded by mu_ (Set)
+  uint64_t writes = 0;
+
+ private:
+  void Run() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](MemoryStore* s) { return s->stop_ || !s->queue_.empty(); }, this));
+        if (queue_.empty()) return;
+        f = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      f();
+    }
+  }
+  mutable absl::Mutex mu_;
+  std::map<std::pair<uint64_t, std::string>, std::string> records_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::function<void()>> held_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// One engine's worth: an index over a region in memory, linked to the manager's store.
+struct Node {
+  Node(std::shared_ptr<TierManager> manager, uint64_t rows, uint64_t ns)
+      : region(rows * kRowBytes), owner(std::make_shared<int>(0)) {
+    index = std::move(SlotIndex::Create(rows)).value();
+    TierTarget target;
+    target.index = index.get();
+    target.row_bytes = kRowBytes;
+    target.namespace_id = ns;
+    target.label = "test";
+    std::weak_ptr<int> weak = owner;
+    target.lock_owner = [weak]() -> std::shared_ptr<void> { return weak.lock(); };
+    target.row_memory = [this](uint64_t row, std::shared_ptr<void>*) {
+      return region.data() + row * kRowBytes;
+    };
+    link = manager->Link(std::move(target));
+  }
+  // Stores `key` with bytes `fill` as an engine would: PrepareStore, the copy, the commit.
+  void Store(const std::string& key, uint8_t fill) {
+    absl::StatusOr<SlotIndex::PrepareStoreResult> p = index->PrepareStore({key});
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ(p->rows.size(), 1u);
+    std::memset(region.data() + p->rows[0] * kRowBytes, fill, kRowBytes);
+    ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, p->rows).ok());
+    ASSERT_TRUE(EndStoreCopy(*index, p->rows, true).ok());
+    ASSERT_TRUE(index->CompleteStore({key}, true).ok());
+  }
+  std::vector<KeyState> Lookup(const Keys& keys) {
+    std::vector<KeyState> states = index->Lookup(keys);
+    link->Promote(keys, 0, &states);
+    return states;
+  }
+  // The bytes of a READY key's row, read as a load would.
+  std::string Load(const std::string& key) {
+    absl::StatusOr<std::vector<uint64_t>> rows = index->PrepareLoad({key});
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    if (!rows.ok()) return "";
+    std::string bytes(reinterpret_cast<const char*>(region.data() + (*rows)[0] * kRowBytes),
+                      kRowBytes);
+    EXPECT_TRUE(index->CompleteLoad({key}).ok());
+    return bytes;
+  }
+
+  tier::AlignedBuffer region;
+  std::shared_ptr<int> owner;
+  std::unique_ptr<SlotIndex> index;
+  std::shared_ptr<TierLink> link;
+};
+
+class TierLinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = std::make_unique<MemoryStore>();
+    store_ = store.get();
+    TierOptions options;
+    options.promote_timeout = absl::Milliseconds(50);
+    manager_ = TierManager::Create(std::move(store), &release_, options);
+  }
+  void TearDown() override { manager_->Shutdown(); }
+  void Idle() { ASSERT_TRUE(manager_->WaitIdle(absl::Seconds(10))); }
+
+  DeferredRelease release_;
+  MemoryStore* store_ = nullptr;
+  std::shared_ptr<TierManager> manager_;
+};
+
+std::string Bytes(uint8_t fill) { return std::string(kRowBytes, static_cast<char>(fill)); }
+
+TEST_F(TierLinkTest, ReadyRowsAreSpilledAndAnEvictedPrefixIsPromotedByteExact) {
+  Node node(manager_, 4, /*ns=*/7);
+  node.Store("a", 0xA1);
+  node.Store("b", 0xB2);
+  Idle();
+  EXPECT_EQ(store_->records(), 2u);
+  EXPECT_EQ(manager_->link_stats().spills_ok, 2u);
+  EXPECT_EQ(manager_->link_stats().spill_bytes, 2 * kRowBytes);
+  // Four more keys evict a and b from the region.
+  for (int i = 0; i < 4; ++i) node.Store("x" + std::to_string(i), static_cast<uint8_t>(i));
+  Idle();
+  EXPECT_THAT(node.index->Lookup({"a", "b"}), ElementsAre(kMiss, kMiss));
+  // The Lookup finds them in the tier: pending, then READY with their own bytes.
+  EXPECT_THAT(node.Lookup({"a", "b"}), ElementsAre(kPending, kPending));
+  Idle();
+  EXPECT_THAT(node.Lookup({"a", "b"}), ElementsAre(kHit, kHit));
+  EXPECT_EQ(node.Load("a"), Bytes(0xA1));
+  EXPECT_EQ(node.Load("b"), Bytes(0xB2));
+  const TierLinkStats s = manager_->link_stats();
+  EXPECT_EQ(s.lookup_tier_hits, 2u);
+  EXPECT_EQ(s.promotions_ok, 2u);
+  EXPECT_EQ(s.promotion_bytes, 2 * kRowBytes);
+  EXPECT_EQ(s.promotions_failed, 0u);
+  // A promoted row is READY like any: it is not written to the tier again.
+  EXPECT_EQ(s.spills_ok, 6u);
+  EXPECT_GE(s.spills_already_held, 2u);
+}
+
+TEST_F(TierLinkTest, OnlyThePrefixUpToTheFirstKeyHeldNowhereIsPromoted) {
+  Node node(manager_, 8, 7);
+  node.Store("a", 1);
+  node.Store("c", 3);
+  Idle();
+  ASSERT_EQ(node.index->Reset(), 2u);  // the region forgets both; the tier keeps them
+  EXPECT_THAT(node.Lookup({"a", "b", "c"}), ElementsAre(kPending, kMiss, kMiss));
+  Idle();
+  EXPECT_THAT(node.index->Lookup({"a", "b", "c"}), ElementsAre(kHit, kMiss, kMiss));
+}
+
+TEST_F(TierLinkTest, AnotherNamespaceNeverSeesTheRecords) {
+  Node mine(manager_, 4, 1);
+  Node theirs(manager_, 4, 2);
+  mine.Store("k", 9);
+  Idle();
+  EXPECT_THAT(theirs.Lookup({"k"}), ElementsAre(kMiss));
+  Idle();
+  EXPECT_THAT(theirs.index->Lookup({"k"}), ElementsAre(kMiss));
+  EXPECT_EQ(manager_->link_stats().promotions_started, 0u);
+}
+
+TEST_F(TierLinkTest, ACorruptRecordIsAMissAndItsRowIsFreed) {
+  Node node(manager_, 4, 7);
+  node.Store("a", 1);
+  Idle();
+  ASSERT_EQ(node.index->Reset(), 1u);
+  store_->Set(&store_->corrupt_reads, true);
+  EXPECT_THAT(node.Lookup({"a"}), ElementsAre(kPending));
+  Idle();
+  EXPECT_THAT(node.index->Lookup({"a"}), ElementsAre(kMiss));
+  EXPECT_EQ(node.index->counts().rows_free, 4u);
+  EXPECT_EQ(manager_->link_stats().promotions_failed, 1u);
+  EXPECT_EQ(manager_->link_stats().promotions_ok, 0u);
+}
+
+TEST_F(TierLinkTest, APromotionPastItsBoundLooksUpAsAMissAndStillLands) {
+  Node node(manager_, 4, 7);
+  node.Store("a", 0x5A);
+  Idle();
+  ASSERT_EQ(node.index->Reset(), 1u);
+  store_->Set(&store_->hold_reads, true);
+  EXPECT_THAT(node.Lookup({"a"}), ElementsAre(kPending));
+  EXPECT_THAT(node.Lookup({"a"}), ElementsAre(kPending));  // within the bound
+  absl::SleepFor(absl::Milliseconds(60));                  // past promote_timeout (50 ms)
+  EXPECT_THAT(node.Lookup({"a"}), ElementsAre(kMiss));
+  EXPECT_EQ(manager_->link_stats().promotions_timed_out, 1u);
+  // The engine's own store of the key is skipped (the key is there) ...
+  absl::StatusOr<SlotIndex::PrepareStoreResult> p = node.index->PrepareStore({"a"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->keys.empty());
+  // ... and the promotion lands.
+  store_->Release();
+  Idle();
+  EXPECT_THAT(node.Lookup({"a"}), ElementsAre(kHit));
+  EXPECT_EQ(node.Load("a"), Bytes(0x5A));
+}
+
+TEST_F(TierLinkTest, NothingHappensForAnOwnerThatIsGone) {
+  Node node(manager_, 4, 7);
+  node.Store("a", 1);
+  Idle();
+  ASSERT_EQ(node.index->Reset(), 1u);
+  node.owner.reset();
+  release_.Flush();  // the spill's reference to the owner, handed over when it ended
+  EXPECT_THAT(node.Lookup({"a"}), ElementsAre(kMiss));
+  node.Store("b", 2);
+  Idle();
+  EXPECT_EQ(store_->records(), 1u);
+  EXPECT_EQ(manager_->link_stats().spills_gone, 1u);
+}
+
+TEST_F(TierLinkTest, ARefusedSpillIsCountedAndTheRowStaysEvictable) {
+  Node node(manager_, 1, 7);
+  store_->Set(&store_->refuse_writes, true);
+  node.Store("a", 1);
+  Idle();
+  EXPECT_EQ(manager_->link_stats().spills_failed, 1u);
+  EXPECT_EQ(node.index->counts().rows_evictable, 1u);
+  EXPECT_EQ(node.index->counts().copies_in_flight, 0u);
+}
+
+TEST_F(TierLinkTest, DropRecordsForgetsTheNamespace) {
+  Node node(manager_, 4, 7);
+  Node other(manager_, 4, 8);
+  node.Store("a", 1);
+  other.Store("a", 2);
+  Idle();
+  ASSERT_TRUE(node.link->DropRecords().ok());
+  ASSERT_EQ(node.index->Reset(), 1u);
+  ASSERT_EQ(other.index->Reset(), 1u);
+  EXPECT_THAT(node.Lookup({"a"}), ElementsAre(kMiss));
+  EXPECT_THAT(other.Lookup({"a"}), ElementsAre(kPending));
+  Idle();
+  EXPECT_EQ(other.Load("a"), Bytes(2));
+}
+
+// The same path over the real disk tier: spilled rows survive the daemon (a new manager over the
+// same files) and come back byte-exact.
+TEST(TierLinkDiskTest, RowsSpilledToDiskArePromotedAfterARestart) {
+  const std::string dir = ::testing::TempDir() + "/tier_link_disk";
+  ASSERT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  tier::DiskTierOptions options;
+  options.paths = {dir};
+  options.max_payload_bytes = kRowBytes;
+  options.capacity_bytes = 64 * (kRowBytes + 4096);
+  DeferredRelease release;
+  {
+    auto io = tier::MakeBlockIo(options.queue_depth);
+    ASSERT_TRUE(io.ok()) << io.status();
+    auto disk = tier::DiskTier::Open(options, std::move(*io));
+    ASSERT_TRUE(disk.ok()) << disk.status();
+    auto manager = TierManager::Create(std::move(*disk), &release, TierOptions{});
+    Node node(manager, 4, 42);
+    for (int i = 0; i < 4; ++i) node.Store("k" + std::to_string(i), static_cast<uint8_t>(i + 1));
+    ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
+    EXPECT_EQ(manager->store_stats().records, 4u);
+    manager->Shutdown();
+  }
+  auto io = tier::MakeBlockIo(options.queue_depth);
+  ASSERT_TRUE(io.ok());
+  auto disk = tier::DiskTier::Open(options, std::move(*io));
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  auto manager = TierManager::Create(std::move(*disk), &release, TierOptions{});
+  Node node(manager, 4, 42);  // a new region: empty
+  const Keys keys = {"k0", "k1", "k2", "k3"};
+  EXPECT_THAT(node.Lookup(keys), ElementsAre(kPending, kPending, kPending, kPending));
+  ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
+  EXPECT_THAT(node.Lookup(keys), ElementsAre(kHit, kHit, kHit, kHit));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(node.Load(keys[i]), Bytes(static_cast<uint8_t>(i + 1)));
+  manager->Shutdown();
+}
+
+}  // namespace
+}  // namespace kvoffload::daemon
