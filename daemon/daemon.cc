@@ -31,6 +31,9 @@
 #include "daemon/service/peer_acceptor.h"
 #include "daemon/service/peer_credentials.h"
 #include "daemon/service/worker_service.h"
+#include "daemon/tier/block_io_factory.h"
+#include "daemon/tier/disk_tier.h"
+#include "daemon/tier/tier_link.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -93,6 +96,9 @@ struct Daemon::Impl {
       std::make_unique<std::atomic<int64_t>>(0);
   std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<DeferredRelease> release;
+  // The tiers below the regions (null: none). Shut down before `release` is flushed for the last
+  // time: their I/O callbacks hand references to it.
+  std::shared_ptr<TierManager> tiers;
   std::unique_ptr<EngineRegistry> registry;
   // Filled by the acceptors, read by the services: outlives both.
   std::unique_ptr<PeerTable> peers = std::make_unique<PeerTable>();
@@ -136,6 +142,9 @@ struct Daemon::Impl {
   // Start's steps, in order. Creates the runtime directory and takes its lock (FAILED_PRECONDITION
   // while another kvoffloadd holds it); the sockets' paths, stale files removed.
   absl::Status TakeRuntimeDir();
+  // The disk tier, when configured: its files opened (their records found again) before any
+  // engine exists. Fails Start when it cannot be opened.
+  absl::Status OpenTiers();
   // The fd store, budget, release queue and registry, with the engines of `restart` restored.
   void BuildRegistry(RestartInputs restart);
   // The services, both gRPC servers and their acceptors (the sockets exist from here on).
@@ -180,12 +189,29 @@ absl::Status Daemon::Impl::TakeRuntimeDir() {
   return absl::OkStatus();
 }
 
+absl::Status Daemon::Impl::OpenTiers() {
+  release = std::make_unique<DeferredRelease>();
+  if (options.disk_tier.paths.empty()) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(std::unique_ptr<tier::BlockIo> io,
+                   tier::MakeBlockIo(options.disk_tier.queue_depth));
+  ASSIGN_OR_RETURN(std::unique_ptr<tier::DiskTier> disk,
+                   tier::DiskTier::Open(options.disk_tier, std::move(io)));
+  const tier::DiskTierStats found = disk->stats();
+  Log()->info("disk tier: {} paths, {} records of up to {} bytes in {} slots ({}), {} found again "
+              "in {:.1f} ms",
+              options.disk_tier.paths.size(), found.records, options.disk_tier.max_payload_bytes,
+              found.capacity_slots, std::string(disk->io_name()), found.scan_records,
+              absl::ToDoubleMilliseconds(absl::Now() - start));
+  tiers = TierManager::Create(std::move(disk), release.get(), options.tiers);
+  return absl::OkStatus();
+}
+
 void Daemon::Impl::BuildRegistry(RestartInputs restart) {
   fd_store = restart.fd_store != nullptr ? std::move(restart.fd_store)
                                          : std::make_unique<NoFdStore>();
   durability = std::make_unique<Durability>(fd_store.get(), options.state_key_bytes);
   budget = std::make_unique<MemoryBudget>(options.max_region_bytes);
-  release = std::make_unique<DeferredRelease>();
   EngineDeps deps;
   deps.backend = backend.get();
   deps.budget = budget.get();
@@ -193,6 +219,7 @@ void Daemon::Impl::BuildRegistry(RestartInputs restart) {
   deps.region_options = options.region_options;
   deps.jobs = options.jobs;
   deps.callbacks_running = callbacks_running.get();
+  deps.tiers = tiers.get();
   RegistryOptions registry_options = options.registry;
   registry_options.durability = durability.get();
   registry = std::make_unique<EngineRegistry>(deps, registry_options);
@@ -204,7 +231,7 @@ absl::Status Daemon::Impl::StartServers() {
   engine_service = std::make_unique<EngineService>(registry.get(), peers.get());
   worker_service = std::make_unique<WorkerService>(registry.get(), peers.get(), options.workers);
   admin_service = std::make_unique<AdminService>(registry.get(), backend.get(), budget.get(),
-                                                 peers.get(), options.access);
+                                                 peers.get(), options.access, tiers.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   // The largest legal request, and no more (limits.h has the arithmetic; ValidateDaemonOptions
@@ -255,12 +282,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const DaemonOptions& optio
   } else {
     Log()->info("file descriptor limit {}", *fd_limit);
   }
+  RETURN_IF_ERROR(impl->OpenTiers());
   // Engines come back from the fd store before any client can connect.
   impl->BuildRegistry(std::move(restart));
   if (!options.metrics_address.empty()) {
     // Before the gRPC sockets exist: a metrics address that cannot be bound fails Start cleanly.
     impl->metrics_collector = std::make_shared<MetricsCollector>(
-        impl->registry.get(), impl->budget.get(), impl->backend.get());
+        impl->registry.get(), impl->budget.get(), impl->backend.get(), impl->tiers.get());
     ASSIGN_OR_RETURN(impl->metrics_server,
                      MetricsServer::Start(options.metrics_address, impl->metrics_collector));
   }
@@ -302,6 +330,8 @@ void Daemon::Shutdown(absl::Duration grace) {
   impl_->data_server->Wait();
   impl_->admin_server->Wait();
   impl_->metrics_server.reset();
+  // No engine stores or looks up any more: stop spilling, and wait for the tier's I/O.
+  if (impl_->tiers != nullptr) impl_->tiers->Shutdown();
   impl_->release->Flush();
   if (!drained) {
     // A copy that outlived its grace may still write (PegaFlow 403): keep its region, its

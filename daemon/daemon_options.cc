@@ -56,6 +56,38 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& o) {
     return Invalid("first_message_timeout_s", "must be > 0");
   }
   if (o.shutdown_grace < absl::ZeroDuration()) return Invalid("shutdown_grace_s", "must be >= 0");
+  if (!o.disk_tier.paths.empty()) {
+    const tier::DiskTierOptions& d = o.disk_tier;
+    for (const std::string& path : d.paths) {
+      if (path.empty()) return Invalid("disk_tier_path", "names an empty directory");
+    }
+    if (d.max_payload_bytes == 0 || d.max_payload_bytes % 4096 != 0) {
+      return Invalid("disk_tier_row_bytes", absl::StrCat("must be a positive multiple of 4096, not ",
+                                                         d.max_payload_bytes));
+    }
+    // Each path holds at least one record.
+    const uint64_t slot = d.max_payload_bytes + 4096;
+    if (d.capacity_bytes / d.paths.size() < slot) {
+      return Invalid("disk_tier_bytes",
+                     absl::StrCat("must hold at least one record (", slot, " bytes) per path, not ",
+                                  d.capacity_bytes, " bytes over ", d.paths.size(), " paths"));
+    }
+    if (d.queue_depth < 1 || d.queue_depth > 4096) {
+      return Invalid("disk_tier_queue_depth", absl::StrCat("must be 1..4096, not ", d.queue_depth));
+    }
+    if (d.write_depth < 1 || d.write_depth > d.queue_depth) {
+      return Invalid("disk_tier_write_depth",
+                     absl::StrCat("must be 1..--disk_tier_queue_depth (", d.queue_depth, "), not ",
+                                  d.write_depth));
+    }
+  }
+  if (o.tiers.promote_timeout <= absl::ZeroDuration()) {
+    return Invalid("tier_promote_timeout_ms", "must be > 0");
+  }
+  if (o.tiers.max_spills_in_flight == 0) return Invalid("tier_spills_in_flight", "must be > 0");
+  if (o.tiers.max_spill_queue == 0) {
+    return absl::InvalidArgumentError("tiers.max_spill_queue must be > 0");
+  }
   if (o.region_options.numa_node < -1) {
     return Invalid("region_numa_node", "must be -1 (first touch) or a node number");
   }

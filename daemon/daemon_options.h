@@ -23,6 +23,8 @@
 #include "daemon/region/region.h"
 #include "daemon/restart/state_file.h"
 #include "daemon/service/worker_service.h"
+#include "daemon/tier/disk_tier.h"
+#include "daemon/tier/tier_link.h"
 
 namespace kvoffload::daemon {
 
@@ -58,6 +60,10 @@ struct DaemonOptions {
   uint32_t state_key_bytes = StateFile::kDefaultKeyCapacity;
   // kvoffloadd, on SIGTERM: how long running copies get to finish (Daemon::Shutdown's grace).
   absl::Duration shutdown_grace = absl::Seconds(10);
+  // The disk tier below the regions (docs/disk_tier.md): off while disk_tier.paths is empty;
+  // then capacity_bytes must be set. `tiers`: how rows are spilled and promoted.
+  tier::DiskTierOptions disk_tier;
+  TierOptions tiers;
 };
 
 // Every range rule of DaemonOptions, in one place (Daemon::Start calls it; kvoffloadd calls it

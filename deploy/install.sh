@@ -173,4 +173,8 @@ install.sh: done. Next:
   usermod -aG kvoffload <each user that runs engines, e.g. vllm>   (then restart its service)
   usermod -aG kvoffload-admin <each operator that runs kvoffloadctl>
   systemctl enable --now kvoffloadd && systemctl status kvoffloadd
+Optional, the disk tier (docs/disk_tier.md "Deploying"): dedicate a directory per NVMe device,
+  e.g. an XFS or ext4 file system mounted at /var/lib/kvoffload/tier0 (the unit's StateDirectory),
+  chown kvoffload:kvoffload it, and set --disk_tier_path and --disk_tier_bytes in the flagfile;
+  a mount elsewhere also needs a drop-in: systemctl edit kvoffloadd -> ReadWritePaths=/mnt/nvme0/kvtier
 EOM

@@ -55,6 +55,7 @@
 #include "daemon/pool/pool.h"
 #include "daemon/region/memory_budget.h"
 #include "daemon/region/region.h"
+#include "daemon/tier/tier_link.h"
 
 namespace kvoffload::daemon {
 
@@ -68,6 +69,8 @@ struct EngineDeps {
   // Copy callbacks still running (incremented before a backend Submit, decremented as the
   // callback's last act): shutdown waits for zero before it frees what callbacks touch.
   std::atomic<int64_t>* callbacks_running = nullptr;
+  // The node's tiers below the regions (tier_link.h); null when there are none.
+  TierManager* tiers = nullptr;
 };
 
 struct WorkerInfo {
@@ -145,6 +148,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void set_pool(std::shared_ptr<Pool> pool, uint32_t member);
   // Leaves the pool (its segment drains); no-op for a private engine. Idempotent.
   void LeavePool();
+  // Links the engine's rows — its own index, or its pool's — to the node's tiers (spill and
+  // promote, tier_link.h). Called once by the registry before the engine is published, after
+  // set_owner_uid and set_pool. Nothing without tiers, or for rows larger than the tier holds
+  // (logged).
+  void LinkTier();
+  // Null when the rows are not tiered. Read-only once published.
+  TierLink* tier_link() const { return tier_link_.get(); }
+  std::shared_ptr<TierLink> shared_tier_link() const { return tier_link_; }
   uint8_t* region_base() const { return region_->data(); }
   // Rows of its own region usable now (serve while pinning; its own index tracks them even when
   // the engine serves a pool's): a pool brings the member's segment online as far as this.
@@ -237,6 +248,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::shared_ptr<Pool> pool_;
   uint32_t member_ = 0;
   SlotIndex* active_index_;         // index_ or the pool's
+  std::shared_ptr<TierLink> tier_link_;  // see LinkTier: its own, or the pool's
   common::Geometry part_geometry_;  // geometry_, num_rows = the index's rows
   // EngineResources::record_layout: the first worker's layout goes to the durable state.
   const std::function<void(const std::vector<uint64_t>&)> record_layout_;

@@ -141,6 +141,7 @@ absl::StatusOr<OpenedEngine> EngineRegistry::OpenResolved(const ResolvedSpec& re
     }
     engine->set_pool(std::move(joined->pool), joined->member);
   }
+  engine->LinkTier();
   absl::MutexLock lock(&mu_);
   if (shutting_down_) {
     engine->LeavePool();
@@ -195,6 +196,7 @@ absl::StatusOr<EngineRegistry::RestoredEngine> EngineRegistry::Restore(
   std::shared_ptr<Engine> engine = Engine::FromResources(
       identity.spec, geometry, deps_, identity.region_epoch, std::move(adopted.resources));
   engine->set_owner_uid(identity.owner_uid);
+  engine->LinkTier();
   {
     absl::MutexLock lock(&mu_);
     engines_.emplace(key, engine);

@@ -8,6 +8,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/latency_histogram.h"
 #include "daemon/metrics/pool_metrics.h"
+#include "daemon/metrics/tier_metrics.h"
 #include "prometheus/text_serializer.h"
 
 namespace kvoffload::daemon {
@@ -92,8 +93,13 @@ ClientMetric LatencyHistogramMetric(const EngineSnapshot& s) {
 }  // namespace
 
 MetricsCollector::MetricsCollector(const EngineRegistry* registry, const MemoryBudget* budget,
-                                   const CopyBackend* backend, std::string version)
-    : registry_(registry), budget_(budget), backend_(backend), version_(std::move(version)) {}
+                                   const CopyBackend* backend, const TierManager* tiers,
+                                   std::string version)
+    : registry_(registry),
+      budget_(budget),
+      backend_(backend),
+      tiers_(tiers),
+      version_(std::move(version)) {}
 
 std::vector<MetricFamily> MetricsCollector::Collect() const {
   std::vector<EngineSnapshot> engines;
@@ -215,6 +221,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   std::vector<PoolSnapshot> pools;
   for (const std::shared_ptr<Pool>& pool : registry_->ListPools()) pools.push_back(pool->Snapshot());
   AppendPoolMetrics(pools, &out);
+  AppendTierMetrics(tiers_, &out);
   return out;
 }
 

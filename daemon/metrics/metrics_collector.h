@@ -15,6 +15,7 @@
 #include "daemon/copy/copy_backend.h"
 #include "daemon/engine/registry.h"
 #include "daemon/region/memory_budget.h"
+#include "daemon/tier/tier_link.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 
@@ -28,8 +29,10 @@ inline constexpr char kKvoffloadVersion[] = "0.1.0";
 // the exposer serving this collector must be stopped before they are destroyed.
 class MetricsCollector : public prometheus::Collectable {
  public:
+  // `tiers`: the node's tiers below the regions, or null.
   MetricsCollector(const EngineRegistry* registry, const MemoryBudget* budget,
-                   const CopyBackend* backend, std::string version = kKvoffloadVersion);
+                   const CopyBackend* backend, const TierManager* tiers = nullptr,
+                   std::string version = kKvoffloadVersion);
   MetricsCollector(const MetricsCollector&) = delete;
   MetricsCollector& operator=(const MetricsCollector&) = delete;
 
@@ -42,6 +45,7 @@ class MetricsCollector : public prometheus::Collectable {
   const EngineRegistry* const registry_;
   const MemoryBudget* const budget_;
   const CopyBackend* const backend_;
+  const TierManager* const tiers_;
   const std::string version_;
 };
 

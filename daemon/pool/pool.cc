@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "daemon/tier/tier_namespace.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +12,7 @@
 #include "common/logging.h"
 #include "common/refusals.h"
 #include "common/status_macros.h"
+#include "daemon/tier/tier_namespace.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -212,6 +214,31 @@ uint8_t* Pool::SegmentBase(uint32_t segment, std::shared_ptr<void>* keepalive) c
             ": a copy names segment ", segment, ", which has no region");
   *keepalive = segments_[segment].keepalive;
   return segments_[segment].base;
+}
+
+std::shared_ptr<TierLink> Pool::LinkTier(TierManager* tiers, const std::shared_ptr<Pool>& self) {
+  absl::MutexLock lock(&mu_);
+  if (tier_link_ != nullptr) return tier_link_;
+  TierTarget target;
+  target.index = index_.get();
+  target.row_bytes = geometry_.row_bytes;
+  target.namespace_id = TierNamespace(creator_, owner_uid_, geometry_);
+  target.label = absl::StrCat("pool ", name_);
+  std::weak_ptr<Pool> weak = self;
+  target.lock_owner = [weak]() -> std::shared_ptr<void> { return weak.lock(); };
+  // A row's memory is its member's region, kept mapped by the member's reference; asked only
+  // for rows a copy guard admitted (SegmentBase's rule).
+  const uint64_t row_bytes = geometry_.row_bytes;
+  const uint64_t segment_rows = index_->segment_rows();
+  target.row_memory = [weak, row_bytes, segment_rows](uint64_t row,
+                                                       std::shared_ptr<void>* keepalive) {
+    std::shared_ptr<Pool> pool = weak.lock();
+    if (pool == nullptr) return static_cast<uint8_t*>(nullptr);
+    uint8_t* base = pool->SegmentBase(static_cast<uint32_t>(row / segment_rows), keepalive);
+    return base + (row % segment_rows) * row_bytes;
+  };
+  tier_link_ = tiers->Link(std::move(target));
+  return tier_link_;
 }
 
 bool Pool::Maintain() {

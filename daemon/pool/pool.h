@@ -47,6 +47,7 @@
 #include "daemon/index/slot_index.h"
 #include "daemon/lifetime/deferred_release.h"
 #include "daemon/region/memory_budget.h"
+#include "daemon/tier/tier_link.h"
 
 namespace kvoffload::daemon {
 
@@ -136,6 +137,10 @@ class Pool {
 
   PoolSnapshot Snapshot() const;
 
+  // The pool's link to the node's tiers (tier_link.h), made by the first member that asks and
+  // shared by all: one namespace for the pool (tier_namespace.h). `self` is this pool.
+  std::shared_ptr<TierLink> LinkTier(TierManager* tiers, const std::shared_ptr<Pool>& self);
+
  private:
   struct Segment {
     std::string engine;
@@ -160,6 +165,7 @@ class Pool {
   mutable absl::Mutex mu_;
   std::vector<Segment> segments_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> layout_ ABSL_GUARDED_BY(mu_);  // empty until a worker fixed it
+  std::shared_ptr<TierLink> tier_link_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvoffload::daemon

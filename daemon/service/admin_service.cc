@@ -1,6 +1,7 @@
 #include "daemon/service/admin_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "daemon/service/convert.h"
 
 namespace kvoffload::daemon {
@@ -41,6 +42,7 @@ grpc::Status AdminService::Stats(grpc::ServerContext* context, const v1::StatsRe
     }
     if (visible) ToProto(snapshot, response->add_pools());
   }
+  if (tiers_ != nullptr) ToProto(*tiers_, response->add_tiers());  // node totals, as region_bytes
   for (const auto& [device, bytes] : backend_->GpuMemoryBytes()) {
     (*response->mutable_gpu_memory_bytes())[device] = bytes;
   }
@@ -59,6 +61,24 @@ grpc::Status AdminService::ListEngines(grpc::ServerContext* context, const v1::E
   return grpc::Status::OK;
 }
 
+namespace {
+
+// A dropped engine's records in the tiers go with it; a pool's stay (its other members use them).
+std::shared_ptr<TierLink> PrivateTierLink(const Engine& engine) {
+  return engine.pool() == nullptr ? engine.shared_tier_link() : nullptr;
+}
+
+void DropTierRecords(TierLink* link) {
+  if (link == nullptr) return;
+  absl::Status dropped = link->DropRecords();
+  if (!dropped.ok()) {
+    common::Logger("admin")->error("{}: its records in the tiers were not dropped: {}",
+                                   link->label(), dropped.ToString());
+  }
+}
+
+}  // namespace
+
 grpc::Status AdminService::DropEngine(grpc::ServerContext* context,
                                       const v1::DropEngineRequest* request, v1::Empty*) {
   auto caller = peers_->CallerOf(context);
@@ -66,10 +86,16 @@ grpc::Status AdminService::DropEngine(grpc::ServerContext* context,
   if (request->engine_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "engine_id is empty");
   }
-  return ToGrpcStatus(registry_->Drop(
+  std::shared_ptr<TierLink> link;
+  absl::Status dropped = registry_->Drop(
       request->engine_id(), request->dp_rank(), request->force(), [&](const Engine& engine) {
-        return CheckEngineAdmin(*caller, engine.owner_uid(), engine.key(), policy_, "drop");
-      }));
+        absl::Status allowed =
+            CheckEngineAdmin(*caller, engine.owner_uid(), engine.key(), policy_, "drop");
+        if (allowed.ok()) link = PrivateTierLink(engine);
+        return allowed;
+      });
+  if (dropped.ok()) DropTierRecords(link.get());
+  return ToGrpcStatus(dropped);
 }
 
 grpc::Status AdminService::Cleanup(grpc::ServerContext* context, const v1::CleanupRequest* request,
@@ -86,13 +112,20 @@ grpc::Status AdminService::Cleanup(grpc::ServerContext* context, const v1::Clean
     absl::Status allowed =
         CheckEngineAdmin(*caller, (*engine)->owner_uid(), (*engine)->key(), policy_, "reset");
     if (!allowed.ok()) return ToGrpcStatus(allowed);
+    // The tiers first: a Lookup between the two would promote what Reset just forgot.
+    DropTierRecords((*engine)->tier_link());
     response->set_rows_reset((*engine)->index().Reset());
   }
   if (request->drop_idle()) {
+    std::vector<std::shared_ptr<TierLink>> links;
     auto mine = [&](const Engine& engine) {
-      return CheckEngineAdmin(*caller, engine.owner_uid(), engine.key(), policy_, "drop");
+      absl::Status allowed =
+          CheckEngineAdmin(*caller, engine.owner_uid(), engine.key(), policy_, "drop");
+      if (allowed.ok()) links.push_back(PrivateTierLink(engine));  // approved is dropped
+      return allowed;
     };
     for (const std::string& key : registry_->DropIdle(mine)) response->add_dropped(key);
+    for (const auto& link : links) DropTierRecords(link.get());
   }
   return grpc::Status::OK;
 }

@@ -22,13 +22,16 @@ namespace kvoffload::daemon {
 // Thread-safe. Borrows everything it is given.
 class AdminService final : public v1::Admin::Service {
  public:
+  // `tiers`: the node's tiers below the regions, or null.
   AdminService(EngineRegistry* registry, const CopyBackend* backend, const MemoryBudget* budget,
-               const CallerSource* peers, const AccessPolicy& policy)
+               const CallerSource* peers, const AccessPolicy& policy,
+               const TierManager* tiers = nullptr)
       : registry_(registry),
         backend_(backend),
         budget_(budget),
         peers_(peers),
         policy_(policy),
+        tiers_(tiers),
         started_(absl::Now()) {}
 
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest*,
@@ -44,12 +47,12 @@ class AdminService final : public v1::Admin::Service {
   // Engines `caller` may administer.
   std::vector<std::shared_ptr<Engine>> Visible(const Caller& caller) const;
 
-
   EngineRegistry* const registry_;
   const CopyBackend* const backend_;
   const MemoryBudget* const budget_;
   const CallerSource* const peers_;
   const AccessPolicy policy_;
+  const TierManager* const tiers_;
   const absl::Time started_;
 };
 

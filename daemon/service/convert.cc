@@ -136,4 +136,40 @@ absl::StatusOr<std::vector<std::string>> KeysFromProto(
   return std::vector<std::string>(keys.begin(), keys.end());
 }
 
+void ToProto(const TierManager& tiers, v1::TierStats* proto) {
+  const tier::RecordStoreStats store = tiers.store_stats();
+  const TierLinkStats links = tiers.link_stats();
+  proto->set_name(tiers.tier_name());
+  proto->set_capacity_bytes(store.capacity_bytes);
+  proto->set_used_bytes(store.used_bytes);
+  proto->set_records(store.records);
+  proto->set_writes_ok(store.writes_ok);
+  proto->set_write_errors(store.write_errors);
+  proto->set_bytes_written(store.bytes_written);
+  proto->set_reads_ok(store.reads_ok);
+  proto->set_read_misses(store.read_misses);
+  proto->set_read_corrupt(store.read_corrupt);
+  proto->set_read_errors(store.read_errors);
+  proto->set_bytes_read(store.bytes_read);
+  proto->set_evictions(store.evictions);
+  proto->set_queue_depth(store.queue_depth);
+  proto->set_spills_queued(links.spills_queued);
+  proto->set_spills_ok(links.spills_ok);
+  proto->set_spill_bytes(links.spill_bytes);
+  proto->set_spills_failed(links.spills_failed);
+  proto->set_spills_already_held(links.spills_already_held);
+  proto->set_spills_gone(links.spills_gone);
+  proto->set_spill_queue_dropped(links.spill_queue_dropped);
+  proto->set_lookup_tier_hits(links.lookup_tier_hits);
+  proto->set_promotions_started(links.promotions_started);
+  proto->set_promotions_ok(links.promotions_ok);
+  proto->set_promotions_failed(links.promotions_failed);
+  proto->set_promotion_bytes(links.promotion_bytes);
+  proto->set_promotions_timed_out(links.promotions_timed_out);
+  proto->set_promotion_seconds_sum(links.promotion_seconds_sum);
+  proto->set_promotion_seconds_max(links.promotion_seconds_max);
+  proto->set_spill_queue_depth(links.spill_queue_depth);
+  proto->set_promotions_in_flight(links.promotions_in_flight);
+}
+
 }  // namespace kvoffload::daemon

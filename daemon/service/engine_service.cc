@@ -66,7 +66,11 @@ grpc::Status EngineService::Lookup(grpc::ServerContext* context, const v1::KeysR
                                  request->dp_rank(), request->region_epoch(),
                                  request->keys());
   if (!req.ok()) return ToGrpcStatus(req.status());
-  for (SlotIndex::KeyState s : req->engine->index().Lookup(req->keys, req->engine->index_member())) {
+  const uint32_t member = req->engine->index_member();
+  std::vector<SlotIndex::KeyState> states = req->engine->index().Lookup(req->keys, member);
+  // Misses the node's tiers hold are promoted, and answered HIT_PENDING while they are read.
+  if (TierLink* link = req->engine->tier_link()) link->Promote(req->keys, member, &states);
+  for (SlotIndex::KeyState s : states) {
     switch (s) {
       case SlotIndex::KeyState::kMiss:
         response->add_states(v1::KEY_STATE_MISS);

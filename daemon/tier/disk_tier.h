@@ -56,7 +56,8 @@ struct DiskTierOptions {
   // Bound on the files' total size; each path gets an equal share of whole slots.
   uint64_t capacity_bytes = 0;
   // The largest payload (a row); a multiple of 4096. A slot is this plus the 4 KiB header.
-  uint64_t max_payload_bytes = 0;
+  // 2 MiB: a 16-token block of a Llama-3-8B-class model (128 KiB per token).
+  uint64_t max_payload_bytes = uint64_t{2} << 20;
   // Requests in flight to the device, and how many of them may be writes (IoScheduler).
   int queue_depth = 32;
   int write_depth = 16;
@@ -125,6 +126,7 @@ class DiskTier : public RecordStore {
 
   DiskTierStats stats() const;
   absl::string_view tier_name() const override { return "disk"; }
+  uint64_t max_record_bytes() const override { return options_.max_payload_bytes; }
   RecordStoreStats record_stats() const override;
   absl::string_view io_name() const { return io_->name(); }
 

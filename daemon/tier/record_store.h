@@ -60,6 +60,9 @@ class RecordStore {
   // "disk", "cluster": the tier's label in metrics and stats.
   virtual absl::string_view tier_name() const = 0;
 
+  // The largest record (a row) the tier holds; larger rows are not tiered.
+  virtual uint64_t max_record_bytes() const = 0;
+
   // Writes `bytes` at `payload` as the record of (namespace_id, key).
   virtual absl::Status Write(uint64_t namespace_id, absl::string_view key, const void* payload,
                              uint64_t bytes, WriteDone done) = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
 namespace kvoffload::daemon {
@@ -208,9 +209,12 @@ void TierLink::Promote(const std::vector<std::string>& keys, uint32_t member,
           target_.namespace_id, key, memory, target_.row_bytes,
           [self, key, run, now, keepalive](absl::StatusOr<uint64_t> read) mutable {
             const bool ok = read.ok() && *read == self->target_.row_bytes;
-            if (!read.ok() && !absl::IsNotFound(read.status())) {
+            if (!ok) {
               Log()->warn("{}: promotion from the {} tier failed: {}", self->target_.label,
-                          self->manager_->tier_name_, std::string(read.status().message()));
+                          self->manager_->tier_name_,
+                          read.ok() ? absl::StrCat("a record of ", *read, " bytes for rows of ",
+                                                   self->target_.row_bytes)
+                                    : read.status().ToString());
             }
             self->EndPromotion(key, run, now, ok, ok ? *read : 0, std::move(keepalive));
           });
@@ -258,7 +262,14 @@ void TierLink::EndPromotion(const std::string& key, RowRun run, absl::Time start
 }
 
 absl::Status TierLink::DropRecords() {
-  absl::ReaderMutexLock store_lock(&manager_->store_mu_);
+  // Exclusive: no spill of this link is between its pop and its write now, and the queue is
+  // empty, so nothing written before this call survives it (a write still in flight is
+  // discarded by the tier: RecordStore::DropNamespace).
+  absl::WriterMutexLock store_lock(&manager_->store_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    spill_queue_.clear();
+  }
   if (manager_->store_ == nullptr) return absl::OkStatus();
   return manager_->store_->DropNamespace(target_.namespace_id);
 }
@@ -284,6 +295,7 @@ TierManager::TierManager(std::unique_ptr<tier::RecordStore> store, DeferredRelea
     : options_(options),
       release_(release),
       tier_name_(store->tier_name()),
+      max_row_bytes_(store->max_record_bytes()),
       store_(std::move(store)) {}
 
 TierManager::~TierManager() { Shutdown(); }

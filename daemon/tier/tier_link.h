@@ -110,7 +110,8 @@ class TierLink : public std::enable_shared_from_this<TierLink> {
   void Promote(const std::vector<std::string>& keys, uint32_t member,
                std::vector<SlotIndex::KeyState>* states);
 
-  // Forgets the namespace's records in the tier (kvoffloadctl drop).
+  // Forgets the namespace's records in the tier and the keys queued for spilling (kvoffloadctl
+  // drop, cleanup): no row stored before the call is promoted after it.
   absl::Status DropRecords();
 
   uint64_t namespace_id() const { return target_.namespace_id; }
@@ -161,6 +162,8 @@ class TierManager : public std::enable_shared_from_this<TierManager> {
   void Shutdown();
 
   const TierOptions& options() const { return options_; }
+  // The largest row the store holds (RecordStore::max_record_bytes): larger rows are not linked.
+  uint64_t max_row_bytes() const { return max_row_bytes_; }
   // The store's name ("disk") and counters (zero after Shutdown).
   const std::string& tier_name() const { return tier_name_; }
   tier::RecordStoreStats store_stats() const;
@@ -182,6 +185,7 @@ class TierManager : public std::enable_shared_from_this<TierManager> {
   const TierOptions options_;
   DeferredRelease* const release_;
   const std::string tier_name_;
+  const uint64_t max_row_bytes_;
   // Every call into the store holds this shared; Shutdown holds it exclusively to destroy it.
   mutable absl::Mutex store_mu_;
   std::unique_ptr<tier::RecordStore> store_ ABSL_GUARDED_BY(store_mu_);

@@ -47,6 +47,7 @@ class MemoryStore : public tier::RecordStore {
     thread_.join();
   }
   absl::string_view tier_name() const override { return "memory"; }
+  uint64_t max_record_bytes() const override { return kRowBytes; }
   absl::Status Write(uint64_t ns, absl::string_view key, const void* payload, uint64_t bytes,
                      WriteDone done) override {
     std::string value(static_cast<const char*>(payload), bytes);
