@@ -114,7 +114,7 @@ TEST_F(KvoffloadctlDaemonTest, StatsOfAnEmptyNode) {
   EXPECT_EQ(r.rc, kExitOk) << r.err;
   EXPECT_TRUE(absl::StartsWith(r.out, "{\"backend\":\"host\",\"uptime_seconds\":")) << r.out;
   EXPECT_TRUE(absl::EndsWith(r.out, ",\"region_bytes\":0,\"max_region_bytes\":67108864,"
-                                    "\"gpu_memory_bytes\":{},\"engines\":[],\"pools\":[]}\n"))
+                                    "\"gpu_memory_bytes\":{},\"engines\":[],\"pools\":[],\"tiers\":[]}\n"))
       << r.out;
   r = Run({"engines"});
   EXPECT_EQ(r.rc, kExitOk) << r.err;
@@ -132,7 +132,7 @@ TEST_F(KvoffloadctlDaemonTest, EveryCommandOnAnEngine) {
                                        "\"region_ready_bytes\":1048576,"))
       << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "\"replicated\":false,\"num_copies\":1,"
-                                       "\"row_bytes\":8192}],\"pools\":[]}"))
+                                       "\"row_bytes\":8192}],\"pools\":[],\"tiers\":[]}"))
       << r.out;
 
   r = Run({"stats"});

@@ -148,7 +148,7 @@ TEST_F(KvoffloadctlTest, StatsJsonWithGlobalFlagAfterTheCommand) {
   EXPECT_EQ(r.err, "");
   EXPECT_TRUE(absl::StartsWith(r.out, "{\"backend\":\"host\",\"uptime_seconds\":0,")) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "\"engines\":[{\"engine_id\":\"llama\",\"dp_rank\":0,"));
-  EXPECT_TRUE(absl::EndsWith(r.out, "}],\"pools\":[]}\n")) << r.out;
+  EXPECT_TRUE(absl::EndsWith(r.out, "}],\"pools\":[],\"tiers\":[]}\n")) << r.out;
 }
 
 TEST_F(KvoffloadctlTest, StatsTableWithSocketFlagBeforeTheCommand) {

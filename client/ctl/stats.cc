@@ -112,6 +112,75 @@ std::string PoolsText(const v1::StatsResponse& stats) {
 
 std::string Micros(double us) { return std::isfinite(us) ? absl::StrFormat("%.0f", us) : "-"; }
 
+std::string TierJson(const v1::TierStats& t) {
+  JsonObjectWriter json;
+  json.String("name", t.name());
+  json.Uint("capacity_bytes", t.capacity_bytes());
+  json.Uint("used_bytes", t.used_bytes());
+  json.Uint("records", t.records());
+  json.Uint("writes_ok", t.writes_ok());
+  json.Uint("write_errors", t.write_errors());
+  json.Uint("bytes_written", t.bytes_written());
+  json.Uint("reads_ok", t.reads_ok());
+  json.Uint("read_misses", t.read_misses());
+  json.Uint("read_corrupt", t.read_corrupt());
+  json.Uint("read_errors", t.read_errors());
+  json.Uint("bytes_read", t.bytes_read());
+  json.Uint("evictions", t.evictions());
+  json.Uint("queue_depth", t.queue_depth());
+  json.Uint("spills_queued", t.spills_queued());
+  json.Uint("spills_ok", t.spills_ok());
+  json.Uint("spill_bytes", t.spill_bytes());
+  json.Uint("spills_failed", t.spills_failed());
+  json.Uint("spills_already_held", t.spills_already_held());
+  json.Uint("spills_gone", t.spills_gone());
+  json.Uint("spill_queue_dropped", t.spill_queue_dropped());
+  json.Uint("spill_queue_depth", t.spill_queue_depth());
+  json.Uint("lookup_tier_hits", t.lookup_tier_hits());
+  json.Uint("promotions_started", t.promotions_started());
+  json.Uint("promotions_ok", t.promotions_ok());
+  json.Uint("promotions_failed", t.promotions_failed());
+  json.Uint("promotion_bytes", t.promotion_bytes());
+  json.Uint("promotions_timed_out", t.promotions_timed_out());
+  json.Uint("promotions_in_flight", t.promotions_in_flight());
+  json.Double("promotion_seconds_sum", t.promotion_seconds_sum());
+  json.Double("promotion_seconds_max", t.promotion_seconds_max());
+  return std::move(json).Close();
+}
+
+// One row per tier below the regions: what it holds, what was spilled and promoted, failures.
+std::string TiersText(const v1::StatsResponse& stats) {
+  TextTable table({{"tier", Align::kLeft},
+                   {"records"},
+                   {"used"},
+                   {"spilled"},
+                   {"spill queue"},
+                   {"tier hits"},
+                   {"promoted"},
+                   {"mean/max promote ms"},
+                   {"timed out"},
+                   {"failed"},
+                   {"corrupt"},
+                   {"I/O errors"}});
+  for (const v1::TierStats& t : stats.tiers()) {
+    const double mean_ms = t.promotions_ok() == 0
+                               ? NAN
+                               : 1e3 * t.promotion_seconds_sum() / double(t.promotions_ok());
+    auto ms = [](double v) { return std::isfinite(v) ? absl::StrFormat("%.1f", v) : "-"; };
+    table.AddRow({t.name(), absl::StrCat(t.records()),
+                  absl::StrCat(FormatBytes(t.used_bytes()), " of ", FormatBytes(t.capacity_bytes())),
+                  absl::StrCat(t.spills_ok(), " (", FormatBytes(t.spill_bytes()), ")"),
+                  absl::StrCat(t.spill_queue_depth()), absl::StrCat(t.lookup_tier_hits()),
+                  absl::StrCat(t.promotions_ok(), " (", FormatBytes(t.promotion_bytes()), ")"),
+                  absl::StrCat(ms(mean_ms), "/", ms(1e3 * t.promotion_seconds_max())),
+                  absl::StrCat(t.promotions_timed_out()),
+                  absl::StrCat(t.spills_failed() + t.promotions_failed()),
+                  absl::StrCat(t.read_corrupt()),
+                  absl::StrCat(t.write_errors() + t.read_errors())});
+  }
+  return table.Render();
+}
+
 }  // namespace
 
 std::string FormatUptime(double seconds) {
@@ -143,6 +212,9 @@ std::string StatsJson(const v1::StatsResponse& stats) {
   std::vector<std::string> pools;
   for (const v1::PoolStats& p : stats.pools()) pools.push_back(PoolJson(p));
   json.Raw("pools", JsonArray(pools));
+  std::vector<std::string> tiers;
+  for (const v1::TierStats& t : stats.tiers()) tiers.push_back(TierJson(t));
+  json.Raw("tiers", JsonArray(tiers));
   return std::move(json).Close();
 }
 
@@ -163,6 +235,7 @@ std::string StatsText(const v1::StatsResponse& stats) {
     header.AddRow({"gpu memory", absl::StrJoin(parts, ", ")});
   }
   std::string text = header.Render(/*with_header=*/false) + "\n";
+  if (!stats.tiers().empty()) text += TiersText(stats) + "\n";
   if (stats.engines().empty()) return text + "no engines\n";
 
   TextTable table({{"engine", Align::kLeft},
@@ -207,9 +280,11 @@ std::string StatsUsage() {
   return "usage: kvoffloadctl [global flags] stats [--json]\n"
          "\n"
          "Node and per-engine statistics of kvoffloadd (Admin.Stats): backend, uptime, region\n"
-         "bytes against the node cap, GPU memory per device, then one row per engine (with its\n"
-         "readiness: rows not registered yet, region bytes ready of the region's), then\n"
-         "one row per member of each pool (rows held, hits and loads, cross-member ones).\n"
+         "bytes against the node cap, GPU memory per device, one row per tier below the regions\n"
+         "(the disk tier: records, rows spilled and promoted, promotion time, failures), then one\n"
+         "row per engine (with its readiness: rows not registered yet, region bytes ready of the\n"
+         "region's), then one row per member of each pool (rows held, hits and loads,\n"
+         "cross-member ones).\n"
          "\n"
          "  --json    one JSON object on one line instead of the table\n";
 }

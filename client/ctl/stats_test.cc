@@ -74,13 +74,13 @@ TEST(StatsJsonTest, ExactKeysAndValues) {
       "\"load_bytes\":0,\"jobs_done\":0,\"jobs_failed\":0,"
       "\"jobs_in_flight\":0,\"hits\":0,\"misses\":0,\"evictions\":0,\"workers\":0,"
       "\"job_latency_p50_us\":0,\"job_latency_p99_us\":0,\"idle_seconds\":0,"
-      "\"replicated\":false,\"num_copies\":0,\"row_bytes\":0}],\"pools\":[]}");
+      "\"replicated\":false,\"num_copies\":0,\"row_bytes\":0}],\"pools\":[],\"tiers\":[]}");
 }
 
 TEST(StatsJsonTest, EmptyNodeHasEveryTopLevelKey) {
   EXPECT_EQ(StatsJson(v1::StatsResponse()),
             "{\"backend\":\"\",\"uptime_seconds\":0,\"region_bytes\":0,\"max_region_bytes\":0,"
-            "\"gpu_memory_bytes\":{},\"engines\":[],\"pools\":[]}");
+            "\"gpu_memory_bytes\":{},\"engines\":[],\"pools\":[],\"tiers\":[]}");
 }
 
 TEST(StatsJsonTest, EscapesStringsAndLargeNumbers) {
@@ -203,6 +203,63 @@ TEST(RunStatsTest, UsageErrors) {
   EXPECT_EQ(err2.str(),
             "kvoffloadctl stats: unexpected argument \"extra\" (see kvoffloadctl stats --help)\n");
   EXPECT_EQ(out.str() + out2.str(), "");
+}
+
+v1::StatsResponse WithDiskTier() {
+  v1::StatsResponse s;
+  s.set_backend("host");
+  v1::TierStats* t = s.add_tiers();
+  t->set_name("disk");
+  t->set_capacity_bytes(uint64_t{2} << 40);
+  t->set_used_bytes(uint64_t{3} << 30);
+  t->set_records(1536);
+  t->set_spills_ok(1600);
+  t->set_spill_bytes(uint64_t{3200} << 20);
+  t->set_spill_queue_depth(7);
+  t->set_lookup_tier_hits(70);
+  t->set_promotions_ok(64);
+  t->set_promotion_bytes(uint64_t{128} << 20);
+  t->set_promotion_seconds_sum(0.128);
+  t->set_promotion_seconds_max(0.0105);
+  t->set_promotions_timed_out(1);
+  t->set_spills_failed(2);
+  t->set_promotions_failed(3);
+  t->set_read_corrupt(3);
+  t->set_write_errors(2);
+  return s;
+}
+
+TEST(StatsTextTest, OneRowPerTierBeforeTheEngines) {
+  EXPECT_EQ(StatsText(WithDiskTier()),
+            "backend       host\n"
+            "uptime        0s\n"
+            "region bytes  0 B of 0 B node cap\n"
+            "\n"
+            "tier  records            used          spilled  spill queue  tier hits  "
+            "    promoted  mean/max promote ms  timed out  failed  corrupt  I/O errors\n"
+            "disk     1536  3 GiB of 2 TiB  1600 (3200 MiB)            7         70  "
+            "64 (128 MiB)             2.0/10.5          1       5        3           2\n"
+            "\n"
+            "no engines\n");
+}
+
+TEST(StatsJsonTest, TiersWithEveryCounter) {
+  const std::string json = StatsJson(WithDiskTier());
+  EXPECT_NE(json.find("\"tiers\":[{\"name\":\"disk\",\"capacity_bytes\":2199023255552,"
+                      "\"used_bytes\":3221225472,\"records\":1536,\"writes_ok\":0,"
+                      "\"write_errors\":2,\"bytes_written\":0,\"reads_ok\":0,"
+                      "\"read_misses\":0,\"read_corrupt\":3,\"read_errors\":0,"
+                      "\"bytes_read\":0,\"evictions\":0,\"queue_depth\":0,"
+                      "\"spills_queued\":0,\"spills_ok\":1600,\"spill_bytes\":3355443200,"
+                      "\"spills_failed\":2,\"spills_already_held\":0,\"spills_gone\":0,"
+                      "\"spill_queue_dropped\":0,\"spill_queue_depth\":7,"
+                      "\"lookup_tier_hits\":70,\"promotions_started\":0,"
+                      "\"promotions_ok\":64,\"promotions_failed\":3,"
+                      "\"promotion_bytes\":134217728,\"promotions_timed_out\":1,"
+                      "\"promotions_in_flight\":0,\"promotion_seconds_sum\":0.128,"
+                      "\"promotion_seconds_max\":0.0105}]}"),
+            std::string::npos)
+      << json;
 }
 
 }  // namespace
