@@ -203,7 +203,9 @@ absl::Status Daemon::Impl::OpenTiers() {
               options.disk_tier.paths.size(), found.records, options.disk_tier.max_payload_bytes,
               found.capacity_slots, std::string(disk->io_name()), found.scan_records,
               absl::ToDoubleMilliseconds(absl::Now() - start));
-  tiers = TierManager::Create(std::move(disk), release.get(), options.tiers);
+  std::vector<std::unique_ptr<tier::RecordStore>> stores;
+  stores.push_back(std::move(disk));
+  tiers = TierManager::Create(std::move(stores), release.get(), options.tiers);
   return absl::OkStatus();
 }
 

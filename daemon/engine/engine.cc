@@ -103,31 +103,29 @@ void Engine::set_pool(std::shared_ptr<Pool> pool, uint32_t member) {
 
 void Engine::LinkTier() {
   if (deps_.tiers == nullptr) return;
-  if (geometry_.row_bytes > deps_.tiers->max_row_bytes()) {
-    Log()->warn("engine {}: rows of {} bytes are larger than the {} tier's records ({} bytes): "
-                "its rows are not tiered",
-                key(), geometry_.row_bytes, deps_.tiers->tier_name(),
-                deps_.tiers->max_row_bytes());
-    return;
-  }
   if (pool_ != nullptr) {
     tier_link_ = pool_->LinkTier(deps_.tiers, pool_);
-    return;
+  } else {
+    TierTarget target;
+    target.index = index_.get();
+    target.row_bytes = geometry_.row_bytes;
+    target.namespace_id = TierNamespace(spec_, owner_uid_, geometry_);
+    target.label = absl::StrCat("engine ", key());
+    std::weak_ptr<Engine> weak = weak_from_this();
+    target.lock_owner = [weak]() -> std::shared_ptr<void> { return weak.lock(); };
+    // The owner's reference (lock_owner) keeps the region mapped.
+    uint8_t* const base = region_->data();
+    const uint64_t row_bytes = geometry_.row_bytes;
+    target.row_memory = [base, row_bytes](uint64_t row, std::shared_ptr<void>*) {
+      return base + row * row_bytes;
+    };
+    tier_link_ = deps_.tiers->Link(std::move(target));
   }
-  TierTarget target;
-  target.index = index_.get();
-  target.row_bytes = geometry_.row_bytes;
-  target.namespace_id = TierNamespace(spec_, owner_uid_, geometry_);
-  target.label = absl::StrCat("engine ", key());
-  std::weak_ptr<Engine> weak = weak_from_this();
-  target.lock_owner = [weak]() -> std::shared_ptr<void> { return weak.lock(); };
-  // The owner's reference (lock_owner) keeps the region mapped.
-  uint8_t* const base = region_->data();
-  const uint64_t row_bytes = geometry_.row_bytes;
-  target.row_memory = [base, row_bytes](uint64_t row, std::shared_ptr<void>*) {
-    return base + row * row_bytes;
-  };
-  tier_link_ = deps_.tiers->Link(std::move(target));
+  if (tier_link_ == nullptr) {
+    Log()->warn("engine {}: rows of {} bytes are larger than any tier holds (--disk_tier_row_bytes): "
+                "its rows are not tiered",
+                key(), geometry_.row_bytes);
+  }
 }
 
 void Engine::LeavePool() {

@@ -150,7 +150,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void LeavePool();
   // Links the engine's rows — its own index, or its pool's — to the node's tiers (spill and
   // promote, tier_link.h). Called once by the registry before the engine is published, after
-  // set_owner_uid and set_pool. Nothing without tiers, or for rows larger than the tier holds
+  // set_owner_uid and set_pool. Nothing without tiers, or for rows larger than every tier holds
   // (logged).
   void LinkTier();
   // Null when the rows are not tiered. Read-only once published.

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "daemon/tier/tier_link.h"
+#include "daemon/tier/tier_manager.h"
 #include "prometheus/metric_family.h"
 
 namespace kvoffload::daemon {

@@ -138,7 +138,8 @@ class Pool {
   PoolSnapshot Snapshot() const;
 
   // The pool's link to the node's tiers (tier_link.h), made by the first member that asks and
-  // shared by all: one namespace for the pool (tier_namespace.h). `self` is this pool.
+  // shared by all: one namespace for the pool (tier_namespace.h). `self` is this pool. Null when
+  // no tier holds rows of the pool's size.
   std::shared_ptr<TierLink> LinkTier(TierManager* tiers, const std::shared_ptr<Pool>& self);
 
  private:

@@ -42,7 +42,9 @@ grpc::Status AdminService::Stats(grpc::ServerContext* context, const v1::StatsRe
     }
     if (visible) ToProto(snapshot, response->add_pools());
   }
-  if (tiers_ != nullptr) ToProto(*tiers_, response->add_tiers());  // node totals, as region_bytes
+  if (tiers_ != nullptr) {  // node totals, as region_bytes
+    for (const TierManager::TierLine& line : tiers_->stats()) ToProto(line, response->add_tiers());
+  }
   for (const auto& [device, bytes] : backend_->GpuMemoryBytes()) {
     (*response->mutable_gpu_memory_bytes())[device] = bytes;
   }

@@ -136,10 +136,10 @@ absl::StatusOr<std::vector<std::string>> KeysFromProto(
   return std::vector<std::string>(keys.begin(), keys.end());
 }
 
-void ToProto(const TierManager& tiers, v1::TierStats* proto) {
-  const tier::RecordStoreStats store = tiers.store_stats();
-  const TierLinkStats links = tiers.link_stats();
-  proto->set_name(tiers.tier_name());
+void ToProto(const TierManager::TierLine& line, v1::TierStats* proto) {
+  const tier::RecordStoreStats& store = line.store;
+  const TierCounters& links = line.links;
+  proto->set_name(line.name);
   proto->set_capacity_bytes(store.capacity_bytes);
   proto->set_used_bytes(store.used_bytes);
   proto->set_records(store.records);

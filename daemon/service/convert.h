@@ -29,8 +29,8 @@ absl::StatusOr<WorkerRegistration> FromProto(const v1::RegisterWorker& proto);
 absl::StatusOr<JobPart> FromProto(const v1::Submit& proto);
 void ToProto(const EngineSnapshot& snapshot, v1::EngineStats* proto);
 void ToProto(const PoolSnapshot& snapshot, v1::PoolStats* proto);
-// A tier's store counters and its links' sums (tier_link.h).
-void ToProto(const TierManager& tiers, v1::TierStats* proto);
+// One tier's store counters and its links' sums (tier_manager.h).
+void ToProto(const TierManager::TierLine& line, v1::TierStats* proto);
 
 // Keys of an index request: 1..kMaxKeysPerRequest keys (limits.h) of 1..256 bytes.
 absl::StatusOr<std::vector<std::string>> KeysFromProto(

@@ -23,49 +23,34 @@ std::shared_ptr<void> Both(std::shared_ptr<void> a, std::shared_ptr<void> b) {
                                                                                   std::move(b));
 }
 
-void Add(TierLinkStats* to, const TierLinkStats& s) {
-  to->spills_queued += s.spills_queued;
-  to->spills_ok += s.spills_ok;
-  to->spill_bytes += s.spill_bytes;
-  to->spills_failed += s.spills_failed;
-  to->spills_already_held += s.spills_already_held;
-  to->spills_gone += s.spills_gone;
-  to->spill_queue_dropped += s.spill_queue_dropped;
-  to->lookup_tier_hits += s.lookup_tier_hits;
-  to->promotions_started += s.promotions_started;
-  to->promotions_ok += s.promotions_ok;
-  to->promotions_failed += s.promotions_failed;
-  to->promotion_bytes += s.promotion_bytes;
-  to->promotions_timed_out += s.promotions_timed_out;
-  to->promotion_seconds_sum += s.promotion_seconds_sum;
-  to->promotion_seconds_max = std::max(to->promotion_seconds_max, s.promotion_seconds_max);
-  to->spill_queue_depth += s.spill_queue_depth;
-  to->promotions_in_flight += s.promotions_in_flight;
-}
-
 }  // namespace
 
-// ---- TierLink ---------------------------------------------------------------------------------
-
 TierLink::TierLink(std::shared_ptr<TierManager> manager, TierTarget target)
-    : manager_(std::move(manager)), target_(std::move(target)) {}
+    : manager_(std::move(manager)),
+      target_(std::move(target)),
+      stats_(manager_->num_tiers()) {}
 
 TierLink::~TierLink() {
-  TierLinkStats s = stats();
-  s.spill_queue_depth = 0;
-  s.promotions_in_flight = 0;
+  std::vector<TierCounters> s = stats();
+  for (TierCounters& c : s) c.spill_queue_depth = c.promotions_in_flight = 0;
   manager_->Retire(s);
+}
+
+void TierLink::Count(size_t tier, uint64_t TierCounters::*counter, uint64_t n) {
+  absl::MutexLock lock(&mu_);
+  stats_[tier].*counter += n;
 }
 
 void TierLink::Queue(absl::string_view key) {
   {
     absl::MutexLock lock(&mu_);
-    if (spill_queue_.size() >= manager_->options_.max_spill_queue) {
-      spill_queue_.pop_front();
-      ++stats_.spill_queue_dropped;
-    }
+    const bool full = spill_queue_.size() >= manager_->options_.max_spill_queue;
+    if (full) spill_queue_.pop_front();
     spill_queue_.emplace_back(key);
-    ++stats_.spills_queued;
+    for (TierCounters& c : stats_) {  // one queue for every tier
+      ++c.spills_queued;
+      if (full) ++c.spill_queue_dropped;
+    }
   }
   manager_->Wake();
 }
@@ -78,68 +63,72 @@ bool TierLink::PopSpill(std::string* key) {
   return true;
 }
 
-bool TierLink::StartSpill(const std::string& key) {
-  auto count = [this](uint64_t TierLinkStats::*counter) {
-    absl::MutexLock lock(&mu_);
-    ++(stats_.*counter);
-  };
+uint32_t TierLink::StartSpill(const std::string& key) {
+  const size_t tiers = manager_->num_tiers();
   std::shared_ptr<void> owner = target_.lock_owner();
   if (owner == nullptr) {
-    count(&TierLinkStats::spills_gone);
-    return false;
+    for (size_t t = 0; t < tiers; ++t) Count(t, &TierCounters::spills_gone);
+    return 0;
   }
   absl::ReaderMutexLock store_lock(&manager_->store_mu_);
-  tier::RecordStore* store = manager_->store_.get();
-  if (store == nullptr) return false;
-  if (store->ContainsAll(target_.namespace_id, {key})[0]) {
-    count(&TierLinkStats::spills_already_held);
-    return false;
-  }
-  absl::StatusOr<RowRun> run = target_.index->BeginSpill(key);
-  if (!run.ok()) {  // evicted, reset or dropped since it was queued
-    count(&TierLinkStats::spills_gone);
-    return false;
-  }
-  std::shared_ptr<void> memory_keepalive;
-  uint8_t* memory = target_.row_memory(run->first_row, &memory_keepalive);
-  if (memory == nullptr) {
-    (void)target_.index->EndCopyRuns({*run});
-    count(&TierLinkStats::spills_gone);
-    return false;
-  }
-  std::shared_ptr<void> keepalive = Both(std::move(owner), std::move(memory_keepalive));
-  std::shared_ptr<TierLink> self = shared_from_this();
-  const RowRun ended = *run;
-  absl::Status started = store->Write(
-      target_.namespace_id, key, memory, target_.row_bytes,
-      [self, ended, keepalive](absl::Status status) mutable {
-        // The row's memory is no longer read: it may be evicted or written again.
-        (void)self->target_.index->EndCopyRuns({ended});
-        {
-          absl::MutexLock lock(&self->mu_);
-          if (status.ok()) {
-            ++self->stats_.spills_ok;
-            self->stats_.spill_bytes += self->target_.row_bytes;
-          } else {
-            ++self->stats_.spills_failed;
+  if (manager_->stores_.empty()) return 0;  // shut down
+  uint32_t started = 0;
+  for (size_t t = 0; t < tiers; ++t) {
+    if (target_.row_bytes > manager_->max_row_bytes_[t]) continue;
+    tier::RecordStore* store = manager_->stores_[t].get();
+    if (store->ContainsAll(target_.namespace_id, {key})[0]) {
+      Count(t, &TierCounters::spills_already_held);
+      continue;
+    }
+    // One copy in flight per write: the row stays put until the last tier has read it.
+    absl::StatusOr<RowRun> run = target_.index->BeginSpill(key);
+    if (!run.ok()) {  // evicted, reset or dropped since it was queued
+      Count(t, &TierCounters::spills_gone);
+      continue;
+    }
+    std::shared_ptr<void> memory_keepalive;
+    uint8_t* memory = target_.row_memory(run->first_row, &memory_keepalive);
+    if (memory == nullptr) {
+      (void)target_.index->EndCopyRuns({*run});
+      Count(t, &TierCounters::spills_gone);
+      continue;
+    }
+    std::shared_ptr<void> keepalive = Both(owner, std::move(memory_keepalive));
+    std::shared_ptr<TierLink> self = shared_from_this();
+    const RowRun ended = *run;
+    absl::Status status = store->Write(
+        target_.namespace_id, key, memory, target_.row_bytes,
+        [self, t, ended, keepalive](absl::Status written) mutable {
+          // The row's memory is no longer read: it may be evicted or written again.
+          (void)self->target_.index->EndCopyRuns({ended});
+          {
+            absl::MutexLock lock(&self->mu_);
+            TierCounters& c = self->stats_[t];
+            if (written.ok()) {
+              ++c.spills_ok;
+              c.spill_bytes += self->target_.row_bytes;
+            } else {
+              ++c.spills_failed;
+            }
           }
-        }
-        if (!status.ok() && !absl::IsAborted(status)) {
-          Log()->warn("{}: spill to the {} tier failed: {}", self->target_.label,
-                      self->manager_->tier_name_, std::string(status.message()));
-        }
-        DeferredRelease* release = self->manager_->release_;
-        std::shared_ptr<TierManager> manager = self->manager_;
-        release->Defer(std::move(keepalive));
-        release->Defer(std::move(self));
-        manager->SpillEnded();
-      });
-  if (!started.ok()) {
-    (void)target_.index->EndCopyRuns({ended});
-    count(&TierLinkStats::spills_failed);
-    return false;
+          if (!written.ok() && !absl::IsAborted(written)) {
+            Log()->warn("{}: spill to the {} tier failed: {}", self->target_.label,
+                        self->manager_->names_[t], written.ToString());
+          }
+          DeferredRelease* release = self->manager_->release_;
+          std::shared_ptr<TierManager> manager = self->manager_;
+          release->Defer(std::move(keepalive));
+          release->Defer(std::move(self));
+          manager->SpillEnded();
+        });
+    if (!status.ok()) {
+      (void)target_.index->EndCopyRuns({ended});
+      Count(t, &TierCounters::spills_failed);
+      continue;
+    }
+    ++started;
   }
-  return true;
+  return started;
 }
 
 void TierLink::Promote(const std::vector<std::string>& keys, uint32_t member,
@@ -156,9 +145,10 @@ void TierLink::Promote(const std::vector<std::string>& keys, uint32_t member,
         misses.push_back(keys[i]);
       } else if (state == KeyState::kHitPending && !promoting_.empty()) {
         auto it = promoting_.find(keys[i]);
-        if (it != promoting_.end() && now - it->second > manager_->options_.promote_timeout) {
-          state = KeyState::kMiss;  // the engine recomputes rather than wait on the disk
-          ++stats_.promotions_timed_out;
+        if (it != promoting_.end() &&
+            now - it->second.since > manager_->options_.promote_timeout) {
+          state = KeyState::kMiss;  // the engine recomputes rather than wait on the tier
+          ++stats_[it->second.tier].promotions_timed_out;
         }
       }
     }
@@ -167,94 +157,114 @@ void TierLink::Promote(const std::vector<std::string>& keys, uint32_t member,
   std::shared_ptr<void> owner = target_.lock_owner();
   if (owner == nullptr) return;
   absl::ReaderMutexLock store_lock(&manager_->store_mu_);
-  tier::RecordStore* store = manager_->store_.get();
-  if (store == nullptr) return;
-  const std::vector<bool> held = store->ContainsAll(target_.namespace_id, misses);
-  // The candidates: missed keys the tier holds, up to the first key that misses everywhere (a
+  if (manager_->stores_.empty()) return;
+  // Which tier holds each miss: the fastest first, each asked once about what the ones before
+  // it lack (a remote tier answers in one batch).
+  constexpr int kNowhere = -1;
+  std::vector<int> source(misses.size(), kNowhere);
+  std::vector<size_t> unknown(misses.size());
+  for (size_t m = 0; m < misses.size(); ++m) unknown[m] = m;
+  for (size_t t = 0; t < manager_->num_tiers() && !unknown.empty(); ++t) {
+    if (target_.row_bytes > manager_->max_row_bytes_[t]) continue;
+    std::vector<std::string> ask;
+    for (size_t m : unknown) ask.push_back(misses[m]);
+    const std::vector<bool> held = manager_->stores_[t]->ContainsAll(target_.namespace_id, ask);
+    std::vector<size_t> still;
+    for (size_t j = 0; j < unknown.size(); ++j) {
+      if (held[j]) {
+        source[unknown[j]] = static_cast<int>(t);
+      } else {
+        still.push_back(unknown[j]);
+      }
+    }
+    unknown = std::move(still);
+  }
+  // The candidates: missed keys some tier holds, up to the first key that misses everywhere (a
   // prefix is loaded up to its first miss; what follows it would never be read).
   std::vector<std::string> wanted;
+  absl::flat_hash_map<std::string, size_t> tier_of;
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*states)[i] != KeyState::kMiss) continue;
-    if (miss_of[i] < 0 || !held[miss_of[i]]) break;
+    if (miss_of[i] < 0 || source[miss_of[i]] == kNowhere) break;
     wanted.push_back(keys[i]);
+    tier_of[keys[i]] = static_cast<size_t>(source[miss_of[i]]);
   }
   if (wanted.empty()) return;
   {
     absl::MutexLock lock(&mu_);
-    stats_.lookup_tier_hits += wanted.size();
+    for (const auto& [key, t] : tier_of) ++stats_[t].lookup_tier_hits;
   }
   absl::StatusOr<SlotIndex::PrepareStoreResult> prepared =
       target_.index->PrepareStore(wanted, member);
   if (!prepared.ok()) return;  // no room (every row pinned or being written): misses
   std::shared_ptr<TierLink> self = shared_from_this();
-  std::vector<std::string> started_keys;
+  absl::flat_hash_map<std::string, bool> started;
   for (size_t i = 0; i < prepared->keys.size(); ++i) {
     const std::string& key = prepared->keys[i];
+    const size_t t = tier_of[key];
     const RowRun run{prepared->rows[i], 1, prepared->ticket};
     std::shared_ptr<void> memory_keepalive;
     uint8_t* memory = target_.row_memory(run.first_row, &memory_keepalive);
     absl::Status status =
         memory == nullptr ? absl::UnavailableError("the row's memory is gone")
                           : target_.index->BeginCopyRuns(CopyDirection::kStore, {run});
-    if (status.ok()) {
-      {
-        absl::MutexLock lock(&mu_);
-        promoting_[key] = now;
-        ++stats_.promotions_started;
-        ++stats_.promotions_in_flight;
-      }
-      manager_->PromotionStarted();
-      std::shared_ptr<void> keepalive = Both(owner, std::move(memory_keepalive));
-      status = store->Read(
-          target_.namespace_id, key, memory, target_.row_bytes,
-          [self, key, run, now, keepalive](absl::StatusOr<uint64_t> read) mutable {
-            const bool ok = read.ok() && *read == self->target_.row_bytes;
-            if (!ok) {
-              Log()->warn("{}: promotion from the {} tier failed: {}", self->target_.label,
-                          self->manager_->tier_name_,
-                          read.ok() ? absl::StrCat("a record of ", *read, " bytes for rows of ",
-                                                   self->target_.row_bytes)
-                                    : read.status().ToString());
-            }
-            self->EndPromotion(key, run, now, ok, ok ? *read : 0, std::move(keepalive));
-          });
-      if (!status.ok()) {  // refused at once: the row was never written
-        EndPromotion(key, run, now, false, 0, nullptr);
-        continue;
-      }
-      started_keys.push_back(key);
-    } else {
+    if (!status.ok()) {
       (void)target_.index->CompleteStore({key}, false);
+      continue;
     }
+    {
+      absl::MutexLock lock(&mu_);
+      promoting_[key] = Promoting{now, t};
+      ++stats_[t].promotions_started;
+      ++stats_[t].promotions_in_flight;
+    }
+    manager_->PromotionStarted();
+    std::shared_ptr<void> keepalive = Both(owner, std::move(memory_keepalive));
+    status = manager_->stores_[t]->Read(
+        target_.namespace_id, key, memory, target_.row_bytes,
+        [self, t, key, run, now, keepalive](absl::StatusOr<uint64_t> read) mutable {
+          const bool ok = read.ok() && *read == self->target_.row_bytes;
+          if (!ok) {
+            Log()->warn("{}: promotion from the {} tier failed: {}", self->target_.label,
+                        self->manager_->names_[t],
+                        read.ok() ? absl::StrCat("a record of ", *read, " bytes for rows of ",
+                                                 self->target_.row_bytes)
+                                  : read.status().ToString());
+          }
+          self->EndPromotion(t, key, run, now, ok, ok ? *read : 0, std::move(keepalive));
+        });
+    if (!status.ok()) {  // refused at once: the row was never written
+      EndPromotion(t, key, run, now, false, 0, nullptr);
+      continue;
+    }
+    started[key] = true;
   }
   // What started is pending; the rest stays a miss.
-  if (started_keys.empty()) return;
-  absl::flat_hash_map<absl::string_view, bool> started;
-  for (const std::string& key : started_keys) started[key] = true;
-  for (size_t i = 0; i < keys.size(); ++i) {
+  for (size_t i = 0; i < keys.size() && !started.empty(); ++i) {
     if ((*states)[i] == KeyState::kMiss && started.contains(keys[i])) {
       (*states)[i] = KeyState::kHitPending;
     }
   }
 }
 
-void TierLink::EndPromotion(const std::string& key, RowRun run, absl::Time started, bool ok,
-                            uint64_t bytes, std::shared_ptr<void> keepalive) {
+void TierLink::EndPromotion(size_t tier, const std::string& key, RowRun run, absl::Time started,
+                            bool ok, uint64_t bytes, std::shared_ptr<void> keepalive) {
   // The store job's end, then its commit: the row is READY now, or freed.
   (void)target_.index->EndStoreCopyRuns({run}, ok);
   (void)target_.index->CompleteStore({key}, ok);
   {
     absl::MutexLock lock(&mu_);
     promoting_.erase(key);
-    --stats_.promotions_in_flight;
+    TierCounters& c = stats_[tier];
+    --c.promotions_in_flight;
     if (ok) {
-      ++stats_.promotions_ok;
-      stats_.promotion_bytes += bytes;
+      ++c.promotions_ok;
+      c.promotion_bytes += bytes;
       const double seconds = absl::ToDoubleSeconds(absl::Now() - started);
-      stats_.promotion_seconds_sum += seconds;
-      stats_.promotion_seconds_max = std::max(stats_.promotion_seconds_max, seconds);
+      c.promotion_seconds_sum += seconds;
+      c.promotion_seconds_max = std::max(c.promotion_seconds_max, seconds);
     } else {
-      ++stats_.promotions_failed;
+      ++c.promotions_failed;
     }
   }
   if (keepalive != nullptr) manager_->release_->Defer(std::move(keepalive));
@@ -270,176 +280,19 @@ absl::Status TierLink::DropRecords() {
     absl::MutexLock lock(&mu_);
     spill_queue_.clear();
   }
-  if (manager_->store_ == nullptr) return absl::OkStatus();
-  return manager_->store_->DropNamespace(target_.namespace_id);
+  absl::Status first;
+  for (const auto& store : manager_->stores_) {
+    absl::Status dropped = store->DropNamespace(target_.namespace_id);
+    if (first.ok()) first = dropped;
+  }
+  return first;
 }
 
-TierLinkStats TierLink::stats() const {
+std::vector<TierCounters> TierLink::stats() const {
   absl::MutexLock lock(&mu_);
-  TierLinkStats s = stats_;
-  s.spill_queue_depth = spill_queue_.size();
+  std::vector<TierCounters> s = stats_;
+  for (TierCounters& c : s) c.spill_queue_depth = spill_queue_.size();
   return s;
-}
-
-// ---- TierManager ------------------------------------------------------------------------------
-
-std::shared_ptr<TierManager> TierManager::Create(std::unique_ptr<tier::RecordStore> store,
-                                                 DeferredRelease* release, TierOptions options) {
-  std::shared_ptr<TierManager> manager(new TierManager(std::move(store), release, options));
-  manager->thread_ = std::thread([raw = manager.get()] { raw->SpillLoop(); });
-  return manager;
-}
-
-TierManager::TierManager(std::unique_ptr<tier::RecordStore> store, DeferredRelease* release,
-                         TierOptions options)
-    : options_(options),
-      release_(release),
-      tier_name_(store->tier_name()),
-      max_row_bytes_(store->max_record_bytes()),
-      store_(std::move(store)) {}
-
-TierManager::~TierManager() { Shutdown(); }
-
-std::shared_ptr<TierLink> TierManager::Link(TierTarget target) {
-  auto link = std::make_shared<TierLink>(shared_from_this(), std::move(target));
-  // The listener holds the link weakly: the index outlives nothing of it.
-  std::weak_ptr<TierLink> weak = link;
-  link->target_.index->SetReadyListener([weak](absl::string_view key) {
-    if (std::shared_ptr<TierLink> l = weak.lock()) l->Queue(key);
-  });
-  absl::MutexLock lock(&mu_);
-  links_.erase(std::remove_if(links_.begin(), links_.end(),
-                              [](const std::weak_ptr<TierLink>& l) { return l.expired(); }),
-               links_.end());
-  links_.push_back(link);
-  return link;
-}
-
-void TierManager::Wake() {
-  absl::MutexLock lock(&mu_);
-  work_ = true;
-  ++wakes_;
-  cv_.SignalAll();
-}
-
-void TierManager::SpillEnded() {
-  absl::MutexLock lock(&mu_);
-  --spills_in_flight_;
-  cv_.SignalAll();
-}
-
-void TierManager::PromotionStarted() {
-  absl::MutexLock lock(&mu_);
-  ++promotions_in_flight_;
-}
-
-void TierManager::PromotionEnded() {
-  absl::MutexLock lock(&mu_);
-  --promotions_in_flight_;
-  cv_.SignalAll();
-}
-
-bool TierManager::WaitIdle(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&mu_);
-  while (work_ || spills_in_flight_ > 0 || promotions_in_flight_ > 0) {
-    if (cv_.WaitWithDeadline(&mu_, deadline)) {
-      return !work_ && spills_in_flight_ == 0 && promotions_in_flight_ == 0;
-    }
-  }
-  return true;
-}
-
-void TierManager::Retire(const TierLinkStats& stats) {
-  absl::MutexLock lock(&mu_);
-  Add(&retired_, stats);
-}
-
-void TierManager::SpillLoop() {
-  size_t next = 0;  // round robin over links
-  for (;;) {
-    std::vector<std::shared_ptr<TierLink>> links;
-    uint64_t wakes_seen = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      while (!stopping_ && (!work_ || spills_in_flight_ >= options_.max_spills_in_flight)) {
-        cv_.Wait(&mu_);
-      }
-      if (stopping_) return;
-      wakes_seen = wakes_;
-      for (const std::weak_ptr<TierLink>& weak : links_) {
-        if (std::shared_ptr<TierLink> l = weak.lock()) links.push_back(std::move(l));
-      }
-    }
-    // One key per link per turn, until a whole turn finds nothing or the depth is reached.
-    bool found = false;
-    for (size_t n = 0; n < links.size(); ++n) {
-      TierLink& link = *links[(next + n) % links.size()];
-      std::string key;
-      while (link.PopSpill(&key)) {
-        found = true;
-        if (link.StartSpill(key)) {
-          absl::MutexLock lock(&mu_);
-          ++spills_in_flight_;
-          break;
-        }
-      }
-      absl::MutexLock lock(&mu_);
-      if (stopping_ || spills_in_flight_ >= options_.max_spills_in_flight) break;
-    }
-    next = links.empty() ? 0 : next + 1;
-    if (!found) {
-      absl::MutexLock lock(&mu_);
-      // Idle only if nothing was queued since the scan began (its Wake counted).
-      if (wakes_ == wakes_seen) {
-        work_ = false;
-        cv_.SignalAll();
-      }
-    }
-  }
-}
-
-void TierManager::Shutdown() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_ && !thread_.joinable()) return;
-    stopping_ = true;
-    cv_.SignalAll();
-  }
-  // The owner calls Shutdown before it drops its reference, so this never runs on the spill
-  // thread; if it does (a bug), detaching beats std::terminate.
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();
-    } else {
-      thread_.join();
-    }
-  }
-  std::unique_ptr<tier::RecordStore> store;
-  {
-    absl::WriterMutexLock store_lock(&store_mu_);
-    store = std::move(store_);
-  }
-  store.reset();  // waits for every I/O in flight and its callback
-}
-
-tier::RecordStoreStats TierManager::store_stats() const {
-  absl::ReaderMutexLock store_lock(&store_mu_);
-  return store_ == nullptr ? tier::RecordStoreStats{} : store_->record_stats();
-}
-
-TierLinkStats TierManager::link_stats() const {
-  std::vector<std::shared_ptr<TierLink>> links;
-  TierLinkStats total;
-  {
-    absl::MutexLock lock(&mu_);
-    total = retired_;
-    for (const std::weak_ptr<TierLink>& weak : links_) {
-      if (std::shared_ptr<TierLink> l = weak.lock()) links.push_back(std::move(l));
-    }
-  }
-  for (const auto& link : links) Add(&total, link->stats());
-  return total;
 }
 
 }  // namespace kvoffload::daemon

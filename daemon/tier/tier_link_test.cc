@@ -203,6 +203,12 @@ struct Node {
   std::shared_ptr<TierLink> link;
 };
 
+std::vector<std::unique_ptr<tier::RecordStore>> One(std::unique_ptr<tier::RecordStore> store) {
+  std::vector<std::unique_ptr<tier::RecordStore>> stores;
+  stores.push_back(std::move(store));
+  return stores;
+}
+
 class TierLinkTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -210,10 +216,11 @@ class TierLinkTest : public ::testing::Test {
     store_ = store.get();
     TierOptions options;
     options.promote_timeout = absl::Milliseconds(50);
-    manager_ = TierManager::Create(std::move(store), &release_, options);
+    manager_ = TierManager::Create(One(std::move(store)), &release_, options);
   }
   void TearDown() override { manager_->Shutdown(); }
   void Idle() { ASSERT_TRUE(manager_->WaitIdle(absl::Seconds(10))); }
+  TierCounters Links() const { return manager_->stats()[0].links; }
 
   DeferredRelease release_;
   MemoryStore* store_ = nullptr;
@@ -228,8 +235,8 @@ TEST_F(TierLinkTest, ReadyRowsAreSpilledAndAnEvictedPrefixIsPromotedByteExact) {
   node.Store("b", 0xB2);
   Idle();
   EXPECT_EQ(store_->records(), 2u);
-  EXPECT_EQ(manager_->link_stats().spills_ok, 2u);
-  EXPECT_EQ(manager_->link_stats().spill_bytes, 2 * kRowBytes);
+  EXPECT_EQ(Links().spills_ok, 2u);
+  EXPECT_EQ(Links().spill_bytes, 2 * kRowBytes);
   // Four more keys evict a and b from the region.
   for (int i = 0; i < 4; ++i) node.Store("x" + std::to_string(i), static_cast<uint8_t>(i));
   Idle();
@@ -240,7 +247,7 @@ TEST_F(TierLinkTest, ReadyRowsAreSpilledAndAnEvictedPrefixIsPromotedByteExact) {
   EXPECT_THAT(node.Lookup({"a", "b"}), ElementsAre(kHit, kHit));
   EXPECT_EQ(node.Load("a"), Bytes(0xA1));
   EXPECT_EQ(node.Load("b"), Bytes(0xB2));
-  const TierLinkStats s = manager_->link_stats();
+  const TierCounters s = Links();
   EXPECT_EQ(s.lookup_tier_hits, 2u);
   EXPECT_EQ(s.promotions_ok, 2u);
   EXPECT_EQ(s.promotion_bytes, 2 * kRowBytes);
@@ -269,7 +276,7 @@ TEST_F(TierLinkTest, AnotherNamespaceNeverSeesTheRecords) {
   EXPECT_THAT(theirs.Lookup({"k"}), ElementsAre(kMiss));
   Idle();
   EXPECT_THAT(theirs.index->Lookup({"k"}), ElementsAre(kMiss));
-  EXPECT_EQ(manager_->link_stats().promotions_started, 0u);
+  EXPECT_EQ(Links().promotions_started, 0u);
 }
 
 TEST_F(TierLinkTest, ACorruptRecordIsAMissAndItsRowIsFreed) {
@@ -282,8 +289,8 @@ TEST_F(TierLinkTest, ACorruptRecordIsAMissAndItsRowIsFreed) {
   Idle();
   EXPECT_THAT(node.index->Lookup({"a"}), ElementsAre(kMiss));
   EXPECT_EQ(node.index->counts().rows_free, 4u);
-  EXPECT_EQ(manager_->link_stats().promotions_failed, 1u);
-  EXPECT_EQ(manager_->link_stats().promotions_ok, 0u);
+  EXPECT_EQ(Links().promotions_failed, 1u);
+  EXPECT_EQ(Links().promotions_ok, 0u);
 }
 
 TEST_F(TierLinkTest, APromotionPastItsBoundLooksUpAsAMissAndStillLands) {
@@ -296,7 +303,7 @@ TEST_F(TierLinkTest, APromotionPastItsBoundLooksUpAsAMissAndStillLands) {
   EXPECT_THAT(node.Lookup({"a"}), ElementsAre(kPending));  // within the bound
   absl::SleepFor(absl::Milliseconds(60));                  // past promote_timeout (50 ms)
   EXPECT_THAT(node.Lookup({"a"}), ElementsAre(kMiss));
-  EXPECT_EQ(manager_->link_stats().promotions_timed_out, 1u);
+  EXPECT_EQ(Links().promotions_timed_out, 1u);
   // The engine's own store of the key is skipped (the key is there) ...
   absl::StatusOr<SlotIndex::PrepareStoreResult> p = node.index->PrepareStore({"a"});
   ASSERT_TRUE(p.ok());
@@ -319,7 +326,7 @@ TEST_F(TierLinkTest, NothingHappensForAnOwnerThatIsGone) {
   node.Store("b", 2);
   Idle();
   EXPECT_EQ(store_->records(), 1u);
-  EXPECT_EQ(manager_->link_stats().spills_gone, 1u);
+  EXPECT_EQ(Links().spills_gone, 1u);
 }
 
 TEST_F(TierLinkTest, ARefusedSpillIsCountedAndTheRowStaysEvictable) {
@@ -327,7 +334,7 @@ TEST_F(TierLinkTest, ARefusedSpillIsCountedAndTheRowStaysEvictable) {
   store_->Set(&store_->refuse_writes, true);
   node.Store("a", 1);
   Idle();
-  EXPECT_EQ(manager_->link_stats().spills_failed, 1u);
+  EXPECT_EQ(Links().spills_failed, 1u);
   EXPECT_EQ(node.index->counts().rows_evictable, 1u);
   EXPECT_EQ(node.index->counts().copies_in_flight, 0u);
 }
@@ -347,6 +354,46 @@ TEST_F(TierLinkTest, DropRecordsForgetsTheNamespace) {
   EXPECT_EQ(other.Load("a"), Bytes(2));
 }
 
+// Two tiers (a fast one and a slow one, as disk and cluster): a READY row is written to both; a
+// miss is read from the first that holds it; each tier counts its own.
+TEST(TierLinkTwoTiersTest, SpillsToEveryTierAndPromotesFromTheFirstThatHolds) {
+  DeferredRelease release;
+  auto fast = std::make_unique<MemoryStore>();
+  auto slow = std::make_unique<MemoryStore>();
+  MemoryStore* fast_store = fast.get();
+  MemoryStore* slow_store = slow.get();
+  std::vector<std::unique_ptr<tier::RecordStore>> stores;
+  stores.push_back(std::move(fast));
+  stores.push_back(std::move(slow));
+  auto manager = TierManager::Create(std::move(stores), &release, TierOptions{});
+  Node node(manager, 4, 7);
+  node.Store("a", 0x11);
+  node.Store("b", 0x22);
+  ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(fast_store->records(), 2u);
+  EXPECT_EQ(slow_store->records(), 2u);
+  ASSERT_TRUE(fast_store->DropNamespace(7).ok());  // e.g. evicted from the disk
+  ASSERT_EQ(node.index->Reset(), 2u);
+  EXPECT_THAT(node.Lookup({"a", "b"}), ElementsAre(kPending, kPending));
+  ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(node.Load("a"), Bytes(0x11));
+  EXPECT_EQ(node.Load("b"), Bytes(0x22));
+  // The promoted rows are READY again: the fast tier gets them back, the slow one has them.
+  ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
+  EXPECT_EQ(fast_store->records(), 2u);
+  const std::vector<TierManager::TierLine> lines = manager->stats();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].name, "memory");
+  EXPECT_EQ(lines[0].links.spills_ok, 4u);
+  EXPECT_EQ(lines[1].links.spills_ok, 2u);
+  EXPECT_EQ(lines[1].links.spills_already_held, 2u);
+  EXPECT_EQ(lines[0].links.promotions_ok, 0u);
+  EXPECT_EQ(lines[1].links.promotions_ok, 2u);
+  EXPECT_EQ(lines[0].links.lookup_tier_hits, 0u);
+  EXPECT_EQ(lines[1].links.lookup_tier_hits, 2u);
+  manager->Shutdown();
+}
+
 // The same path over the real disk tier: spilled rows survive the daemon (a new manager over the
 // same files) and come back byte-exact.
 TEST(TierLinkDiskTest, RowsSpilledToDiskArePromotedAfterARestart) {
@@ -362,18 +409,18 @@ TEST(TierLinkDiskTest, RowsSpilledToDiskArePromotedAfterARestart) {
     ASSERT_TRUE(io.ok()) << io.status();
     auto disk = tier::DiskTier::Open(options, std::move(*io));
     ASSERT_TRUE(disk.ok()) << disk.status();
-    auto manager = TierManager::Create(std::move(*disk), &release, TierOptions{});
+    auto manager = TierManager::Create(One(std::move(*disk)), &release, TierOptions{});
     Node node(manager, 4, 42);
     for (int i = 0; i < 4; ++i) node.Store("k" + std::to_string(i), static_cast<uint8_t>(i + 1));
     ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
-    EXPECT_EQ(manager->store_stats().records, 4u);
+    EXPECT_EQ(manager->stats()[0].store.records, 4u);
     manager->Shutdown();
   }
   auto io = tier::MakeBlockIo(options.queue_depth);
   ASSERT_TRUE(io.ok());
   auto disk = tier::DiskTier::Open(options, std::move(*io));
   ASSERT_TRUE(disk.ok()) << disk.status();
-  auto manager = TierManager::Create(std::move(*disk), &release, TierOptions{});
+  auto manager = TierManager::Create(One(std::move(*disk)), &release, TierOptions{});
   Node node(manager, 4, 42);  // a new region: empty
   const Keys keys = {"k0", "k1", "k2", "k3"};
   EXPECT_THAT(node.Lookup(keys), ElementsAre(kPending, kPending, kPending, kPending));
