@@ -155,7 +155,7 @@ RedisCluster::~RedisCluster() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  refresher_.join();
+  if (refresher_.joinable()) refresher_.join();
 }
 
 absl::StatusOr<std::unique_ptr<RedisCluster>> RedisCluster::Connect(
