@@ -65,7 +65,8 @@ class LocalCluster {
   // destructor still kills it.
   absl::Status Freeze(int index);
   // Waits until every replica of master `index` has acknowledged all the master's writes
-  // (INFO replication: each slave's offset equals master_repl_offset).
+  // (INFO replication: each slave's offset equals master_repl_offset); OK at once for a master
+  // without replicas.
   absl::Status AwaitReplicated(int index, absl::Duration timeout);
   // Waits until every live node says cluster_state:ok and serves every slot from a live master
   // (after a Kill: the failover is over).
