@@ -65,45 +65,39 @@ class RedisCluster::NodePool {
         owner_(owner) {}
 
   absl::StatusOr<std::unique_ptr<RedisConnection>> Acquire(absl::Time deadline) {
-    mu_.Lock();
-    while (true) {
+    {
+      absl::MutexLock lock(&mu_);
       const absl::Time now = absl::Now();
       if (now < down_until_) {
-        mu_.Unlock();
         return absl::UnavailableError(absl::StrCat(
             address_.ToString(), ": down (a connect failed; retried after ",
             absl::FormatDuration(down_until_ - now), ")"));
-      }
-      if (!idle_.empty()) {
-        std::unique_ptr<RedisConnection> c = std::move(idle_.back());
-        idle_.pop_back();
-        mu_.Unlock();
-        return c;
-      }
-      if (open_ < options_.connections_per_node) {
-        ++open_;
-        mu_.Unlock();
-        absl::StatusOr<std::unique_ptr<RedisConnection>> c =
-            RedisConnection::Open(address_, credentials_, options_.connect_timeout, deadline);
-        absl::MutexLock lock(&mu_);
-        if (!c.ok()) {
-          --open_;
-          if (absl::IsUnavailable(c.status())) down_until_ = absl::Now() + options_.down_backoff;
-          owner_->connect_failures_.fetch_add(1, std::memory_order_relaxed);
-        } else {
-          owner_->connects_.fetch_add(1, std::memory_order_relaxed);
-        }
-        return c;
       }
       auto can_go = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return !idle_.empty() || open_ < options_.connections_per_node;
       };
       if (!mu_.AwaitWithDeadline(absl::Condition(&can_go), deadline)) {
-        mu_.Unlock();
         return absl::UnavailableError(
             absl::StrCat(address_.ToString(), ": no free connection before the deadline"));
       }
+      if (!idle_.empty()) {
+        std::unique_ptr<RedisConnection> c = std::move(idle_.back());
+        idle_.pop_back();
+        return c;
+      }
+      ++open_;  // a slot for the connection opened below, outside the lock
     }
+    absl::StatusOr<std::unique_ptr<RedisConnection>> c =
+        RedisConnection::Open(address_, credentials_, options_.connect_timeout, deadline);
+    absl::MutexLock lock(&mu_);
+    if (!c.ok()) {
+      --open_;
+      if (absl::IsUnavailable(c.status())) down_until_ = absl::Now() + options_.down_backoff;
+      owner_->connect_failures_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      owner_->connects_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return c;
   }
 
   void Release(std::unique_ptr<RedisConnection> c) {
