@@ -2,8 +2,9 @@
 // daemon/tier/cluster/testing/local_cluster.h), then
 //   1. redis-benchmark's own SET and GET rate at the row size, same cluster, same concurrency
 //      (-c = the tier's threads, --cluster, -r 64 so nearly every GET hits a key SET before);
-//   2. the tier writing then reading `rows` rows of `row_bytes` (all queued at once, its own
-//      `threads` threads), GB/s of payload;
+//   2. the tier writing `rows` rows of `row_bytes` (new keys), writing them again (replacing
+//      values, as redis-benchmark's SETs mostly do: the write figure compared), then reading
+//      them (all queued, its own `threads` threads), GB/s of payload;
 //   3. promotion of a long prefix: `prefix_rows` rows written, then timed: one ContainsAll of
 //      them all (the lookup) and the Reads of them all (queued at once, at most
 //      `dst_rows` destination rows in use) — 16k tokens of Llama-3-8B (128 KiB/token) are 1024
@@ -37,6 +38,8 @@ ABSL_FLAG(int32_t, threads, 4, "tier threads = redis-benchmark clients (-c)");
 ABSL_FLAG(int32_t, connections_per_node, 4, "tier connections per cluster node");
 ABSL_FLAG(uint64_t, max_value_bytes, 8ull << 20, "tier max_value_bytes (header included)");
 ABSL_FLAG(int32_t, redis_benchmark_requests, 512, "redis-benchmark -n per test");
+ABSL_FLAG(int32_t, rounds, 4, "rounds of (SET, tier write, GET, tier read); the first writes "
+          "new keys and is left out of the write comparison");
 ABSL_FLAG(int32_t, prefix_rows, 1024, "rows of the promoted prefix (0: skip)");
 ABSL_FLAG(int32_t, dst_rows, 256, "destination rows the promotion reuses (memory bound)");
 ABSL_FLAG(std::string, out, "", "also write the JSON here");
@@ -156,16 +159,6 @@ int Main() {
     return 1;
   }
   const int port = (*cluster)->nodes()[0].port;
-  absl::StatusOr<double> set_rps = RedisBenchmarkRps(port, "SET");
-  absl::StatusOr<double> get_rps = RedisBenchmarkRps(port, "GET");
-  if (!set_rps.ok() || !get_rps.ok()) {
-    std::cerr << set_rps.status() << " / " << get_rps.status() << "\n";
-    return 1;
-  }
-  // redis-benchmark's keys go; the tier starts from an empty cluster.
-  for (int i = 0; i < static_cast<int>((*cluster)->nodes().size()); ++i) {
-    (void)(*cluster)->Command(i, {"FLUSHALL"});
-  }
 
   ClusterTierOptions o;
   o.seeds = (*cluster)->seeds();
@@ -183,22 +176,47 @@ int Main() {
   for (int i = 0; i < 16; ++i) sources.push_back(testing::RowBytes(i, row));
   std::vector<std::string> dst(std::min(rows, absl::GetFlag(FLAGS_dst_rows)), std::string(row, 1));
 
+  // Rounds of redis-benchmark SET, the tier's write, redis-benchmark GET, the tier's read, one
+  // after the other, so that load from elsewhere on the machine hits both sides alike; each
+  // figure is the median over the rounds, each ratio the median of the rounds' ratios.
   constexpr uint64_t kNs = 0xBE7C;
-  absl::StatusOr<double> write_s = WriteRows(**tier, kNs, rows, sources, 4 * threads);
-  if (!write_s.ok()) {
-    std::cerr << "tier write: " << write_s.status() << "\n";
-    return 1;
-  }
-  absl::StatusOr<double> read_s = ReadRows(**tier, kNs, rows, dst);
-  if (!read_s.ok()) {
-    std::cerr << "tier read: " << read_s.status() << "\n";
-    return 1;
-  }
   const double bytes = static_cast<double>(rows) * row;
-  const double set_gbps = *set_rps * row / 1e9;
-  const double get_gbps = *get_rps * row / 1e9;
-  const double write_gbps = bytes / *write_s / 1e9;
-  const double read_gbps = bytes / *read_s / 1e9;
+  std::vector<double> set_gbps, get_gbps, write_gbps, read_gbps, write_ratio, read_ratio;
+  double write_new_gbps = 0;
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    absl::StatusOr<double> set_rps = RedisBenchmarkRps(port, "SET");
+    if (!set_rps.ok()) {
+      std::cerr << set_rps.status() << "\n";
+      return 1;
+    }
+    // Round 0 writes new keys; later rounds replace values (as redis-benchmark's SETs, -r 64
+    // with -n 512, mostly do). The first is reported apart, the others compared.
+    absl::StatusOr<double> write_s = WriteRows(**tier, kNs, rows, sources, 4 * threads);
+    if (!write_s.ok()) {
+      std::cerr << "tier write: " << write_s.status() << "\n";
+      return 1;
+    }
+    absl::StatusOr<double> get_rps = RedisBenchmarkRps(port, "GET");
+    if (!get_rps.ok()) {
+      std::cerr << get_rps.status() << "\n";
+      return 1;
+    }
+    absl::StatusOr<double> read_s = ReadRows(**tier, kNs, rows, dst);
+    if (!read_s.ok()) {
+      std::cerr << "tier read: " << read_s.status() << "\n";
+      return 1;
+    }
+    get_gbps.push_back(*get_rps * row / 1e9);
+    read_gbps.push_back(bytes / *read_s / 1e9);
+    read_ratio.push_back(read_gbps.back() / get_gbps.back());
+    if (round == 0) {
+      write_new_gbps = bytes / *write_s / 1e9;
+      continue;
+    }
+    set_gbps.push_back(*set_rps * row / 1e9);
+    write_gbps.push_back(bytes / *write_s / 1e9);
+    write_ratio.push_back(write_gbps.back() / set_gbps.back());
+  }
 
   std::string promotion = "null";
   const int prefix_rows = absl::GetFlag(FLAGS_prefix_rows);
@@ -233,19 +251,33 @@ int Main() {
         static_cast<double>(prefix_rows) * row / *r / 1e9,
         static_cast<double>(prefix_rows) * row / *w / 1e9);
   }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  auto list = [](const std::vector<double>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) absl::StrAppendFormat(&out, "%s%.3f", i ? "," : "", v[i]);
+    return out + "]";
+  };
   const KvBackendStats b = (*tier)->backend_stats();
   const std::string json = absl::StrFormat(
       "{\"bench\":\"cluster_tier\",\"cluster\":\"3 masters + 3 replicas, loopback\","
-      "\"row_bytes\":%d,\"rows\":%d,\"threads\":%d,\"connections_per_node\":%d,"
-      "\"max_value_bytes\":%d,\"redis_benchmark\":{\"clients\":%d,\"requests\":%d,"
-      "\"set_rps\":%.1f,\"get_rps\":%.1f,\"set_gbps\":%.3f,\"get_gbps\":%.3f},"
-      "\"tier\":{\"write_gbps\":%.3f,\"read_gbps\":%.3f},"
-      "\"ratio\":{\"write\":%.2f,\"read\":%.2f},\"promotion\":%s,"
-      "\"backend\":{\"connects\":%d,\"broken\":%d,\"redirects\":%d}}",
-      row, rows, threads, o.connections_per_node, o.max_value_bytes, threads,
-      absl::GetFlag(FLAGS_redis_benchmark_requests), *set_rps, *get_rps, set_gbps, get_gbps,
-      write_gbps, read_gbps, write_gbps / set_gbps, read_gbps / get_gbps, promotion, b.connects,
-      b.broken, b.redirects);
+      "\"row_bytes\":%d,\"rows\":%d,\"rounds\":%d,\"threads\":%d,"
+      "\"connections_per_node\":%d,\"max_value_bytes\":%d,"
+      "\"redis_benchmark\":{\"clients\":%d,\"requests\":%d,\"set_gbps\":%.3f,"
+      "\"get_gbps\":%.3f,\"set_gbps_rounds\":%s,\"get_gbps_rounds\":%s},"
+      "\"tier\":{\"write_new_keys_gbps\":%.3f,\"write_gbps\":%.3f,\"read_gbps\":%.3f,"
+      "\"write_gbps_rounds\":%s,\"read_gbps_rounds\":%s},"
+      "\"ratio\":{\"write\":%.2f,\"read\":%.2f,\"write_rounds\":%s,\"read_rounds\":%s},"
+      "\"promotion\":%s,\"backend\":{\"connects\":%d,\"broken\":%d,\"redirects\":%d}}",
+      row, rows, absl::GetFlag(FLAGS_rounds), threads, o.connections_per_node,
+      o.max_value_bytes, threads, absl::GetFlag(FLAGS_redis_benchmark_requests),
+      median(set_gbps), median(get_gbps), list(set_gbps), list(get_gbps), write_new_gbps,
+      median(write_gbps), median(read_gbps), list(write_gbps), list(read_gbps),
+      median(write_ratio), median(read_ratio), list(write_ratio), list(read_ratio), promotion,
+      b.connects, b.broken, b.redirects);
   std::cout << json << std::endl;
   if (!absl::GetFlag(FLAGS_out).empty()) std::ofstream(absl::GetFlag(FLAGS_out)) << json << "\n";
   return 0;

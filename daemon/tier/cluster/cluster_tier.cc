@@ -32,15 +32,15 @@ uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 // parts costs a second round trip).
 constexpr uint64_t kMaxFirstRoundParts = 64;
 
-// Checks one fetched part's header against what the record must be. `total` 0: part 0, whose
-// header sets the record's length.
-absl::StatusOr<RecordHeader> CheckHeader(const KvValue& v, uint64_t ns, absl::string_view key,
-                                         uint64_t part) {
-  if (v.bytes.size() < kRecordHeaderBytes) {
+// Decodes part `part`'s header (the value's first 4 KiB at `block`; the value is `value_bytes`
+// long) and checks that it belongs to this record and part. DATA_LOSS otherwise.
+absl::StatusOr<RecordHeader> CheckHeader(const char* block, uint64_t value_bytes, uint64_t ns,
+                                         absl::string_view key, uint64_t part) {
+  if (value_bytes < kRecordHeaderBytes) {
     return absl::DataLossError(
-        absl::StrCat("part ", part, ": value of ", v.bytes.size(), " bytes, shorter than a header"));
+        absl::StrCat("part ", part, ": value of ", value_bytes, " bytes, shorter than a header"));
   }
-  absl::StatusOr<RecordHeader> h = DecodeRecordHeader(v.bytes.data());
+  absl::StatusOr<RecordHeader> h = DecodeRecordHeader(block);
   if (absl::IsNotFound(h.status())) {
     return absl::DataLossError(absl::StrCat("part ", part, ": not a record (no header magic)"));
   }
@@ -55,6 +55,36 @@ absl::StatusOr<RecordHeader> CheckHeader(const KvValue& v, uint64_t ns, absl::st
     return absl::DataLossError(absl::StrCat("part ", part, ": header says part ", h->generation));
   }
   return h;
+}
+
+// The record's shape from part 0's header: its length and its part size.
+absl::Status CheckShape(const RecordHeader& h0, uint64_t capacity) {
+  if (h0.file_epoch == 0 || h0.payload_bytes == 0 || h0.payload_bytes > h0.file_epoch) {
+    return absl::DataLossError(absl::StrCat("part 0: record of ", h0.file_epoch,
+                                            " bytes in parts of ", h0.payload_bytes));
+  }
+  if (h0.file_epoch > capacity) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cluster tier: record of ", h0.file_epoch, " bytes, read into ", capacity, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// Checks part i's header fields against the record's shape, and its payload (already at
+// `payload`, `value_bytes - 4096` bytes) against the header's checksum.
+absl::Status CheckPart(const RecordHeader& h, uint64_t i, uint64_t total, uint64_t part,
+                       uint64_t value_bytes, const char* payload) {
+  const uint64_t length = std::min(part, total - i * part);
+  if (h.file_epoch != total || h.payload_bytes != length ||
+      value_bytes != kRecordHeaderBytes + length) {
+    return absl::DataLossError(absl::StrCat(
+        "part ", i, ": header says ", h.payload_bytes, " of ", h.file_epoch, " bytes, value holds ",
+        value_bytes - kRecordHeaderBytes, "; expected ", length, " of ", total));
+  }
+  if (PayloadHash(payload, length) != h.payload_hash) {
+    return absl::DataLossError(absl::StrCat("part ", i, ": payload checksum mismatch"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -263,66 +293,108 @@ absl::Status ClusterTier::Read(uint64_t namespace_id, absl::string_view key, voi
   return Enqueue(std::move(task));
 }
 
+absl::Status ClusterTier::Forget(uint64_t namespace_id, const std::string& key, uint64_t parts,
+                                 absl::Status why, absl::Time deadline) {
+  Log()->warn("cluster tier: record {} of namespace {:016x} is corrupt, deleted: {}",
+              absl::BytesToHexString(key.substr(0, 32)), namespace_id, std::string(why.message()));
+  std::vector<std::string> keys;
+  for (uint64_t i = 0; i < parts; ++i) keys.push_back(ValueKey(namespace_id, key, i));
+  backend_->Delete(keys, deadline);
+  return why;
+}
+
 absl::StatusOr<uint64_t> ClusterTier::DoRead(uint64_t namespace_id, const std::string& key,
                                              char* dst, uint64_t capacity) {
+  // Each part's header into `headers`, its payload straight to its place in `dst` (this node's
+  // part size). A record written with another part size takes DoReadCopying.
   const absl::Time deadline = absl::Now() + options_.command_timeout;
-  const uint64_t first_round = std::min(CeilDiv(capacity, part_bytes_), kMaxFirstRoundParts);
-  std::vector<std::string> keys;
-  for (uint64_t i = 0; i < first_round; ++i) keys.push_back(ValueKey(namespace_id, key, i));
-  std::vector<KvValue> values = backend_->Get(keys, deadline);
-
-  auto forget = [&](absl::Status why) {
-    Log()->warn("cluster tier: record {} of namespace {:016x} is corrupt, deleted: {}",
-                absl::BytesToHexString(key.substr(0, 32)), namespace_id, std::string(why.message()));
-    backend_->Delete(keys, deadline);
-    return why;
+  const uint64_t placed = CeilDiv(capacity, part_bytes_);
+  const uint64_t first_round = std::min(placed, kMaxFirstRoundParts);
+  std::string headers(placed * kRecordHeaderBytes, '\0');
+  auto gets_for = [&](uint64_t from, uint64_t to) {
+    std::vector<KvGetInto> gets(to - from);
+    for (uint64_t i = from; i < to; ++i) {
+      KvGetInto& g = gets[i - from];
+      g.key = ValueKey(namespace_id, key, i);
+      g.head = headers.data() + i * kRecordHeaderBytes;
+      g.head_bytes = kRecordHeaderBytes;
+      g.body = dst + i * part_bytes_;
+      g.body_bytes = std::min(part_bytes_, capacity - i * part_bytes_);
+    }
+    return gets;
   };
-  if (!values[0].status.ok()) return values[0].status;
-  absl::StatusOr<RecordHeader> h0 = CheckHeader(values[0], namespace_id, key, 0);
-  if (!h0.ok()) return forget(h0.status());
+  std::vector<absl::StatusOr<uint64_t>> got = backend_->GetInto(gets_for(0, first_round), deadline);
+  if (absl::IsOutOfRange(got[0].status())) {
+    return DoReadCopying(namespace_id, key, dst, capacity, deadline);  // larger parts
+  }
+  if (!got[0].ok()) return got[0].status();
+  absl::StatusOr<RecordHeader> h0 = CheckHeader(headers.data(), *got[0], namespace_id, key, 0);
+  if (!h0.ok()) return Forget(namespace_id, key, first_round, h0.status(), deadline);
   const uint64_t total = h0->file_epoch;
   const uint64_t part = h0->payload_bytes;
-  if (total == 0 || part == 0 || part > total) {
-    return forget(absl::DataLossError(
-        absl::StrCat("part 0: record of ", total, " bytes in parts of ", part)));
-  }
-  if (total > capacity) {
-    return absl::InvalidArgumentError(absl::StrCat("cluster tier: record of ", total,
-                                                   " bytes, read into ", capacity, " bytes"));
+  absl::Status shape = CheckShape(*h0, capacity);
+  if (absl::IsDataLoss(shape)) return Forget(namespace_id, key, first_round, shape, deadline);
+  if (!shape.ok()) return shape;
+  if (part != part_bytes_ && part != total) {
+    return DoReadCopying(namespace_id, key, dst, capacity, deadline);  // smaller parts
   }
   const uint64_t parts = CeilDiv(total, part);
-  if (parts > values.size()) {
-    // Written by a node whose max_value_bytes is smaller than this one's: more, smaller parts.
-    std::vector<std::string> more;
-    for (uint64_t i = values.size(); i < parts; ++i) more.push_back(ValueKey(namespace_id, key, i));
-    std::vector<KvValue> rest = backend_->Get(more, deadline);
-    keys.insert(keys.end(), more.begin(), more.end());
-    for (KvValue& v : rest) values.push_back(std::move(v));
+  if (parts > got.size()) {
+    std::vector<absl::StatusOr<uint64_t>> rest =
+        backend_->GetInto(gets_for(got.size(), parts), deadline);
+    for (auto& r : rest) got.push_back(std::move(r));
   }
   for (uint64_t i = 0; i < parts; ++i) {
-    const KvValue& v = values[i];
-    if (!v.status.ok()) {
-      if (absl::IsNotFound(v.status)) {
-        return absl::NotFoundError(absl::StrCat("part ", i, " of ", parts, " is absent"));
-      }
-      return v.status;
+    if (absl::IsNotFound(got[i].status())) {
+      return absl::NotFoundError(absl::StrCat("part ", i, " of ", parts, " is absent"));
     }
+    if (absl::IsOutOfRange(got[i].status())) {
+      return Forget(namespace_id, key, parts,
+                    absl::DataLossError(absl::StrCat("part ", i, ": value too long")), deadline);
+    }
+    if (!got[i].ok()) return got[i].status();
+    const char* block = headers.data() + i * kRecordHeaderBytes;
     absl::StatusOr<RecordHeader> h =
-        i == 0 ? *h0 : CheckHeader(v, namespace_id, key, i);
-    if (!h.ok()) return forget(h.status());
-    const uint64_t offset = i * part;
-    const uint64_t length = std::min(part, total - offset);
-    if (h->file_epoch != total || h->payload_bytes != length ||
-        v.bytes.size() != kRecordHeaderBytes + length) {
-      return forget(absl::DataLossError(absl::StrCat(
-          "part ", i, ": header says ", h->payload_bytes, " of ", h->file_epoch,
-          " bytes, value holds ", v.bytes.size() - kRecordHeaderBytes, "; expected ", length,
-          " of ", total)));
+        i == 0 ? *h0 : CheckHeader(block, *got[i], namespace_id, key, i);
+    absl::Status s = h.ok() ? CheckPart(*h, i, total, part, *got[i], dst + i * part) : h.status();
+    if (!s.ok()) return Forget(namespace_id, key, parts, s, deadline);
+  }
+  return total;
+}
+
+absl::StatusOr<uint64_t> ClusterTier::DoReadCopying(uint64_t namespace_id,
+                                                    const std::string& key, char* dst,
+                                                    uint64_t capacity, absl::Time deadline) {
+  std::vector<KvValue> values = backend_->Get({ValueKey(namespace_id, key, 0)}, deadline);
+  if (!values[0].status.ok()) return values[0].status;
+  absl::StatusOr<RecordHeader> h0 =
+      CheckHeader(values[0].bytes.data(), values[0].bytes.size(), namespace_id, key, 0);
+  if (!h0.ok()) return Forget(namespace_id, key, 1, h0.status(), deadline);
+  absl::Status shape = CheckShape(*h0, capacity);
+  if (absl::IsDataLoss(shape)) return Forget(namespace_id, key, 1, shape, deadline);
+  if (!shape.ok()) return shape;
+  const uint64_t total = h0->file_epoch;
+  const uint64_t part = h0->payload_bytes;
+  const uint64_t parts = CeilDiv(total, part);
+  std::vector<std::string> more;
+  for (uint64_t i = 1; i < parts; ++i) more.push_back(ValueKey(namespace_id, key, i));
+  std::vector<KvValue> rest = backend_->Get(more, deadline);
+  for (KvValue& v : rest) values.push_back(std::move(v));
+  for (uint64_t i = 0; i < parts; ++i) {
+    const KvValue& v = values[i];
+    if (absl::IsNotFound(v.status)) {
+      return absl::NotFoundError(absl::StrCat("part ", i, " of ", parts, " is absent"));
     }
-    std::memcpy(dst + offset, v.bytes.data() + kRecordHeaderBytes, length);
-    if (PayloadHash(dst + offset, length) != h->payload_hash) {
-      return forget(absl::DataLossError(absl::StrCat("part ", i, ": payload checksum mismatch")));
+    if (!v.status.ok()) return v.status;
+    absl::StatusOr<RecordHeader> h =
+        i == 0 ? *h0 : CheckHeader(v.bytes.data(), v.bytes.size(), namespace_id, key, i);
+    const uint64_t length = std::min(part, total - i * part);
+    if (h.ok() && v.bytes.size() == kRecordHeaderBytes + length) {
+      std::memcpy(dst + i * part, v.bytes.data() + kRecordHeaderBytes, length);
     }
+    absl::Status s =
+        h.ok() ? CheckPart(*h, i, total, part, v.bytes.size(), dst + i * part) : h.status();
+    if (!s.ok()) return Forget(namespace_id, key, parts, s, deadline);
   }
   return total;
 }

@@ -112,6 +112,12 @@ class ClusterTier : public RecordStore {
                        uint64_t bytes, uint64_t drops_at_call);
   absl::StatusOr<uint64_t> DoRead(uint64_t namespace_id, const std::string& key, char* dst,
                                   uint64_t capacity);
+  // A record written with another part size than this node's: fetched through Get (a copy).
+  absl::StatusOr<uint64_t> DoReadCopying(uint64_t namespace_id, const std::string& key,
+                                         char* dst, uint64_t capacity, absl::Time deadline);
+  // Logs and deletes a corrupt record's first `parts` values; returns `why`.
+  absl::Status Forget(uint64_t namespace_id, const std::string& key, uint64_t parts,
+                      absl::Status why, absl::Time deadline);
   std::string NamespacePrefix(uint64_t namespace_id) const;
   uint64_t Drops(uint64_t namespace_id) const;
 

@@ -180,6 +180,62 @@ TEST_F(ClusterTierRedisTest, LargeRowsAreSplitIntoPartsAndReassembled) {
             absl::StatusCode::kNotFound);
 }
 
+// A slot migrated while the tier's slot map still names its old master: ASK while the slot is
+// migrating (the key already moved), MOVED once it belongs to the new master. Both followed.
+TEST_F(ClusterTierRedisTest, AskAndMovedRedirectsAreFollowed) {
+  ClusterTierOptions o = Options();
+  o.refresh_interval = absl::Hours(1);  // only the first refresh comes: the map stays stale
+  std::unique_ptr<ClusterTier> tier = MakeTier(o);
+  ASSERT_NE(tier, nullptr);
+  const std::string bytes = RowBytes(42, 70000);
+  ASSERT_EQ(WriteSync(*tier, kNs, "migrating", bytes), absl::OkStatus());
+  const std::string value_key = tier->ValueKey(kNs, "migrating", 0);
+  const int slot = KeySlot(value_key);
+  const int src = NodeOfKey(value_key);
+  int dst = -1;
+  for (int i = 0; i < static_cast<int>(cluster_->nodes().size()) && dst < 0; ++i) {
+    absl::StatusOr<Reply> role = cluster_->Command(i, {"ROLE"});
+    ASSERT_TRUE(role.ok());
+    if (i != src && std::string((*role)->element[0]->str) == "master") dst = i;
+  }
+  ASSERT_GE(dst, 0);
+  auto id_of = [](int node) {
+    absl::StatusOr<Reply> r = cluster_->Command(node, {"CLUSTER", "MYID"});
+    return r.ok() ? std::string((*r)->str, (*r)->len) : std::string();
+  };
+  const std::string src_id = id_of(src);
+  const std::string dst_id = id_of(dst);
+  const std::string slot_text = absl::StrCat(slot);
+  auto ok = [](absl::StatusOr<Reply> r) {
+    return r.ok() && (*r)->type != REDIS_REPLY_ERROR ? std::string("OK")
+           : r.ok() ? std::string((*r)->str, (*r)->len)
+                    : r.status().ToString();
+  };
+  ASSERT_EQ(ok(cluster_->Command(dst, {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", src_id})),
+            "OK");
+  ASSERT_EQ(ok(cluster_->Command(src, {"CLUSTER", "SETSLOT", slot_text, "MIGRATING", dst_id})),
+            "OK");
+  ASSERT_EQ(ok(cluster_->Command(src, {"MIGRATE", "127.0.0.1",
+                                       absl::StrCat(cluster_->nodes()[dst].port), "", "0", "5000",
+                                       "KEYS", value_key})),
+            "OK");
+  std::string got;
+  ASSERT_TRUE(ReadSync(*tier, kNs, "migrating", got, 70000).ok());
+  EXPECT_TRUE(got == bytes);
+  const uint64_t after_ask = tier->backend_stats().redirects;
+  EXPECT_GE(after_ask, 1u);  // ASK
+  for (int i = 0; i < static_cast<int>(cluster_->nodes().size()); ++i) {
+    absl::StatusOr<Reply> role = cluster_->Command(i, {"ROLE"});
+    ASSERT_TRUE(role.ok());
+    if (std::string((*role)->element[0]->str) != "master") continue;
+    ASSERT_EQ(ok(cluster_->Command(i, {"CLUSTER", "SETSLOT", slot_text, "NODE", dst_id})), "OK");
+  }
+  ASSERT_TRUE(ReadSync(*tier, kNs, "migrating", got, 70000).ok());
+  EXPECT_TRUE(got == bytes);
+  EXPECT_GT(tier->backend_stats().redirects, after_ask);  // MOVED
+  EXPECT_TRUE(tier->ContainsAll(kNs, {"migrating"})[0]);
+}
+
 TEST_F(ClusterTierRedisTest, MissIsNotFound) {
   std::unique_ptr<ClusterTier> tier = MakeTier(Options());
   ASSERT_NE(tier, nullptr);

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace kvoffload::tier::cluster {
@@ -41,7 +42,14 @@ absl::Status ErrorReplyStatus(absl::string_view error, absl::string_view context
 }
 
 RedisConnection::RedisConnection(NodeAddress address, redisContext* context)
-    : address_(std::move(address)), context_(context) {}
+    : address_(std::move(address)),
+      context_(context),
+      read_buffer_(new char[kReadChunk]),
+      line_buffer_(new char[kLineBuffer]) {
+  // Keep the parser's buffer between replies (hiredis frees it above 16 KiB when empty, and
+  // would grow it again, by reallocations, for every large value).
+  context_->reader->maxbuf = 0;
+}
 
 RedisConnection::~RedisConnection() { redisFree(context_); }
 
@@ -145,28 +153,32 @@ absl::Status RedisConnection::Flush(absl::Time deadline) {
   }
 }
 
-absl::Status RedisConnection::WriteAll(std::vector<iovec> iov, absl::Time deadline) {
+absl::Status RedisConnection::Transfer(short direction, std::vector<iovec> iov,
+                                       absl::Time deadline) {
+  const bool writing = direction == POLLOUT;
   size_t first = 0;
   while (first < iov.size()) {
     const int count = static_cast<int>(std::min<size_t>(kMaxIov, iov.size() - first));
-    const ssize_t n = writev(context_->fd, iov.data() + first, count);
+    const ssize_t n = writing ? writev(context_->fd, iov.data() + first, count)
+                              : readv(context_->fd, iov.data() + first, count);
+    if (n == 0 && !writing) return Fail("connection closed by the server");
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        absl::Status s = Wait(POLLOUT, deadline);
-        if (!s.ok()) return s;
-        continue;
+      if (errno != EAGAIN) {
+        return Fail(absl::StrCat(writing ? "writev: " : "readv: ", std::strerror(errno)));
       }
-      return Fail(absl::StrCat("writev: ", std::strerror(errno)));
+      absl::Status s = Wait(direction, deadline);
+      if (!s.ok()) return s;
+      continue;
     }
-    size_t written = static_cast<size_t>(n);
-    while (first < iov.size() && written >= iov[first].iov_len) {
-      written -= iov[first].iov_len;
+    size_t moved = static_cast<size_t>(n);
+    while (first < iov.size() && moved >= iov[first].iov_len) {
+      moved -= iov[first].iov_len;
       ++first;
     }
-    if (written > 0) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + written;
-      iov[first].iov_len -= written;
+    if (moved > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + moved;
+      iov[first].iov_len -= moved;
     }
   }
   return absl::OkStatus();
@@ -188,27 +200,122 @@ absl::Status RedisConnection::AppendSetRaw(absl::string_view key, absl::string_v
   };
   iov.erase(std::remove_if(iov.begin(), iov.end(), [](const iovec& v) { return v.iov_len == 0; }),
             iov.end());
-  return WriteAll(std::move(iov), deadline);
+  return Transfer(POLLOUT, std::move(iov), deadline);
 }
 
 absl::StatusOr<Reply> RedisConnection::Next(absl::Time deadline) {
   if (broken_) return Fail("broken");
+  // Replies parsed by hiredis and by NextBulkInto must not interleave on one connection.
+  if (line_pos_ != line_end_) return Fail("mixed reply readers");
   while (true) {
     void* raw = nullptr;
     if (redisReaderGetReply(context_->reader, &raw) != REDIS_OK) {
       return Fail(absl::StrCat("protocol error: ", context_->reader->errstr));
     }
     if (raw != nullptr) return Reply(static_cast<redisReply*>(raw));
-    absl::Status s = Wait(POLLIN, deadline);
-    if (!s.ok()) return s;
-    if (redisBufferRead(context_) != REDIS_OK) {
-      if (context_->err == REDIS_ERR_IO && errno == EAGAIN) {
-        context_->err = 0;  // spurious wake-up
-        continue;
-      }
-      return Fail(context_->errstr);
+    // Our own reads, kReadChunk at a time (hiredis's redisBufferRead reads 16 KiB per call: 128
+    // calls for a 2 MiB value), fed to hiredis's parser. Read first, poll only when empty.
+    absl::StatusOr<size_t> n = ReadSome(read_buffer_.get(), kReadChunk, deadline);
+    if (!n.ok()) return n.status();
+    if (redisReaderFeed(context_->reader, read_buffer_.get(), *n) != REDIS_OK) {
+      return Fail("reader out of memory");
     }
   }
+}
+
+absl::StatusOr<size_t> RedisConnection::ReadSome(char* buffer, size_t capacity,
+                                                 absl::Time deadline) {
+  while (true) {
+    const ssize_t n = read(context_->fd, buffer, capacity);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n == 0) return Fail("connection closed by the server");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) return Fail(absl::StrCat("read: ", std::strerror(errno)));
+    absl::Status s = Wait(POLLIN, deadline);
+    if (!s.ok()) return s;
+  }
+}
+
+absl::StatusOr<size_t> RedisConnection::ReadLine(absl::Time deadline) {
+  while (true) {
+    const char* start = line_buffer_.get() + line_pos_;
+    const void* lf = std::memchr(start, '\n', line_end_ - line_pos_);
+    if (lf != nullptr) {
+      const size_t length = static_cast<const char*>(lf) - start;
+      if (length == 0 || start[length - 1] != '\r') return Fail("protocol error: bare LF");
+      return length - 1;
+    }
+    if (line_pos_ > 0) {  // keep the partial line at the front
+      std::memmove(line_buffer_.get(), start, line_end_ - line_pos_);
+      line_end_ -= line_pos_;
+      line_pos_ = 0;
+    }
+    if (line_end_ == kLineBuffer) return Fail("protocol error: reply line too long");
+    absl::StatusOr<size_t> n =
+        ReadSome(line_buffer_.get() + line_end_, kLineBuffer - line_end_, deadline);
+    if (!n.ok()) return n.status();
+    line_end_ += *n;
+  }
+}
+
+absl::StatusOr<RedisConnection::Bulk> RedisConnection::NextBulkInto(char* head, size_t head_bytes,
+                                                                    char* body, size_t body_bytes,
+                                                                    absl::Time deadline) {
+  if (broken_) return Fail("broken");
+  // Replies parsed by hiredis and by this function must not interleave on one connection.
+  if (context_->reader->len != context_->reader->pos) return Fail("mixed reply readers");
+  absl::StatusOr<size_t> line_length = ReadLine(deadline);
+  if (!line_length.ok()) return line_length.status();
+  const absl::string_view line(line_buffer_.get() + line_pos_, *line_length);
+  line_pos_ += *line_length + 2;
+  Bulk bulk;
+  if (line.empty()) return Fail("protocol error: empty reply line");
+  if (line[0] == '-' || line[0] == '+' || line[0] == ':') {
+    bulk.kind = line[0] == '-' ? Bulk::kError : Bulk::kSimple;
+    bulk.text = std::string(line.substr(1));
+    return bulk;
+  }
+  int64_t length = 0;
+  if (line[0] != '$' || !absl::SimpleAtoi(line.substr(1), &length) || length < -1) {
+    return Fail(absl::StrCat("protocol error: unexpected reply '", line.substr(0, 40), "'"));
+  }
+  if (length == -1) {
+    bulk.kind = Bulk::kNil;
+    return bulk;
+  }
+  bulk.kind = Bulk::kValue;
+  bulk.length = static_cast<uint64_t>(length);
+  // Where the value's bytes go: into the caller's memory, or (too long) a scratch buffer.
+  const bool fits = bulk.length <= head_bytes + body_bytes;
+  std::string scratch;
+  std::vector<iovec> dest;
+  if (fits) {
+    const size_t h = std::min<size_t>(bulk.length, head_bytes);
+    dest.push_back({head, h});
+    dest.push_back({body, bulk.length - h});
+  } else {
+    scratch.resize(bulk.length);
+    dest.push_back({scratch.data(), scratch.size()});
+  }
+  char crlf[2];
+  dest.push_back({crlf, 2});
+  // First what the line's read already brought, then straight from the socket.
+  std::vector<iovec> rest;
+  for (iovec v : dest) {
+    const size_t from_buffer = std::min(v.iov_len, line_end_ - line_pos_);
+    std::memcpy(v.iov_base, line_buffer_.get() + line_pos_, from_buffer);
+    line_pos_ += from_buffer;
+    if (from_buffer < v.iov_len) {
+      rest.push_back({static_cast<char*>(v.iov_base) + from_buffer, v.iov_len - from_buffer});
+    }
+  }
+  if (line_pos_ == line_end_) line_pos_ = line_end_ = 0;
+  rest.erase(std::remove_if(rest.begin(), rest.end(), [](const iovec& v) { return v.iov_len == 0; }),
+             rest.end());
+  absl::Status s = Transfer(POLLIN, std::move(rest), deadline);
+  if (!s.ok()) return s;
+  if (crlf[0] != '\r' || crlf[1] != '\n') return Fail("protocol error: bulk without CRLF");
+  return bulk;
 }
 
 absl::StatusOr<Reply> RedisConnection::Call(const std::vector<absl::string_view>& argv,

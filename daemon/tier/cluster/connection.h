@@ -63,6 +63,17 @@ class RedisConnection {
   absl::Status Flush(absl::Time deadline);
   // The next reply (an error reply is a Reply too: check its type).
   absl::StatusOr<Reply> Next(absl::Time deadline);
+  // The next reply of a GET, a bulk string read straight from the socket into `head` (its
+  // first head_bytes) and `body` (the rest): no copy through a parser's buffer. Also takes the
+  // simple replies a GET batch can meet (+OK of ASKING, -errors such as MOVED).
+  struct Bulk {
+    enum Kind { kValue, kNil, kError, kSimple };
+    Kind kind = kNil;
+    uint64_t length = 0;  // kValue: the value's length (too long for the memory: not stored)
+    std::string text;     // kError, kSimple
+  };
+  absl::StatusOr<Bulk> NextBulkInto(char* head, size_t head_bytes, char* body, size_t body_bytes,
+                                    absl::Time deadline);
   // Append + Flush + Next.
   absl::StatusOr<Reply> Call(const std::vector<absl::string_view>& argv, absl::Time deadline);
 
@@ -73,11 +84,27 @@ class RedisConnection {
   RedisConnection(NodeAddress address, redisContext* context);
   // Polls the socket for `events` until the deadline. DEADLINE: UNAVAILABLE "timed out".
   absl::Status Wait(short events, absl::Time deadline);
-  absl::Status WriteAll(std::vector<::iovec> iov, absl::Time deadline);
+  // Writes all of `iov` (direction POLLOUT) or reads until `iov` is full (POLLIN; only ever
+  // into the given memory).
+  absl::Status Transfer(short direction, std::vector<::iovec> iov, absl::Time deadline);
+  // One read() of at most `capacity` bytes: at least one byte, or why not (polls when empty).
+  absl::StatusOr<size_t> ReadSome(char* buffer, size_t capacity, absl::Time deadline);
+  // Makes line_buffer_ hold a whole "\r\n"-terminated line from line_pos_; returns its length
+  // without the "\r\n".
+  absl::StatusOr<size_t> ReadLine(absl::Time deadline);
   absl::Status Fail(absl::string_view what);
+
+  static constexpr size_t kReadChunk = 512 << 10;
 
   const NodeAddress address_;
   redisContext* const context_;
+  std::unique_ptr<char[]> read_buffer_;
+  // NextBulkInto's buffer for reply lines (and whatever the same read() brought after them):
+  // bytes [line_pos_, line_end_) are unconsumed. Empty between batches.
+  static constexpr size_t kLineBuffer = 64 << 10;
+  std::unique_ptr<char[]> line_buffer_;
+  size_t line_pos_ = 0;
+  size_t line_end_ = 0;
   bool broken_ = false;
 };
 

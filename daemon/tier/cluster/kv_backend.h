@@ -12,7 +12,9 @@
 #ifndef KVOFFLOAD_DAEMON_TIER_CLUSTER_KV_BACKEND_H_
 #define KVOFFLOAD_DAEMON_TIER_CLUSTER_KV_BACKEND_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +42,16 @@ struct KvValue {
   std::shared_ptr<const void> owner;
 };
 
+// One value to fetch into the caller's memory: its first `head_bytes` bytes to `head`, the rest
+// to `body` (at most `body_bytes`).
+struct KvGetInto {
+  std::string key;
+  char* head = nullptr;
+  size_t head_bytes = 0;
+  char* body = nullptr;
+  size_t body_bytes = 0;
+};
+
 // Counters of the transport (cumulative).
 struct KvBackendStats {
   uint64_t connects = 0;          // connections opened
@@ -55,6 +67,32 @@ class KvBackend {
 
   virtual std::vector<absl::Status> Put(const std::vector<KvPut>& puts, absl::Time deadline) = 0;
   virtual std::vector<KvValue> Get(const std::vector<std::string>& keys, absl::Time deadline) = 0;
+  // Get, straight into the caller's memory where the back end can (RedisCluster reads large
+  // values from the socket into `body` without a copy). Each result: the value's length; NOT_FOUND
+  // for no such key; OUT_OF_RANGE when the value is longer than head_bytes + body_bytes (then
+  // what the memory holds is undefined); else the error. The default is Get and a copy.
+  virtual std::vector<absl::StatusOr<uint64_t>> GetInto(const std::vector<KvGetInto>& gets,
+                                                        absl::Time deadline) {
+    std::vector<std::string> keys;
+    for (const KvGetInto& g : gets) keys.push_back(g.key);
+    std::vector<KvValue> values = Get(keys, deadline);
+    std::vector<absl::StatusOr<uint64_t>> out;
+    for (size_t i = 0; i < gets.size(); ++i) {
+      const KvValue& v = values[i];
+      const KvGetInto& g = gets[i];
+      if (!v.status.ok()) {
+        out.push_back(v.status);
+      } else if (v.bytes.size() > g.head_bytes + g.body_bytes) {
+        out.push_back(absl::OutOfRangeError("value longer than its destination"));
+      } else {
+        const size_t head = std::min(v.bytes.size(), g.head_bytes);
+        std::memcpy(g.head, v.bytes.data(), head);
+        std::memcpy(g.body, v.bytes.data() + head, v.bytes.size() - head);
+        out.push_back(v.bytes.size());
+      }
+    }
+    return out;
+  }
   virtual std::vector<absl::StatusOr<bool>> Exists(const std::vector<std::string>& keys,
                                                    absl::Time deadline) = 0;
   // Deletes each key (absent keys are OK).

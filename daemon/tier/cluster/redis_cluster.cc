@@ -128,10 +128,12 @@ class RedisCluster::NodePool {
 // ---------------------------------------------------------------------------------------------
 
 struct RedisCluster::Op {
-  enum Kind { kGet, kExists, kSet, kUnlink };
+  enum Kind { kGet, kGetInto, kExists, kSet, kUnlink };
   Kind kind = kGet;
   const std::string* key = nullptr;
-  absl::string_view head, body;  // kSet
+  absl::string_view head, body;       // kSet
+  const KvGetInto* into = nullptr;    // kGetInto
+  uint64_t length = 0;                // kGetInto: the value's length
   // Routing: a redirect's target, and whether it was an ASK.
   std::optional<NodeAddress> target;
   bool asking = false;
@@ -309,6 +311,7 @@ void RedisCluster::Run(std::vector<Op>& ops, absl::Time deadline) {
         if (op.asking) g.conn->Append({"ASKING"});
         switch (op.kind) {
           case Op::kGet:
+          case Op::kGetInto:
             g.conn->Append({"GET", *op.key});
             break;
           case Op::kExists:
@@ -339,6 +342,63 @@ void RedisCluster::Run(std::vector<Op>& ops, absl::Time deadline) {
           op.status = io;
           continue;
         }
+        // An error reply: a redirect to follow (the op goes round again) or the op's status.
+        auto error_reply = [&](absl::string_view error) {
+          std::optional<Redirect> redirect = ParseRedirect(error);
+          if (redirect && op.hops < kMaxRedirects) {
+            ++op.hops;
+            op.target = redirect->target;
+            op.asking = redirect->kind == Redirect::kAsk;
+            if (redirect->kind == Redirect::kMoved) refresh = true;
+            redirects_.fetch_add(1, std::memory_order_relaxed);
+            pending.push_back(i);
+            return;
+          }
+          op.status = ErrorReplyStatus(error, g.address.ToString());
+          if (absl::IsUnavailable(op.status)) refresh = true;
+        };
+        if (op.kind == Op::kGetInto) {
+          absl::StatusOr<RedisConnection::Bulk> asked;
+          if (op.asking) {
+            asked = g.conn->NextBulkInto(nullptr, 0, nullptr, 0, deadline);
+            if (!asked.ok()) {
+              io = op.status = asked.status();
+              refresh = true;
+              continue;
+            }
+          }
+          const KvGetInto& into = *op.into;
+          absl::StatusOr<RedisConnection::Bulk> b =
+              g.conn->NextBulkInto(into.head, into.head_bytes, into.body, into.body_bytes, deadline);
+          if (!b.ok()) {
+            io = op.status = b.status();
+            refresh = true;
+            continue;
+          }
+          if (op.asking && asked->kind == RedisConnection::Bulk::kError) {
+            error_reply(asked->text);
+            continue;
+          }
+          switch (b->kind) {
+            case RedisConnection::Bulk::kValue:
+              op.length = b->length;
+              op.status = b->length <= into.head_bytes + into.body_bytes
+                              ? absl::OkStatus()
+                              : absl::OutOfRangeError(absl::StrCat(
+                                    "value of ", b->length, " bytes, longer than its memory"));
+              break;
+            case RedisConnection::Bulk::kNil:
+              op.status = absl::NotFoundError("no such key");
+              break;
+            case RedisConnection::Bulk::kError:
+              error_reply(b->text);
+              break;
+            case RedisConnection::Bulk::kSimple:
+              op.status = absl::InternalError(absl::StrCat("GET answered '", b->text, "'"));
+              break;
+          }
+          continue;
+        }
         if (op.asking) {
           absl::StatusOr<Reply> ok = g.conn->Next(deadline);
           if (!ok.ok()) {
@@ -357,19 +417,7 @@ void RedisCluster::Run(std::vector<Op>& ops, absl::Time deadline) {
           op.reply = *std::move(r);
           continue;
         }
-        const absl::string_view error = Text(r->get());
-        std::optional<Redirect> redirect = ParseRedirect(error);
-        if (redirect && op.hops < kMaxRedirects) {
-          ++op.hops;
-          op.target = redirect->target;
-          op.asking = redirect->kind == Redirect::kAsk;
-          if (redirect->kind == Redirect::kMoved) refresh = true;
-          redirects_.fetch_add(1, std::memory_order_relaxed);
-          pending.push_back(i);
-          continue;
-        }
-        op.status = ErrorReplyStatus(error, g.address.ToString());
-        if (absl::IsUnavailable(op.status)) refresh = true;
+        error_reply(Text(r->get()));
       }
       g.pool->Release(std::move(g.conn));
     }
@@ -412,6 +460,26 @@ std::vector<KvValue> RedisCluster::Get(const std::vector<std::string>& keys,
     } else {
       out[i].bytes = Text(op.reply.get());
       out[i].owner = std::shared_ptr<const void>(op.reply.release(), ReplyDeleter());
+    }
+  }
+  return out;
+}
+
+std::vector<absl::StatusOr<uint64_t>> RedisCluster::GetInto(const std::vector<KvGetInto>& gets,
+                                                            absl::Time deadline) {
+  std::vector<Op> ops(gets.size());
+  for (size_t i = 0; i < gets.size(); ++i) {
+    ops[i].kind = Op::kGetInto;
+    ops[i].key = &gets[i].key;
+    ops[i].into = &gets[i];
+  }
+  Run(ops, deadline);
+  std::vector<absl::StatusOr<uint64_t>> out;
+  for (Op& op : ops) {
+    if (op.status.ok()) {
+      out.push_back(op.length);
+    } else {
+      out.push_back(std::move(op.status));
     }
   }
   return out;

@@ -11,7 +11,8 @@
 //
 // Batches: a call's keys are grouped per node; each group is pipelined on one pooled
 // connection; all groups are sent before any reply is read, so the nodes work in parallel.
-// SET values go from the caller's memory to the socket by writev (no copy).
+// SET values go from the caller's memory to the socket by writev, and GetInto's values from the
+// socket into the caller's memory by readv (no copy either way; Get copies through hiredis).
 //
 // Connections: up to `connections_per_node` per node, opened on demand (connect + AUTH bounded
 // by `connect_timeout`), kept while healthy, dropped after any error or timeout (a reply might
@@ -54,6 +55,8 @@ class RedisCluster : public KvBackend {
 
   std::vector<absl::Status> Put(const std::vector<KvPut>& puts, absl::Time deadline) override;
   std::vector<KvValue> Get(const std::vector<std::string>& keys, absl::Time deadline) override;
+  std::vector<absl::StatusOr<uint64_t>> GetInto(const std::vector<KvGetInto>& gets,
+                                                absl::Time deadline) override;
   std::vector<absl::StatusOr<bool>> Exists(const std::vector<std::string>& keys,
                                            absl::Time deadline) override;
   std::vector<absl::Status> Delete(const std::vector<std::string>& keys,
