@@ -1,11 +1,13 @@
 // Cluster tier benchmark: a local Redis Cluster (3 masters + 3 replicas on loopback,
-// daemon/tier/cluster/testing/local_cluster.h), then
-//   1. redis-benchmark's own SET and GET rate at the row size, same cluster, same concurrency
-//      (-c = the tier's threads, --cluster, -r 64 so nearly every GET hits a key SET before);
-//   2. the tier writing `rows` rows of `row_bytes` (new keys), writing them again (replacing
-//      values, as redis-benchmark's SETs mostly do: the write figure compared), then reading
-//      them (all queued, its own `threads` threads), GB/s of payload;
-//   3. promotion of a long prefix: `prefix_rows` rows written, then timed: one ContainsAll of
+// daemon/tier/cluster/testing/local_cluster.h), then `rounds` rounds of
+//   1. redis-benchmark's own SET rate at the row size, same cluster, same concurrency (-c = the
+//      tier's threads, --cluster, -r 64 so nearly every GET hits a key SET before);
+//   2. the tier writing `rows` rows of `row_bytes` (4 × threads queued, its own threads; new
+//      keys in round 1, replaced values later, as redis-benchmark's SETs mostly are);
+//   3. redis-benchmark's GET rate, then the tier reading the rows back; GB/s of payload, the
+//      median over rounds (round 1's write apart), ratios tier / redis-benchmark per round;
+// and at the end
+//   promotion of a long prefix: `prefix_rows` rows written, then timed: one ContainsAll of
 //      them all (the lookup) and the Reads of them all (queued at once, at most
 //      `dst_rows` destination rows in use) — 16k tokens of Llama-3-8B (128 KiB/token) are 1024
 //      rows of 2 MiB (16 tokens a row).

@@ -12,7 +12,7 @@ bin=bazel-bin/tests/bench/cluster_tier_bench
 : > "$out"
 # threads:connections_per_node:max_value_bytes:prefix_rows (the first run also promotes the
 # 16k-token prefix: 1024 rows of 2 MiB).
-for run in ${KVOFFLOAD_CLUSTER_BENCH_RUNS:-4:4:8392704:1024 1:1:8392704:0 8:8:8392704:0 4:4:528384:0}; do
+for run in ${KVOFFLOAD_CLUSTER_BENCH_RUNS:-4:4:8388608:1024 1:1:8388608:0 8:8:8388608:0 4:4:528384:0}; do
   IFS=: read -r threads conns max_value prefix <<< "$run"
   "$bin" --row_bytes="$row" --threads="$threads" --connections_per_node="$conns" \
     --max_value_bytes="$max_value" --prefix_rows="$prefix" 2>/dev/null >> "$out"

@@ -333,7 +333,8 @@ void RedisCluster::Run(std::vector<Op>& ops, absl::Time deadline) {
         g.pool->Release(std::move(g.conn));
       }
     }
-    for (auto& [name, g] : groups) {
+    for (auto& entry : groups) {
+      Group& g = entry.second;  // a plain reference: lambdas below may use it
       if (g.conn == nullptr) continue;
       absl::Status io;
       for (size_t i : g.ops) {

@@ -3,9 +3,9 @@
 // (connection.h).
 //
 // Routing: each key goes to the master of its slot (key_slot.h) in the current SlotTable, loaded
-// with CLUSTER SLOTS from any known node at start and again, at most once per
-// `refresh_interval`, whenever a call meets a redirect, a connection failure or a slot without a
-// master. A MOVED reply re-sends that key to the named node at once (and asks for a refresh);
+// with CLUSTER SLOTS from any known node (masters first, then the seeds) at start, and again by a
+// background thread, at most once per `refresh_interval`, whenever a call meets a MOVED, a
+// connection failure, a timeout or a slot without a master (calls never wait for it). A MOVED reply re-sends that key to the named node at once (and asks for a refresh);
 // an ASK reply re-sends it there preceded by ASKING (no refresh: the slot is migrating). At most
 // kMaxRedirects hops per key, all within the call's deadline.
 //
