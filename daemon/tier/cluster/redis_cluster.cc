@@ -157,9 +157,7 @@ RedisCluster::~RedisCluster() {
 absl::StatusOr<std::unique_ptr<RedisCluster>> RedisCluster::Connect(
     const ClusterTierOptions& options, Credentials credentials) {
   std::unique_ptr<RedisCluster> c(new RedisCluster(options, std::move(credentials)));
-  const absl::Time deadline = absl::Now() + static_cast<int64_t>(options.seeds.size()) *
-                                                (options.connect_timeout + options.command_timeout);
-  absl::Status s = c->LoadSlots(deadline);
+  absl::Status s = c->LoadSlots();
   if (!s.ok()) return s;
   c->refresher_ = std::thread([p = c.get()] { p->RefreshLoop(); });
   return c;
@@ -177,7 +175,7 @@ std::shared_ptr<const SlotTable> RedisCluster::slot_table() const {
   return table_;
 }
 
-absl::Status RedisCluster::LoadSlots(absl::Time deadline) {
+absl::Status RedisCluster::LoadSlots() {
   std::vector<NodeAddress> candidates;
   {
     absl::MutexLock lock(&mu_);
@@ -190,6 +188,8 @@ absl::Status RedisCluster::LoadSlots(absl::Time deadline) {
   }
   absl::Status last = absl::UnavailableError("no node to ask for the slot map");
   for (const NodeAddress& a : candidates) {
+    // Each node its own bound, so that a hung one costs one timeout, not the whole refresh.
+    const absl::Time deadline = absl::Now() + options_.connect_timeout + options_.command_timeout;
     NodePool* pool = Pool(a);
     absl::StatusOr<std::unique_ptr<RedisConnection>> conn = pool->Acquire(deadline);
     if (!conn.ok()) {
@@ -197,8 +197,7 @@ absl::Status RedisCluster::LoadSlots(absl::Time deadline) {
       if (absl::IsUnauthenticated(last) || absl::IsPermissionDenied(last)) return last;
       continue;
     }
-    const absl::Time call_deadline = std::min(deadline, absl::Now() + options_.command_timeout);
-    absl::StatusOr<Reply> r = (*conn)->Call({"CLUSTER", "SLOTS"}, call_deadline);
+    absl::StatusOr<Reply> r = (*conn)->Call({"CLUSTER", "SLOTS"}, deadline);
     pool->Release(*std::move(conn));
     if (!r.ok()) {
       last = r.status();
@@ -251,8 +250,7 @@ void RedisCluster::RefreshLoop() {
       if (stopping_) return;
       refresh_wanted_ = false;
     }
-    absl::Status s =
-        LoadSlots(absl::Now() + options_.connect_timeout + options_.command_timeout);
+    absl::Status s = LoadSlots();
     if (!s.ok()) {
       Log()->warn("cluster tier: slot map refresh failed: {}", s.ToString());
       absl::MutexLock lock(&mu_);

@@ -47,8 +47,8 @@ class RedisCluster : public KvBackend {
  public:
   static constexpr int kMaxRedirects = 3;
 
-  // Loads the slot map from the first seed that answers (bounded by connect + command
-  // timeouts per seed). UNAVAILABLE when none does; UNAUTHENTICATED when AUTH is refused.
+  // Loads the slot map from the first seed that answers (each seed bounded by connect +
+  // command timeouts). UNAVAILABLE when none does; UNAUTHENTICATED when AUTH is refused.
   static absl::StatusOr<std::unique_ptr<RedisCluster>> Connect(const ClusterTierOptions& options,
                                                                Credentials credentials);
   ~RedisCluster() override;
@@ -77,7 +77,9 @@ class RedisCluster : public KvBackend {
   struct Op;
 
   RedisCluster(const ClusterTierOptions& options, Credentials credentials);
-  absl::Status LoadSlots(absl::Time deadline);
+  // Asks the known masters, then the seeds, for CLUSTER SLOTS until one answers; each node is
+  // bounded by connect_timeout + command_timeout.
+  absl::Status LoadSlots();
   void RefreshLoop();
   NodePool* Pool(const NodeAddress& address);
   // Runs `ops` (each filled in with its reply or status) through routing, pipelines and
