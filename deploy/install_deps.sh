@@ -3,7 +3,9 @@
 # Used by deploy/quickstart.sh and tests/run_all.sh; safe to run again. clang-14 and its
 # runtimes (libclang-rt-14-dev: ASan, UBSan, TSan, libFuzzer) serve run_all.sh's sanitizer,
 # thread-safety and fuzzing stages; python3-torch (CPU) the Python tests of kvoffload.StagedWorker;
-# liburing-dev, libxxhash-dev and fio the disk tier (daemon/tier) and its benchmark.
+# liburing-dev, libxxhash-dev and fio the disk tier (daemon/tier) and its benchmark;
+# redis-server, redis-tools and libhiredis-dev the cluster tier (daemon/tier/cluster): its client
+# library, and the local Redis Cluster its tests and benchmark start.
 set -euo pipefail
 packages=(
   bazel-bootstrap bazel-rules-java g++ python3
@@ -13,6 +15,7 @@ packages=(
   python3-venv python3-setuptools python3-wheel python3-numpy python3-torch
   clang-14 libclang-rt-14-dev
   liburing-dev libxxhash-dev fio
+  redis-server redis-tools libhiredis-dev
 )
 missing=()
 for p in "${packages[@]}"; do
