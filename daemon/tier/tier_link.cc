@@ -194,8 +194,21 @@ void TierLink::Promote(const std::vector<std::string>& keys, uint32_t member,
     absl::MutexLock lock(&mu_);
     for (const auto& [key, t] : tier_of) ++stats_[t].lookup_tier_hits;
   }
+  // The keys this lookup found in the region go into the same call: present keys are skipped and
+  // never evicted by it, so making room for the tail never evicts the head the engine is about
+  // to load (a prefix's head is its least recently used part).
+  std::vector<std::string> request;
+  absl::flat_hash_map<absl::string_view, bool> seen;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if ((*states)[i] != KeyState::kMiss && seen.emplace(keys[i], true).second) {
+      request.push_back(keys[i]);
+    }
+  }
+  for (const std::string& key : wanted) {
+    if (seen.emplace(key, true).second) request.push_back(key);
+  }
   absl::StatusOr<SlotIndex::PrepareStoreResult> prepared =
-      target_.index->PrepareStore(wanted, member);
+      target_.index->PrepareStore(request, member);
   if (!prepared.ok()) return;  // no room (every row pinned or being written): misses
   std::shared_ptr<TierLink> self = shared_from_this();
   absl::flat_hash_map<std::string, bool> started;

@@ -268,6 +268,27 @@ TEST_F(TierLinkTest, OnlyThePrefixUpToTheFirstKeyHeldNowhereIsPromoted) {
   EXPECT_THAT(node.index->Lookup({"a", "b", "c"}), ElementsAre(kHit, kMiss, kMiss));
 }
 
+TEST_F(TierLinkTest, APromotionNeverEvictsTheHitsOfItsOwnLookup) {
+  Node node(manager_, 4, 7);
+  for (int i = 0; i < 4; ++i) node.Store("p" + std::to_string(i), static_cast<uint8_t>(i + 1));
+  Idle();
+  node.Store("o0", 0xF0);  // evicts p0, then p1: the prefix's head stays, its tail goes ...
+  node.Store("o1", 0xF1);
+  Idle();
+  ASSERT_THAT(node.index->Lookup({"p0", "p1", "p2", "p3"}),
+              ElementsAre(kMiss, kMiss, kHit, kHit));
+  // ... here the other way round: the head p0, p1 left; the tail p2, p3 is the oldest data.
+  // Promoting the head must evict o0 and o1, never p2 or p3, which the lookup calls hits.
+  EXPECT_THAT(node.Lookup({"p0", "p1", "p2", "p3"}), ElementsAre(kPending, kPending, kHit, kHit));
+  EXPECT_EQ(node.Load("p2"), Bytes(3));
+  EXPECT_EQ(node.Load("p3"), Bytes(4));
+  Idle();
+  EXPECT_THAT(node.index->Lookup({"p0", "p1", "p2", "p3", "o0", "o1"}),
+              ElementsAre(kHit, kHit, kHit, kHit, kMiss, kMiss));
+  EXPECT_EQ(node.Load("p0"), Bytes(1));
+  EXPECT_EQ(node.Load("p1"), Bytes(2));
+}
+
 TEST_F(TierLinkTest, AnotherNamespaceNeverSeesTheRecords) {
   Node mine(manager_, 4, 1);
   Node theirs(manager_, 4, 2);
