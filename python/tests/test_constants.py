@@ -9,6 +9,8 @@ import unittest
 
 from kvoffload import _native, client
 
+from admin_stats import proto_text
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -26,12 +28,7 @@ def header_defines():
 
 
 def proto_engine_spec_fields():
-    path = os.environ.get("KVOFFLOAD_PROTO") or os.path.join(REPO, "proto", "kvoffload", "v1",
-                                                             "kvoffload.proto")
-    if not os.path.exists(path):
-        raise unittest.SkipTest("no kvoffload.proto at %s" % path)
-    with open(path) as f:
-        text = f.read()
+    text = proto_text()
     body = re.search(r"message EngineSpec \{(.*?)\n\}", text, re.S).group(1)
     return re.findall(r"^\s*(?:repeated\s+)?\w+\s+(\w+)\s*=\s*\d+;", body, re.M)
 

@@ -1878,6 +1878,161 @@ def sc_stress_many(run, rep):
         rep.notes.extend("seed %d: %s" % (seed, n) for n in sub.notes)
 
 
+# ---------------------------------------------------------------------------- the disk tier
+TIER_ROW_BYTES = 64 << 10  # >= every row here (16 KiB a GPU block and rank, TP 2: 32 KiB)
+
+
+class TierDaemon(Daemon):
+    """kvoffloadd with a disk tier in a temporary directory (on /tmp: O_DIRECT needs a real
+    file system, not tmpfs); its tier counters from Admin.Stats (python/tests/admin_stats.py)."""
+
+    def __init__(self, backend):
+        self.tier_dir = tempfile.mkdtemp(prefix="kvo-real-tier-", dir="/tmp")
+        super().__init__(backend, extra=[
+            "--disk_tier_path=" + self.tier_dir, "--disk_tier_bytes=64MiB",
+            "--disk_tier_row_bytes=%d" % TIER_ROW_BYTES,
+            # a loaded 2-core machine must not turn a promotion into a miss
+            "--tier_promote_timeout_ms=5000"])
+
+    def disk(self):
+        if os.path.dirname(HERE) not in sys.path:
+            sys.path.append(os.path.dirname(HERE))  # python/tests
+        import admin_stats
+        return admin_stats.tier_stats(self.dir, "disk")
+
+    def wait_spilled(self, n, timeout=20):
+        """Polls Admin.Stats until n rows were spilled (each READY row is written once): a row
+        being spilled is not evictable, and these regions have a handful of rows."""
+        deadline = time.monotonic() + timeout
+        while True:
+            d = self.disk()
+            if d["spills_ok"] >= n or time.monotonic() > deadline:
+                return d
+            time.sleep(0.005)
+
+    def stop(self):
+        super().stop()
+        shutil.rmtree(self.tier_dir, ignore_errors=True)
+
+
+def _tier_run(run, rep):
+    d = TierDaemon("auto" if run.device == "cuda" else "host")
+    rep.tier_daemons = getattr(rep, "tier_daemons", []) + [d]
+    return Run(run.gen, run.src, d, run.device, run.ctx), d
+
+
+_TIER_KEYS = ("spills_ok", "spills_failed", "lookup_tier_hits", "promotions_started",
+              "promotions_ok", "promotions_failed", "promotions_timed_out", "read_corrupt")
+
+
+def _tier_note(d):
+    return ", ".join("%s %s" % (k, d[k]) for k in _TIER_KEYS)
+
+
+def _store_prompts(e, d, rep, prompts, tag):
+    """Runs one request per prompt (5 full blocks each), each stored and spilled before the
+    next, the GPU prefix cache dropped in between (the region evicts by LRU)."""
+    for i, p in enumerate(prompts):
+        e.drop_gpu_cache()
+        e.add_request("%s%d" % (tag, i), p, max_tokens=2)
+        rep.check("%s%d drained" % (tag, i), e.drain())
+        e.settle(2)
+        s = d.wait_spilled(e.stored_rows + 5)
+        ok = s["spills_ok"] == e.stored_rows + 5
+        rep.check("%s%d's 5 rows spilled" % (tag, i), ok, "" if ok else _tier_note(s))
+        e.stored_rows += 5
+
+
+def sc_disk_tier(run, rep):
+    """The daemon with a disk tier and a region of 8 rows: a's 5-block prefix is stored (and
+    spilled), then b and c (5 blocks each) evict all of it from DRAM; a's prompt again: vLLM's
+    connector finds it (pending while the daemon promotes it from disk, within the plugin's
+    pending bound), and loads it byte-exact on every rank. Passes only if all 80 tokens were
+    loaded (none recomputed) and all 5 rows came from the disk (Admin.Stats promotions_ok 5).
+    TP 1 and TP 2, each on a daemon of its own."""
+    for world in (1, 2):
+        sub, d = _tier_run(run, rep)
+        loads0, blocks0 = rep.loads, rep.loaded_blocks
+        e = sub.engine(rep, "disktier%d" % world, world=world, forward_s=ADMISSION_FORWARD_S,
+                       budget_bytes=8 * (16 << 10) * world)  # 8 rows
+        e.stored_rows = 0
+        A = prompt(70, 5 * 16 + 5)
+        _store_prompts(e, d, rep, [A], "a%d-" % world)
+        _store_prompts(e, d, rep, [prompt(71, 5 * 16 + 5), prompt(72, 5 * 16 + 5)],
+                       "other%d-" % world)
+        before = d.disk()
+        rep.check("TP%d: nothing promoted before a's prompt returns" % world,
+                  before["lookup_tier_hits"] == 0 and before["promotions_started"] == 0,
+                  _tier_note(before))
+        e.drop_gpu_cache()
+        rid = "again%d" % world
+        e.add_request(rid, A, max_tokens=2)
+        rep.check("TP%d: %s drained" % (world, rid), e.drain(30))
+        after = d.disk()
+        local, ext = _hit(e, rid)
+        adm = e.admitted.get(rid)
+        rep.note("TP%d: %s admitted %s step(s) after its arrival; lookups (local, external): %s;"
+                 " disk: %s" % (world, rid, None if adm is None else adm[0] - e.arrived[rid],
+                                e.hits.get(rid), _tier_note(after)))
+        rep.check("TP%d: a's 80 tokens loaded from kvoffload, none recomputed" % world,
+                  (local, ext) == (0, 80), "local=%s external=%s" % (local, ext))
+        rep.check("TP%d: one load of 5 blocks verified on every rank" % world,
+                  (rep.loads - loads0, rep.loaded_blocks - blocks0) == (1, 5),
+                  "loads=%d blocks=%d" % (rep.loads - loads0, rep.loaded_blocks - blocks0))
+        rep.check("TP%d: all 5 rows promoted from the disk tier (promotions_ok 5)" % world,
+                  after["promotions_ok"] == 5 and after["lookup_tier_hits"] == 5,
+                  _tier_note(after))
+        rep.check("TP%d: no failed, timed-out or corrupt promotion" % world,
+                  after["promotions_failed"] == after["promotions_timed_out"] ==
+                  after["read_corrupt"] == 0, _tier_note(after))
+        e.verify_all()
+        e.shutdown()
+        rep.engines.remove(e)
+        e.close()
+        d.stop()
+
+
+def sc_disk_tier_partial(run, rep):
+    """A region of 8 rows: a (5 blocks), then b (5 blocks) evicts a's last 2 rows (a prefix's
+    tail goes first); a's first 3 rows are now the least recently used. a's prompt again: the
+    daemon answers the head from DRAM and promotes the tail from disk. Passes when a's 80 tokens
+    are loaded byte-exact (none recomputed, no request failed); notes whether the tail's
+    promotion evicted the head it had just answered as hits (promoted again afterwards)."""
+    sub, d = _tier_run(run, rep)
+    e = sub.engine(rep, "disktierpart", forward_s=ADMISSION_FORWARD_S,
+                   budget_bytes=8 * (16 << 10))
+    e.stored_rows = 0
+    A = prompt(73, 5 * 16 + 5)
+    _store_prompts(e, d, rep, [A, prompt(74, 5 * 16 + 5)], "p")
+    e.drop_gpu_cache()
+    e.add_request("again", A, max_tokens=2)
+    rep.check("again drained", e.drain(30))
+    after = d.disk()
+    adm = e.admitted.get("again")
+    rep.note("again admitted %s step(s) after its arrival; lookups (local, external): %s; "
+             "disk: %s" % (None if adm is None else adm[0] - e.arrived["again"],
+                           e.hits.get("again"), _tier_note(after)))
+    local, ext = _hit(e, "again")
+    rep.check("a's 80 tokens loaded from kvoffload, none recomputed", (local, ext) == (0, 80),
+              "local=%s external=%s" % (local, ext))
+    rep.check("no request failed by vLLM", rep.failed_requests == 0, str(rep.failed_requests))
+    rep.check("a's 2 evicted rows promoted from the disk tier", after["promotions_ok"] >= 2,
+              _tier_note(after))
+    # Not a check (vLLM sees no difference: pending, then the whole prefix): more than 2
+    # promotions means the tail's promotion evicted head rows that the same Lookup answered
+    # as HITs, which were then promoted back (python/tests/test_disk_tier.py,
+    # test_a_promotion_keeps_the_rows_its_lookup_answers_as_hits).
+    rep.note("promotions %d: %s" % (after["promotions_started"],
+                                    "the tail only" if after["promotions_started"] == 2 else
+                                    "head rows answered as hits were evicted by the tail's "
+                                    "promotion and promoted again"))
+    e.verify_all()
+    e.shutdown()
+    rep.engines.remove(e)
+    e.close()
+    d.stop()
+
+
 SCENARIOS = collections.OrderedDict([
     ("store_hit_load", sc_store_hit_load),
     ("tp2", sc_tp2),
@@ -1908,6 +2063,8 @@ SCENARIOS = collections.OrderedDict([
     ("stress_many", sc_stress_many),
     ("huge_request", sc_huge_request),
     ("shutdown", sc_shutdown),
+    ("disk_tier", sc_disk_tier),
+    ("disk_tier_partial", sc_disk_tier_partial),
 ])
 
 
@@ -1934,6 +2091,8 @@ def run_generation(gen, args, ctx):
             finally:
                 for e in rep.engines:
                     e.close()
+                for d in getattr(rep, "tier_daemons", ()):
+                    d.stop()  # the disk-tier scenarios' own daemons
             if daemon.proc.poll() is not None:
                 rep.note("daemon exited (%s): %s" % (daemon.proc.returncode, daemon.tail()))
                 daemon.start()
