@@ -32,6 +32,7 @@
 #include "daemon/service/peer_credentials.h"
 #include "daemon/service/worker_service.h"
 #include "daemon/tier/block_io_factory.h"
+#include "daemon/tier/cluster/cluster_tier.h"
 #include "daemon/tier/disk_tier.h"
 #include "daemon/tier/tier_link.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -191,21 +192,39 @@ absl::Status Daemon::Impl::TakeRuntimeDir() {
 
 absl::Status Daemon::Impl::OpenTiers() {
   release = std::make_unique<DeferredRelease>();
-  if (options.disk_tier.paths.empty()) return absl::OkStatus();
-  const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(std::unique_ptr<tier::BlockIo> io,
-                   tier::MakeBlockIo(options.disk_tier.queue_depth));
-  ASSIGN_OR_RETURN(std::unique_ptr<tier::DiskTier> disk,
-                   tier::DiskTier::Open(options.disk_tier, std::move(io)));
-  const tier::DiskTierStats found = disk->stats();
-  Log()->info("disk tier: {} paths, {} records of up to {} bytes in {} slots ({}), {} found again "
-              "in {:.1f} ms",
-              options.disk_tier.paths.size(), found.records, options.disk_tier.max_payload_bytes,
-              found.capacity_slots, std::string(disk->io_name()), found.scan_records,
-              absl::ToDoubleMilliseconds(absl::Now() - start));
-  std::vector<std::unique_ptr<tier::RecordStore>> stores;
-  stores.push_back(std::move(disk));
-  tiers = TierManager::Create(std::move(stores), release.get(), options.tiers);
+  std::vector<std::unique_ptr<tier::RecordStore>> stores;  // fastest first
+  if (!options.disk_tier.paths.empty()) {
+    const absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(std::unique_ptr<tier::BlockIo> io,
+                     tier::MakeBlockIo(options.disk_tier.queue_depth));
+    ASSIGN_OR_RETURN(std::unique_ptr<tier::DiskTier> disk,
+                     tier::DiskTier::Open(options.disk_tier, std::move(io)));
+    const tier::DiskTierStats found = disk->stats();
+    Log()->info("disk tier: {} paths, {} records of up to {} bytes in {} slots ({}), {} found "
+                "again in {:.1f} ms",
+                options.disk_tier.paths.size(), found.records,
+                options.disk_tier.max_payload_bytes, found.capacity_slots,
+                std::string(disk->io_name()), found.scan_records,
+                absl::ToDoubleMilliseconds(absl::Now() - start));
+    stores.push_back(std::move(disk));
+  }
+  if (!options.cluster_tier.seeds.empty()) {
+    absl::StatusOr<std::unique_ptr<tier::cluster::ClusterTier>> cluster =
+        tier::cluster::ClusterTier::Create(options.cluster_tier);
+    if (cluster.ok()) {
+      Log()->info("cluster tier: {} seed nodes, key prefix {}", options.cluster_tier.seeds.size(),
+                  options.cluster_tier.key_prefix);
+      stores.push_back(std::move(*cluster));
+    } else if (absl::IsUnavailable(cluster.status())) {
+      // The node's cache must not depend on the shared one: serve without it.
+      Log()->error("cluster tier: no seed node answers ({}); serving without the cluster tier "
+                   "until kvoffloadd restarts",
+                   cluster.status().ToString());
+    } else {
+      return cluster.status();  // a configuration error: options, password file, AUTH
+    }
+  }
+  if (!stores.empty()) tiers = TierManager::Create(std::move(stores), release.get(), options.tiers);
   return absl::OkStatus();
 }
 

@@ -81,6 +81,10 @@ absl::Status ValidateDaemonOptions(const DaemonOptions& o) {
                                   d.write_depth));
     }
   }
+  if (!o.cluster_tier.seeds.empty()) {
+    absl::Status valid = tier::cluster::Validate(o.cluster_tier);
+    if (!valid.ok()) return Invalid("cluster_tier", valid.message());
+  }
   if (o.tiers.promote_timeout <= absl::ZeroDuration()) {
     return Invalid("tier_promote_timeout_ms", "must be > 0");
   }

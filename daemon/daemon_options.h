@@ -23,8 +23,9 @@
 #include "daemon/region/region.h"
 #include "daemon/restart/state_file.h"
 #include "daemon/service/worker_service.h"
+#include "daemon/tier/cluster/cluster_options.h"
 #include "daemon/tier/disk_tier.h"
-#include "daemon/tier/tier_link.h"
+#include "daemon/tier/tier_manager.h"
 
 namespace kvoffload::daemon {
 
@@ -61,8 +62,11 @@ struct DaemonOptions {
   // kvoffloadd, on SIGTERM: how long running copies get to finish (Daemon::Shutdown's grace).
   absl::Duration shutdown_grace = absl::Seconds(10);
   // The disk tier below the regions (docs/disk_tier.md): off while disk_tier.paths is empty;
-  // then capacity_bytes must be set. `tiers`: how rows are spilled and promoted.
+  // then capacity_bytes must be set.
   tier::DiskTierOptions disk_tier;
+  // The cluster tier below the disk tier (docs/cluster_tier.md): off while it has no seeds.
+  tier::cluster::ClusterTierOptions cluster_tier;
+  // How rows are spilled to the tiers and promoted from them.
   TierOptions tiers;
 };
 

@@ -14,13 +14,13 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/bytes.h"
 #include "common/logging.h"
 #include "daemon/backend_factory.h"
 #include "daemon/daemon.h"
 #include "daemon/flag_reload.h"
+#include "daemon/tier_flags.h"
 #include "daemon/restart/fd_store.h"
 #include "daemon/restart/state_file.h"
 
@@ -140,30 +140,6 @@ ABSL_FLAG(uint32_t, state_key_bytes, D().state_key_bytes,
           "Key bytes a durable row record holds (8..256; 24 + this, rounded up to 8, bytes per "
           "row of state). Rows with longer keys are served but come back as misses after a "
           "restart.");
-ABSL_FLAG(std::string, disk_tier_path, "",
-          "Disk tier (docs/disk_tier.md): comma-separated directories, one per NVMe device, that "
-          "hold the tier's files (striped). READY rows are written there and promoted back on a "
-          "lookup that misses the region. Empty: no disk tier.");
-ABSL_FLAG(std::string, disk_tier_bytes, "",
-          "Disk tier: the files' total size, e.g. 2TiB, split evenly over the paths and "
-          "allocated up front; the least recently written records are evicted beyond it. "
-          "Required with --disk_tier_path.");
-ABSL_FLAG(uint64_t, disk_tier_row_bytes, D().disk_tier.max_payload_bytes,
-          "Disk tier: the largest row it holds (a multiple of 4096; each record takes this plus a "
-          "4 KiB header). Engines with larger rows are not tiered; `kvoffloadctl plan` prints an "
-          "engine's row bytes.");
-ABSL_FLAG(int32_t, disk_tier_queue_depth, D().disk_tier.queue_depth,
-          "Disk tier: requests in flight to the devices at most.");
-ABSL_FLAG(int32_t, disk_tier_write_depth, D().disk_tier.write_depth,
-          "Disk tier: of those, writes at most (reads, i.e. promotions, always go first).");
-ABSL_FLAG(bool, disk_tier_write_through, D().disk_tier.write_through,
-          "Disk tier: each record write is RWF_DSYNC, durable through a power loss once written "
-          "(slower); false: durable through a daemon crash.");
-ABSL_FLAG(int64_t, tier_promote_timeout_ms, absl::ToInt64Milliseconds(D().tiers.promote_timeout),
-          "A row being promoted from a tier for longer than this looks up as a miss, so the "
-          "engine recomputes instead of waiting on a slow disk (the read still lands).");
-ABSL_FLAG(uint32_t, tier_spills_in_flight, D().tiers.max_spills_in_flight,
-          "Rows being written to a tier at once, node-wide (each is kept from eviction meanwhile).");
 ABSL_FLAG(std::string, admin_group, "",
           "Members of this group (and root) administer every engine through the admin socket "
           "(stats of all engines, drop, cleanup); others only their own. Empty: root only.");
@@ -252,22 +228,8 @@ int main(int argc, char** argv) {
   options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   options.state_key_bytes = absl::GetFlag(FLAGS_state_key_bytes);
-  options.disk_tier.paths = absl::StrSplit(absl::GetFlag(FLAGS_disk_tier_path), ',',
-                                           absl::SkipWhitespace());
-  if (!absl::GetFlag(FLAGS_disk_tier_bytes).empty()) {
-    auto bytes = kvoffload::common::ParseBytes(absl::GetFlag(FLAGS_disk_tier_bytes));
-    if (!bytes.ok()) {
-      return Fail(
-          absl::InvalidArgumentError(absl::StrCat("--disk_tier_bytes: ", bytes.status().message())));
-    }
-    options.disk_tier.capacity_bytes = *bytes;
-  }
-  options.disk_tier.max_payload_bytes = absl::GetFlag(FLAGS_disk_tier_row_bytes);
-  options.disk_tier.queue_depth = absl::GetFlag(FLAGS_disk_tier_queue_depth);
-  options.disk_tier.write_depth = absl::GetFlag(FLAGS_disk_tier_write_depth);
-  options.disk_tier.write_through = absl::GetFlag(FLAGS_disk_tier_write_through);
-  options.tiers.promote_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_tier_promote_timeout_ms));
-  options.tiers.max_spills_in_flight = absl::GetFlag(FLAGS_tier_spills_in_flight);
+  // The tiers below the regions: their flags are in tier_flags.cc.
+  if (auto s = d::ApplyTierFlags(&options); !s.ok()) return Fail(s);
   d::RestartInputs restart;
   if (absl::GetFlag(FLAGS_durable_regions)) {
     restart.fd_store = d::FdStoreFromEnvironment();

@@ -122,9 +122,11 @@ check "refusals created nothing" test ! -e "${tmp}/bogus"
 check "nothing touched the system (stubs never called)" test ! -e "${tmp}/forbidden"
 if [[ -e "${tmp}/forbidden" ]]; then cat "${tmp}/forbidden" >&2; fi
 
-# 6. The flagfile documents exactly daemon/main.cc's flags, each under a comment line.
+# 6. The flagfile documents exactly kvoffloadd's own flags (daemon/main.cc's and
+# daemon/tier_flags.cc's), each under a comment line.
 flags_file="${here}/kvoffloadd.flags"
-main_flags="$({ "${kvoffloadd}" --helpfull 2>&1 || true; } | sed -n '/^  Flags from daemon\/main.cc:/,/^$/p' |
+main_flags="$({ "${kvoffloadd}" --helpfull 2>&1 || true; } |
+               sed -n '/^  Flags from daemon\/\(main\|tier_flags\).cc:/,/^$/p' |
                sed -n 's/^    --\([a-z0-9_]*\) .*/\1/p' | sort)"
 file_flags="$(sed -n 's/^--\([a-z0-9_]*\)=.*/\1/p' "${flags_file}" | sort)"
 check "kvoffloadd --helpfull lists main.cc flags" test -n "${main_flags}"

@@ -31,15 +31,22 @@ DEPLOYMENT_VALUES = {
 }
 
 
+# The files that define kvoffloadd's own flags (the rest of --helpfull is Abseil's and gRPC's).
+FLAG_FILES = ["daemon/main.cc", "daemon/tier_flags.cc"]
+
+
 def code_defaults(kvoffloadd):
-    """{flag: default as the flagfile writes it} for the flags of daemon/main.cc."""
+    """{flag: default as the flagfile writes it} for the flags of FLAG_FILES."""
     out = subprocess.run([kvoffloadd, "--helpfull"], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, timeout=30).stdout.decode("utf-8", "replace")
-    section = out.split("Flags from daemon/main.cc:", 1)
-    if len(section) != 2:
-        raise SystemExit("check_flagfile: no 'Flags from daemon/main.cc' in %s --helpfull" %
-                         kvoffloadd)
-    text = re.split(r"\n\s*\n", section[1].lstrip("\n"), 1)[0]  # up to the blank line after it
+    text = ""
+    for name in FLAG_FILES:
+        section = out.split("Flags from %s:" % name, 1)
+        if len(section) != 2:
+            raise SystemExit("check_flagfile: no 'Flags from %s' in %s --helpfull" %
+                             (name, kvoffloadd))
+        # Up to the blank line after it.
+        text += re.split(r"\n\s*\n", section[1].lstrip("\n"), 1)[0] + "\n"
     defaults = {}
     # An entry: "--name (help ...); default: VALUE;" over one or more indented lines.
     for entry in re.split(r"\n    (?=--)", "\n" + text):

@@ -121,8 +121,11 @@ def main():
     if args.self_test:
         self_test()
         return 0
-    with open(os.path.join(ROOT, "daemon", "main.cc")) as f:
-        bad = literal_flag_defaults(f.read())
+    bad = []
+    for name in ("main.cc", "tier_flags.cc"):  # every file that defines kvoffloadd's flags
+        with open(os.path.join(ROOT, "daemon", name)) as f:
+            bad += [b.replace("daemon/main.cc", "daemon/" + name)
+                    for b in literal_flag_defaults(f.read())]
     bad += restated_defaults(repository_headers())
     for line in bad:
         print("check_one_home: " + line)

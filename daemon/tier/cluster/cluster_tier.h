@@ -91,6 +91,9 @@ class ClusterTier : public RecordStore {
   absl::Status DropNamespace(uint64_t namespace_id) override;
 
   absl::string_view tier_name() const override { return "cluster"; }
+  // Rows are split into values of max_value_bytes, so any row a region holds fits; 1 GiB bounds
+  // one record's parts (a pipeline of at most 1 GiB / part size GETs).
+  uint64_t max_record_bytes() const override { return uint64_t{1} << 30; }
   RecordStoreStats record_stats() const override;
   KvBackendStats backend_stats() const { return backend_->backend_stats(); }
 
