@@ -19,6 +19,7 @@
 #include "daemon/tier/aligned_buffer.h"
 #include "daemon/tier/block_io_factory.h"
 #include "daemon/tier/disk_tier.h"
+#include "daemon/tier/testing/fault_block_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -448,6 +449,58 @@ TEST(TierLinkDiskTest, RowsSpilledToDiskArePromotedAfterARestart) {
   ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
   EXPECT_THAT(node.Lookup(keys), ElementsAre(kHit, kHit, kHit, kHit));
   for (int i = 0; i < 4; ++i) EXPECT_EQ(node.Load(keys[i]), Bytes(static_cast<uint8_t>(i + 1)));
+  manager->Shutdown();
+}
+
+// Faults of the device under the link (the disk tier over FaultBlockIo): a spill that meets EIO
+// or a torn write leaves nothing readable and the row evictable; a promotion that meets EIO, or a
+// record torn on the device, frees its row and is a miss — never a row with wrong bytes.
+TEST(TierLinkDiskFaultTest, DeviceFaultsAreMissesAndNeverWrongBytes) {
+  const std::string dir = ::testing::TempDir() + "/tier_link_faults";
+  ASSERT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  tier::DiskTierOptions options;
+  options.paths = {dir};
+  options.max_payload_bytes = kRowBytes;
+  options.capacity_bytes = 64 * (kRowBytes + 4096);
+  auto base = tier::MakeBlockIo(options.queue_depth, tier::BlockIoKind::kPosix);
+  ASSERT_TRUE(base.ok()) << base.status();
+  auto fault_io = std::make_unique<tier::testing::FaultBlockIo>(std::move(*base));
+  tier::testing::FaultBlockIo* faults = fault_io.get();
+  auto disk = tier::DiskTier::Open(options, std::move(fault_io));
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  DeferredRelease release;
+  auto manager = TierManager::Create(One(std::move(*disk)), &release, TierOptions{});
+  Node node(manager, 4, 9);
+  auto idle = [&] { ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10))); };
+
+  faults->FailWrites(EIO, 1);
+  node.Store("eio", 1);
+  idle();
+  faults->TearWrites(4096 + 100, 1);  // the header and a sliver of the payload, then EIO
+  node.Store("torn", 2);
+  idle();
+  node.Store("good", 3);
+  idle();
+  TierCounters c = manager->stats()[0].links;
+  EXPECT_EQ(c.spills_failed, 2u);
+  EXPECT_EQ(c.spills_ok, 1u);
+  EXPECT_EQ(node.index->counts().copies_in_flight, 0u);
+  EXPECT_EQ(node.index->counts().rows_evictable, 3u);
+  ASSERT_EQ(node.index->Reset(), 3u);
+  // Only the good record is there; the failed ones are misses.
+  EXPECT_THAT(node.Lookup({"eio"}), ElementsAre(kMiss));
+  EXPECT_THAT(node.Lookup({"torn"}), ElementsAre(kMiss));
+  // A read that fails is a miss and frees its row.
+  faults->FailReads(EIO, 1);
+  EXPECT_THAT(node.Lookup({"good"}), ElementsAre(kPending));
+  idle();
+  EXPECT_THAT(node.index->Lookup({"good"}), ElementsAre(kMiss));
+  EXPECT_EQ(node.index->counts().rows_free, 4u);
+  EXPECT_EQ(manager->stats()[0].links.promotions_failed, 1u);
+  // The record is still there: the next lookup promotes it, byte-exact.
+  EXPECT_THAT(node.Lookup({"good"}), ElementsAre(kPending));
+  idle();
+  EXPECT_EQ(node.Load("good"), Bytes(3));
   manager->Shutdown();
 }
 
