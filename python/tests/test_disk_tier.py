@@ -16,7 +16,7 @@ import tempfile
 import time
 import unittest
 
-from kvoffload import KeyState, KvoffloadError, Reason, Scheduler, StatusCode, Worker
+from kvoffload import KeyState, Scheduler, Worker
 
 import admin_stats
 from test_host_backend import WORKER_BYTES_PER_BLOCK, Daemon, HostKv, spec
@@ -183,13 +183,9 @@ class DiskTierTest(unittest.TestCase):
 
     def test_a_promotion_keeps_the_rows_its_lookup_answers_as_hits(self):
         # The head of a prefix is in DRAM, its tail only on disk: the lookup answers the head
-        # HIT and promotes the tail. The tail's rows must not be taken from the head's.
-        #
-        # KNOWN DAEMON BUG (found 2026-12-04 by helper tierclients, TierLink::Promote on main
-        # ff3af8d): the promotion's PrepareStore evicts by LRU, and a prefix's head is then the
-        # least recently used (its tail was evicted first), so the keys the same Lookup answered
-        # HIT are evicted and prepare_load of them fails NOT_FOUND (key_not_in_index). This
-        # test skips on exactly that symptom, naming it, and passes unchanged once fixed.
+        # HIT and promotes the tail. The tail's rows must not be taken from the head's (a
+        # prefix's head is then the least recently used: its tail was evicted first). The
+        # promotion passes the lookup's hits to its PrepareStore, which never evicts them.
         prefix = keys(b"head", ROWS)
         golden = [self.kv.golden[b] for b in PREFIX_BLOCKS]
         self.store(prefix, PREFIX_BLOCKS, 1)
@@ -201,13 +197,7 @@ class DiskTierTest(unittest.TestCase):
         states = self.scheduler.lookup(prefix)
         self.assertEqual(states, [KeyState.HIT] * 2 + [KeyState.HIT_PENDING] * 2)
         # What the lookup answered as a hit loads at once, as any HIT does.
-        try:
-            self.load_and_verify(prefix[:2], golden[:2], 3)
-        except KvoffloadError as e:
-            if e.code == StatusCode.NOT_FOUND and e.reason == Reason.KEY_NOT_IN_INDEX:
-                self.skipTest("KNOWN DAEMON BUG: a promotion evicted the rows its own Lookup "
-                              "answered as HITs: %s" % e)
-            raise
+        self.load_and_verify(prefix[:2], golden[:2], 3)
         self.lookup_until_hit(prefix)
         self.assertEqual(self.disk()["promotions_started"], 2)  # the tail only
 
