@@ -29,6 +29,7 @@
 #include "client/host/host_kv_memory.h"
 #include "client/kvoffload_client.h"
 #include "common/subprocess.h"
+#include "tests/bench/process_cpu.h"
 
 ABSL_FLAG(std::string, daemon, "daemon/kvoffloadd", "path of the kvoffloadd binary");
 ABSL_FLAG(int32_t, iterations, 5000, "jobs per measurement");
@@ -43,6 +44,8 @@ ABSL_FLAG(uint32_t, cpu_blocks_per_row, 2048,
           "blocks_per_row of the CPU-per-job engine (rows of one 4 KiB-aligned slot: a range "
           "is contiguous in the region)");
 ABSL_FLAG(double, cpu_seconds, 2.0, "daemon CPU to spend per block count (sets the job count)");
+
+using kvoffload::bench::ProcessCpuSeconds;
 
 namespace {
 
@@ -69,21 +72,6 @@ double Micros(Clock::time_point a, Clock::time_point b) {
 int Die(const std::string& what) {
   std::fprintf(stderr, "control_path_bench: %s\n", what.c_str());
   return 1;
-}
-
-// utime + stime of a process (every thread, live or exited), in seconds.
-double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::istringstream fields(stat.substr(paren + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && (fields >> field); ++i) {  // fields 14 and 15: utime, stime
-    if (i >= 14) ticks += std::stod(field);
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // A worker of this process on `spec`: KV in memfds, `blocks` blocks of random bytes.

@@ -21,7 +21,12 @@
 # streams: multi_issue_probe, into OUT/multi_issue.jsonl, ~60 s); v3_cpu (v3's daemon CPU per job
 # alone, into OUT/v3/cpu.jsonl); v3_2d (the copy engines'
 # 2D copies against a DMA per page, --cuda_2d_min_blocks=0: interference, throughput and layout
-# of v3_bench.py with --paths=default,page_dma, into OUT/v3/*_2d.jsonl).
+# of v3_bench.py with --paths=default,page_dma, into OUT/v3/*_2d.jsonl); disk_tier (the disk tier
+# end to end on this node's local disk: tests/bench/run_tier_e2e_bench.sh with the bundle's
+# tier_e2e_bench and kvoffloadd, host backend, into OUT/disk_tier/; ~3-5 min); ttft_disk (the TTFT
+# table with its 'from disk' column: ttft_bench.py --disk_tier_dir, into OUT/ttft_disk.jsonl).
+# KVO_TIER_DIR: the directory on the local disk (default: the first of /var/tmp, $HOME, /tmp
+# where O_DIRECT works).
 set -uo pipefail
 bundle=$(readlink -f "${1:-bundle/gpu}")
 out=$(readlink -f "${2:-${OUT:-/tmp/kvo_gpu}}")
@@ -40,6 +45,22 @@ mkdir -p "$tree/daemon" "$tree/client/host" "$tree/tests/gpu_e2e"
 ln -s "$bundle/bin/kvoffloadd" "$tree/daemon/kvoffloadd"
 ln -s "$bundle/bin/kvoffload_host_worker" "$tree/client/host/kvoffload_host_worker"
 ln -s "$bundle/bin/kvoffload_cuda_worker" "$tree/tests/gpu_e2e/kvoffload_cuda_worker"
+if [[ -x $bundle/bin/tier_e2e_bench ]]; then
+  mkdir -p "$tree/tests/bench"
+  ln -s "$bundle/bin/tier_e2e_bench" "$tree/tests/bench/tier_e2e_bench"
+fi
+# A directory on the local disk where O_DIRECT works (not tmpfs), for the disk-tier stages.
+tier_dir() {
+  if [[ -n ${KVO_TIER_DIR:-} ]]; then echo "$KVO_TIER_DIR"; return; fi
+  local d
+  for d in /var/tmp "${HOME:-/root}" /tmp; do
+    if mkdir -p "$d/kvo-tier-probe" 2>/dev/null && dd if=/dev/zero of="$d/kvo-tier-probe/p" bs=1M \
+         count=4 oflag=direct status=none 2>/dev/null; then
+      rm -rf "$d/kvo-tier-probe"; echo "$d/kvo-tier"; return
+    fi
+    rm -rf "$d/kvo-tier-probe"
+  done
+}
 
 passed=0
 failed=0
@@ -265,6 +286,22 @@ if only v3_mps; then
     failed=$((failed + 1)); echo "FAILED: nvidia-cuda-mps-control did not start"
   fi
   mps_stop
+fi
+if only disk_tier; then
+  echo "=== disk tier end to end (host backend, this node's local disk)"
+  if BIN_ROOT="$tree" KVO_TIER_DIR="$(tier_dir)" timeout 580 "$bundle/run_tier_e2e_bench.sh" \
+       "$out/disk_tier" > "$out/disk_tier.log" 2>&1; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "FAILED: disk_tier"; tail -15 "$out/disk_tier.log"
+  fi
+  cat "$out/disk_tier/disk.txt" "$out/disk_tier/tier_e2e.jsonl" 2>/dev/null
+fi
+if only ttft_disk; then
+  echo "=== TTFT with the 'from disk' column"
+  d=$(tier_dir)
+  bench_py ttft_disk 560 "$bundle/ttft_bench.py" --disk_tier_dir "${d:-/var/tmp/kvo-tier}-ttft"
+  rm -rf "${d:-/var/tmp/kvo-tier}-ttft"
 fi
 rm -rf "$tree"
 echo "$passed passed, $failed failed"

@@ -19,12 +19,29 @@ A random-initialised Llama-3-8B-shaped model (transformers, bf16, 32 layers, 32 
                  prefix's KV gathered from paged blocks, one decode step of the prompt's last
                  token); the loaded blocks are also compared byte for byte first
 
+Optional, with --disk_tier_dir DIR (a directory on the node's local disk; O_DIRECT must work):
+
+  from_disk_ms   the prefix brought back from the disk tier: a second daemon with
+                 --disk_tier_path=DIR/<tokens> and an indexed engine ("ttft-disk", a region of the
+                 prefix's rows) stores the prefix from the same source blocks (one key a block),
+                 its spills are awaited (kvoffload_tier_spills_total on its metrics endpoint), the
+                 daemon is restarted (a new, empty region; the same disk) and the time is taken
+                 from the first Lookup to the load's finish: Lookup every 1 ms until every key is
+                 HIT (the tier's promotion into the region), PrepareLoad, one load job into the
+                 same destination block ids (poisoned first), CompleteLoad; the destination
+                 blocks are then compared byte for byte with the source. from_disk_promote_ms is
+                 the Lookup-to-all-HIT part. --tier_promote_timeout_ms=60000 there, so that the
+                 whole promotion is timed; whether it fits the default bound (500 ms, past which
+                 vLLM would recompute) is reported as within_default_bound.
+
 The blocks hold the KV of the prompt's first T-1 tokens (T/16 blocks of 2 MiB: 512 MiB at 4k).
 Also measured, after every job: the daemon's GPU memory (nvidia-smi, the daemon's pid) against a
 bare CUDA context (a process that only calls cudaFree(0), lazy module loading).
 
     KVOFFLOAD_DAEMON=.../kvoffloadd KVOFFLOAD_LIB=.../libkvoffload_c.so \
         PYTHONPATH=python python3 tests/bench/gpu/ttft_bench.py > ttft.jsonl
+    # with the 'from disk' column (tests/gpu_e2e/run_on_device.sh stage ttft_disk):
+    ... python3 tests/bench/gpu/ttft_bench.py --disk_tier_dir /var/tmp/kvo-ttft-tier > ttft.jsonl
     # here, from the run's files: merge into docs/benchmarks.{json,md}
     python3 tests/bench/gpu/ttft_bench.py --merge runs/<run>/ttft.jsonl --commit C --date D
 """
@@ -144,7 +161,111 @@ def next_logits(model, kv, blocks, prefix, last_token):
     return out.logits[0, -1].clone()
 
 
-def run():
+def metric(port, name):
+    """The sum of a metric's samples on a daemon's /metrics (every label set), or None."""
+    import urllib.request
+    try:
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read()
+    except OSError:
+        return None
+    total, seen = 0.0, False
+    for line in text.decode().splitlines():
+        if line.startswith(name) and (len(line) == len(name) or line[len(name)] in " {"):
+            total += float(line.rsplit(" ", 1)[1])
+            seen = True
+    return total if seen else None
+
+
+def free_port():
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
+
+
+def from_disk(kv, src_list, dst_blocks, block_bytes, tokens, disk_dir, num_blocks):
+    """The 'from disk' column (module docstring): store the prefix through a disk-tier daemon,
+    restart it, then Lookup until HIT + load. Returns the fields for the ttft row."""
+    import shutil
+    import torch
+    import kvoffload as kvo
+    from torch_bench import start_daemon
+    n = len(src_list)
+    tier = os.path.join(disk_dir, "t%d" % tokens)
+    shutil.rmtree(tier, ignore_errors=True)
+    os.makedirs(tier)
+    spec = kvo.EngineSpec(engine_id="ttft-disk", num_layers=LAYERS,
+                          page_bytes=block_bytes // LAYERS, budget_bytes=n * block_bytes,
+                          rows_assigned_by_engine=False, model_identity="ttft-bench")
+    keys = ["ttft-%d-%d" % (tokens, i) for i in range(n)]
+
+    def start():
+        port = free_port()
+        proc, sock = start_daemon([
+            "--disk_tier_path=" + tier, "--disk_tier_bytes=%d" % ((n + 16) * (block_bytes + 4096)),
+            "--disk_tier_row_bytes=%d" % block_bytes, "--tier_promote_timeout_ms=60000",
+            "--metrics_address=127.0.0.1:%d" % port])
+        sched = kvo.Scheduler.open(sock, spec)
+        w = kvo.Worker.connect_cuda(sock, spec, 0,
+                                    [(kv.data_ptr(), num_blocks, block_bytes, block_bytes)],
+                                    num_events=1)
+        return proc, port, sched, w
+
+    def stop(proc, sched, w):
+        w.close()
+        sched.close()
+        proc.terminate()
+        proc.wait(timeout=60)
+
+    proc, port, sched, w = start()
+    try:
+        ps = sched.prepare_store(keys)
+        w.submit_store(1, [src_list[i] for i in ps.indices], ps.rows)
+        w.wait(1, timeout_s=120).check()
+        sched.complete_store(ps.keys)
+        t = time.monotonic()
+        while (metric(port, "kvoffload_tier_spills_total") or 0) < n:
+            if time.monotonic() - t > 300:
+                raise RuntimeError("the prefix was not spilled in 300 s")
+            time.sleep(0.01)
+        spill_s = time.monotonic() - t
+    finally:
+        stop(proc, sched, w)
+    proc, port, sched, w = start()  # a new daemon: an empty region, the same disk
+    try:
+        kv[dst_blocks] = float("nan")
+        torch.cuda.synchronize()
+        dst_list = dst_blocks.tolist()
+        lookups = 0
+        t0 = time.monotonic()
+        while True:
+            states = sched.lookup(keys)
+            lookups += 1
+            if all(s == kvo.KeyState.HIT for s in states):
+                break
+            if any(s == kvo.KeyState.MISS for s in states):
+                raise RuntimeError("a key of the prefix is a MISS after the restart")
+            time.sleep(0.001)
+        promote_ms = (time.monotonic() - t0) * 1e3
+        rows = sched.prepare_load(keys)
+        w.submit_load(2, dst_list, rows)
+        w.wait(2, timeout_s=120).check()
+        from_disk_ms = (time.monotonic() - t0) * 1e3
+        sched.complete_load(keys)
+        exact = bool(torch.equal(kv[dst_blocks].view(torch.int16),
+                                 kv[torch.tensor(src_list, device="cuda")].view(torch.int16)))
+        promotions = metric(port, "kvoffload_tier_promotions_total")
+    finally:
+        stop(proc, sched, w)
+        shutil.rmtree(tier, ignore_errors=True)
+    return {"from_disk_ms": round(from_disk_ms, 2), "from_disk_promote_ms": round(promote_ms, 2),
+            "from_disk_exact": exact, "from_disk_lookups": lookups,
+            "from_disk_promotions": promotions, "within_default_bound": promote_ms <= 500,
+            "from_disk_spill_wait_s": round(spill_s, 3),
+            "from_disk_promote_gbps": round(n * block_bytes / promote_ms / 1e6, 3)}
+
+
+def run(disk_dir=None):
     import torch
     import kvoffload as kvo
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -257,11 +378,13 @@ def run():
                                                 again.view(torch.int16)))
             del again
             link_ms = kv_bytes / (ceiling_gbps * 1e9) * 1e3
-            emit(ttft={"tokens": tokens, "kv_bytes": kv_bytes,
-                       "recompute_ms": round(recompute_ms, 2),
-                       "kvoffload_ms": round(kvoffload_ms, 2),
-                       "inprocess_ms": round(inprocess_ms, 2), "link_ms": round(link_ms, 2),
-                       "logits_bitwise": logits_bitwise and blocks_exact},
+            disk = from_disk(kv, src_list, dst_blocks, block_bytes, tokens, disk_dir,
+                             num_blocks) if disk_dir else {}
+            emit(ttft=dict({"tokens": tokens, "kv_bytes": kv_bytes,
+                            "recompute_ms": round(recompute_ms, 2),
+                            "kvoffload_ms": round(kvoffload_ms, 2),
+                            "inprocess_ms": round(inprocess_ms, 2), "link_ms": round(link_ms, 2),
+                            "logits_bitwise": logits_bitwise and blocks_exact}, **disk),
                  blocks_exact=blocks_exact, inprocess_exact=inprocess_exact,
                  model_repeatable=model_repeatable,
                  first_token=int(loaded.argmax()),
@@ -316,6 +439,21 @@ def merge(path, commit, date):
     with open(jpath, "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")
+    # The 'from disk' columns, when the run measured them (--disk_tier_dir).
+    disk_head = disk_rule = ""
+    if any("from_disk_ms" in r for r in rows):
+        disk_head = (" from disk ms (Lookup → loaded; promotion part) | prefill / from disk | "
+                     "promotion within the default 500 ms bound | from disk byte-exact |")
+        disk_rule = "---:|---:|---|---|"
+
+    def disk_cells(r):
+        if "from_disk_ms" not in r:
+            return " — | — | — | — |"
+        return " %.1f (%.1f) | %.1f× | %s | %s |" % (
+            r["from_disk_ms"], r["from_disk_promote_ms"], r["recompute_ms"] / r["from_disk_ms"],
+            "yes" if r.get("within_default_bound") else "no",
+            "yes" if r.get("from_disk_exact") else "NO")
+
     lines = ["<!-- ttft-begin -->",
              "Run of commit `%s` on %s, device: %s (%s/ttft.jsonl, tests/bench/gpu/ttft_bench.py). "
              "Random-initialised Llama-3-8B-shaped model (bf16, 32 layers, GQA 8 KV heads), "
@@ -326,14 +464,14 @@ def merge(path, commit, date):
              "",
              "| prompt tokens | KV | prefill (recompute) ms | kvoffload load ms | in-process "
              "copy ms | link ms | kvoffload / link | kvoffload / in-process | prefill / "
-             "kvoffload | first token bitwise |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "kvoffload | first token bitwise |" + disk_head,
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" + disk_rule]
     for r in rows:
         lines.append("| %d | %d MiB | %.1f | %.1f | %.1f | %.1f | %.3f× | %.3f× | %.1f× | %s |" % (
             r["tokens"], r["kv_bytes"] >> 20, r["recompute_ms"], r["kvoffload_ms"],
             r["inprocess_ms"], r["link_ms"], r["kvoffload_ms"] / r["link_ms"],
             r["kvoffload_ms"] / r["inprocess_ms"], r["recompute_ms"] / r["kvoffload_ms"],
-            bitwise_cell(r)))
+            bitwise_cell(r)) + (disk_cells(r) if disk_head else ""))
     if run.get("daemon_gpu_mib"):
         lines += ["", "Daemon GPU memory after these jobs (nvidia-smi, the daemon's process): "
                   "%s MiB on device 0; a bare CUDA context (cudaFree(0) alone, lazy loading): "
@@ -357,7 +495,11 @@ def main():
         args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
         merge(args["--merge"], args["--commit"], args["--date"])
         return
-    run()
+    disk_dir = None
+    if "--disk_tier_dir" in sys.argv:
+        disk_dir = sys.argv[sys.argv.index("--disk_tier_dir") + 1]
+        os.makedirs(disk_dir, exist_ok=True)
+    run(disk_dir)
 
 
 if __name__ == "__main__":
