@@ -136,7 +136,7 @@ absl::Status IndexCopies::EndLocked(const std::vector<RowRun>& runs) {
   }
   rows.tally().copies_in_flight -= decremented;
   // Pass 2: rows whose last copy ended, each once, back to front (the first row most recent).
-  std::vector<uint32_t>& ended = state_->scratch_rows;
+  std::vector<uint32_t>& ended = state_->ended_rows;
   ended.clear();
   for (auto run = runs.rbegin(); run != runs.rend(); ++run) {
     for (uint64_t i = run->num_rows; i-- > 0;) {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_format.h"
 #include "common/check.h"
+#include "daemon/index/key_refusals.h"
 
 namespace kvoffload::daemon {
 
@@ -87,71 +87,6 @@ uint32_t IndexState::TakeRow(uint32_t member, uint32_t* cursor, std::vector<std:
   DropReadyKey(row);
   ++evictions;
   return row;
-}
-
-absl::Status IndexState::ResolveStoreKeys(absl::string_view operation,
-                                          const std::vector<std::string>& keys,
-                                          uint64_t* protected_evictable, uint64_t* held_back) {
-  scratch_rows.clear();
-  scratch_new.clear();
-  *protected_evictable = 0;
-  absl::Status status;
-  for (size_t i = 0; i < keys.size() && status.ok(); ++i) {
-    const std::string& key = keys[i];
-    status = ValidateKey(operation, i, key);
-    if (!status.ok()) break;
-    const uint32_t row = this->keys.Find(key);
-    if (row == kNil) {
-      scratch_new.push_back(static_cast<uint32_t>(i));
-      continue;
-    }
-    Row& r = rows[row];
-    if (r.marked) {
-      status = DuplicateKey(operation, i, key);
-      break;
-    }
-    r.marked = true;
-    scratch_rows.push_back(row);
-    if (r.state == RowState::kReady && r.copies == 0) {
-      ++*protected_evictable;
-      if (held_back != nullptr) ++held_back[r.member];
-    }
-  }
-  if (status.ok() && scratch_new.size() > 1) {
-    scratch_keys.clear();
-    for (uint32_t i : scratch_new) {
-      if (!scratch_keys.insert(keys[i]).second) {
-        status = DuplicateKey(operation, i, keys[i]);
-        break;
-      }
-    }
-    scratch_keys.clear();
-  }
-  if (!status.ok()) UnmarkScratchRows();
-  return status;
-}
-
-void IndexState::UnmarkScratchRows() {
-  for (uint32_t row : scratch_rows) rows[row].marked = false;
-}
-
-absl::Status IndexState::NoRoom(absl::string_view operation, uint64_t needed, uint64_t evictable,
-                                uint64_t protected_evictable) const {
-  const uint64_t not_ready = NotReadyRows();
-  const uint64_t unprotected = rows.rows_evictable() - protected_evictable;
-  return absl::ResourceExhaustedError(absl::StrFormat(
-      "%s: %d new keys need rows but only %d can be found (%d free, %d evictable); of %d rows "
-      "%d are writing, %d reading, %d ready but busy or part of this request, %d quarantined, "
-      "%d not ready yet, %d offline, %d kept for other members' floors (%d rows each)%s",
-      operation, needed, rows.rows_free() + evictable, rows.rows_free(), evictable, rows.num_rows(),
-      rows.tally().writing, rows.tally().reading, rows.tally().ready - unprotected,
-      rows.tally().quarantined, not_ready, segments.rows_parked() - segments.NotReadyOnlineRows(),
-      unprotected - evictable, segments.floor_rows(),
-      not_ready == 0
-          ? ""
-          : "; rows not ready yet come online as the region is populated and registered "
-            "(seconds per tens of GiB): retry when Stats' rows_not_ready is 0, or after a "
-            "wait-until-ready call"));
 }
 
 void IndexState::AssignKey(uint32_t row, absl::string_view key, uint32_t ticket, uint32_t member) {
@@ -366,29 +301,6 @@ uint64_t IndexState::MetadataBytesFor(uint64_t num_rows) {
 
 uint64_t IndexState::NotReadyRows() const {
   return rows.num_rows() - readiness.end() + segments.NotReadyOnlineRows();
-}
-
-IndexCounts IndexState::Counts() const {
-  IndexCounts c;
-  c.num_rows = rows.num_rows();
-  // A pool parks the rows of an online segment that are not ready yet as it parks an offline
-  // segment's: they count as not ready, not offline (online rows add up without them).
-  c.rows_not_ready = NotReadyRows();
-  c.rows_free = rows.rows_free();
-  c.rows_quarantined = rows.tally().quarantined;
-  c.rows_writing = rows.tally().writing;
-  c.rows_ready = rows.tally().ready;
-  c.rows_reading = rows.tally().reading;
-  c.rows_evictable = rows.rows_evictable();
-  c.copies_in_flight = rows.tally().copies_in_flight;
-  c.hits = hits;
-  c.hits_pending = hits_pending;
-  c.misses = misses;
-  c.evictions = evictions;
-  c.commits_pending = commits.pending();
-  c.commits_dropped = commits.dropped();
-  c.rows_offline = segments.rows_parked() - segments.NotReadyOnlineRows();
-  return c;
 }
 
 }  // namespace kvoffload::daemon

@@ -7,7 +7,8 @@
 //   SegmentMap   (segment_map.h)    a pool's segments, members' counters and pins, the floor;
 //   TicketBook   (ticket_book.h)    store tickets, reserved from the journal in chunks;
 //   CommitLedger (commit_ledger.h)  commits recorded before their store job finished;
-//   Readiness    (readiness.h)      the readiness watermark and the restored rows parked above it.
+//   Readiness    (readiness.h)      the readiness watermark and the restored rows parked above it;
+//   RequestKeys  (request_keys.h)   the keys of the request being served, resolved to rows.
 // A transition below changes several of them at once (a row that goes READY is counted, listed,
 // journaled and tagged to its member together); the scheduler operations (SlotIndex), the copy
 // guards (IndexCopies) and the pool calls (IndexSegments) are written against these, so that the
@@ -30,45 +31,18 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
-#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/index/commit_ledger.h"
-#include "daemon/index/key_refusals.h"
 #include "daemon/index/key_table.h"
 #include "daemon/index/readiness.h"
+#include "daemon/index/request_keys.h"
 #include "daemon/index/row_journal.h"
 #include "daemon/index/row_table.h"
 #include "daemon/index/segment_map.h"
 #include "daemon/index/ticket_book.h"
 
 namespace kvoffload::daemon {
-
-// A snapshot of an index (SlotIndex::Counts). Rows: free + quarantined + writing + ready +
-// reading + not_ready + offline == num_rows; without offline, they add up to rows_online().
-struct IndexCounts {
-  uint64_t num_rows = 0;
-  uint64_t rows_not_ready = 0;    // at or above the readiness watermark: memory not ready yet
-  uint64_t rows_free = 0;         // FREE and allocatable
-  uint64_t rows_quarantined = 0;  // FREE, waiting for a copy in flight to end
-  uint64_t rows_writing = 0;
-  uint64_t rows_ready = 0;  // includes READY rows that a copy still pins
-  uint64_t rows_reading = 0;
-  uint64_t rows_evictable = 0;    // READY with no copy in flight
-  uint64_t copies_in_flight = 0;  // sum of per-row copy counts (begun − ended)
-  uint64_t commits_pending = 0;   // WRITING rows committed before their store job finished
-  // Cumulative, per key.
-  uint64_t hits = 0;             // Lookup: READY or READING
-  uint64_t hits_pending = 0;     // Lookup: WRITING
-  uint64_t misses = 0;           // Lookup: absent
-  uint64_t evictions = 0;        // keys evicted by PrepareStore (Reset is not counted)
-  uint64_t commits_dropped = 0;  // recorded commits whose store failed or never came
-  uint64_t rows_offline = 0;     // FREE rows of offline segments (pools)
-
-  // The rows of the index's online segments, ready or not (a private index: num_rows).
-  uint64_t rows_online() const { return num_rows - rows_offline; }
-};
 
 class IndexState {
  public:
@@ -95,10 +69,10 @@ class IndexState {
   uint64_t misses = 0;
   uint64_t evictions = 0;
   uint32_t store_seq = 0;  // next PrepareStore sequence number (wraps)
-  // Scratch space reused across calls, so the hot paths do not allocate.
-  std::vector<uint32_t> scratch_rows;
-  std::vector<uint32_t> scratch_new;  // indices of new keys
-  absl::flat_hash_set<absl::string_view> scratch_keys;
+  // The keys of the request being served (scratch kept across requests).
+  RequestKeys request;
+  // Scratch for the copy guards: rows whose last copy ended.
+  std::vector<uint32_t> ended_rows;
 
   // ---- Lists. ----
   // The LRU link, with the member's evictable count.
@@ -115,19 +89,6 @@ class IndexState {
   void Park(uint32_t row);
 
   // ---- Row transitions (slot_index.h "Row life cycle"). ----
-  // PrepareStore's first pass, changing nothing but marks: validates `keys`, puts the rows of the
-  // present ones in scratch_rows, marked (so that TakeRow passes them over and duplicates show),
-  // and the indices of the new ones in scratch_new. `protected_evictable` counts the marked
-  // evictable rows, `held_back` (when not null) them per member. On error nothing stays marked;
-  // on success the caller unmarks scratch_rows (UnmarkScratchRows) when it is done.
-  absl::Status ResolveStoreKeys(absl::string_view operation, const std::vector<std::string>& keys,
-                                uint64_t* protected_evictable, uint64_t* held_back);
-  void UnmarkScratchRows();
-  // RESOURCE_EXHAUSTED for a store of `needed` new keys that finds only `evictable` rows to
-  // evict (`protected_evictable` of the evictable ones are part of the request): where every
-  // row is, and when rows not ready yet will come.
-  absl::Status NoRoom(absl::string_view operation, uint64_t needed, uint64_t evictable,
-                      uint64_t protected_evictable) const;
   // A FREE row for a new key of `member`: the free list's first, else the least recent row at or
   // after `*cursor` on the LRU list that is not marked and that `member` may evict (its key is
   // dropped and appended to `evicted`). The caller counted that one exists.
@@ -150,13 +111,6 @@ class IndexState {
   // One reader fewer on READING `row`; READY again (or parked) when it was the last.
   void DropReader(uint32_t row);
 
-  // Validates that every key is present, unique and in an allowed state, filling scratch_rows
-  // with their rows (request order). `allowed(i, row, metadata)` returns OK or the error for key i
-  // (it is given the row's metadata, so that it needs no access of its own).
-  template <typename AllowedFn>
-  absl::Status ResolvePresentKeys(absl::string_view operation, const std::vector<std::string>& keys,
-                                  AllowedFn allowed);
-
   // ---- Readiness and restore. ----
   // The readiness watermark moves up to `end`; parked rows it passes come back READY at the
   // least recent end (unless their key was stored again). Returns how many came back.
@@ -171,7 +125,6 @@ class IndexState {
   // ---- Introspection. ----
   // Rows not ready yet: the readiness watermark's, and a pool's online segments' not pinned yet.
   uint64_t NotReadyRows() const;
-  IndexCounts Counts() const;
   // Upper bound of the row table and key table a state of `num_rows` rows allocates when it is
   // built and keeps, without keys longer than kInlineKeyBytes; saturating.
   static uint64_t MetadataBytesFor(uint64_t num_rows);
@@ -183,35 +136,6 @@ class IndexState {
   // and counts it).
   void AdoptKey(uint32_t row, absl::string_view key, uint32_t ticket);
 };
-
-template <typename AllowedFn>
-absl::Status IndexState::ResolvePresentKeys(absl::string_view operation,
-                                            const std::vector<std::string>& keys,
-                                            AllowedFn allowed) {
-  scratch_rows.clear();
-  absl::Status status;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const std::string& key = keys[i];
-    status = ValidateKey(operation, i, key);
-    if (!status.ok()) break;
-    const uint32_t row = this->keys.Find(key);
-    if (row == kNil) {
-      status = UnknownKey(operation, i, key);
-      break;
-    }
-    if (rows[row].marked) {
-      status = DuplicateKey(operation, i, key);
-      break;
-    }
-    status = allowed(i, row, static_cast<const RowTable::Row&>(rows[row]));
-    if (!status.ok()) break;
-    rows[row].marked = true;
-    scratch_rows.push_back(row);
-  }
-  for (uint32_t row : scratch_rows) rows[row].marked = false;
-  if (!status.ok()) scratch_rows.clear();
-  return status;
-}
 
 }  // namespace kvoffload::daemon
 

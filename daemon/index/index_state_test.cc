@@ -67,7 +67,7 @@ TEST(IndexStateTest, APrivateStateListsItsReadyRowsFreeInAscendingOrder) {
   EXPECT_EQ(s.NotReadyRows(), 1u);
   IndexState pool(4, nullptr, 4, SegmentMap::Shape{2, 2, 0}, /*pool=*/true);
   EXPECT_EQ(pool.rows.rows_free(), 0u);  // every segment offline
-  EXPECT_EQ(pool.Counts().rows_offline, 4u);
+  EXPECT_EQ(pool.segments.rows_parked(), 4u);
 }
 
 TEST(IndexStateTest, CommitMakesWrittenRowsReadyInStoreOrderAndRecordsTheOthers) {
@@ -85,10 +85,9 @@ TEST(IndexStateTest, CommitMakesWrittenRowsReadyInStoreOrderAndRecordsTheOthers)
   EXPECT_EQ(s.rows[c].state, RowState::kWriting);
   EXPECT_TRUE(s.rows[c].committed);
   EXPECT_EQ(s.segments.member(0).counts.rows_held, 2u);
-  const IndexCounts counts = s.Counts();
-  EXPECT_EQ(counts.rows_ready, 2u);
-  EXPECT_EQ(counts.rows_writing, 1u);
-  EXPECT_EQ(counts.commits_pending, 1u);
+  EXPECT_EQ(s.rows.tally().ready, 2u);
+  EXPECT_EQ(s.rows.tally().writing, 1u);
+  EXPECT_EQ(s.commits.pending(), 1u);
 }
 
 TEST(IndexStateTest, TakeRowEvictsTheLeastRecentUnmarkedRowWhenNoneIsFree) {

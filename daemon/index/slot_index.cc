@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "common/status_macros.h"
+#include "daemon/index/index_counts.h"
 #include "daemon/index/key_refusals.h"
 
 namespace kvoffload::daemon {
@@ -126,16 +127,17 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
   const bool floor = s.segments.FloorActive();
   uint64_t held_back[kMaxMembers] = {};  // floor only: marked evictable rows per member
   uint64_t protected_evictable = 0;
-  RETURN_IF_ERROR(s.ResolveStoreKeys(kOp, keys, &protected_evictable, floor ? held_back : nullptr));
-  const uint64_t needed = s.scratch_new.size();
+  RETURN_IF_ERROR(s.request.ResolveStore(kOp, keys, s.rows, s.keys, &protected_evictable,
+                                         floor ? held_back : nullptr));
+  const uint64_t needed = s.request.new_keys().size();
   const uint64_t rows_free = s.rows.rows_free();
   // The floor's count only matters when the store must evict.
   const uint64_t evictable = floor && needed > rows_free
                                  ? s.segments.EvictableFor(member, held_back)
                                  : s.rows.rows_evictable() - protected_evictable;
   if (needed > rows_free + evictable) {
-    s.UnmarkScratchRows();
-    return s.NoRoom(kOp, needed, evictable, protected_evictable);
+    s.request.Unmark(s.rows);
+    return NoRoom(s, kOp, needed, evictable, protected_evictable);
   }
   // Pass 2: allocate. Cannot fail: enough rows exist.
   PrepareStoreResult result;
@@ -144,13 +146,13 @@ absl::StatusOr<SlotIndex::PrepareStoreResult> SlotIndex::PrepareStore(
   result.rows.reserve(needed);
   result.evicted_keys.reserve(needed > rows_free ? needed - rows_free : 0);
   uint32_t cursor = s.rows.least_recent();
-  for (uint32_t i : s.scratch_new) {
+  for (uint32_t i : s.request.new_keys()) {
     const uint32_t row = s.TakeRow(member, &cursor, &result.evicted_keys);
     s.AssignKey(row, keys[i], result.ticket, member);
     result.keys.push_back(keys[i]);
     result.rows.push_back(row);
   }
-  s.UnmarkScratchRows();
+  s.request.Unmark(s.rows);
   s.segments.member(member).counts.stores += needed;
   return result;
 }
@@ -160,8 +162,8 @@ absl::Status SlotIndex::CompleteStore(const std::vector<std::string>& keys, bool
   constexpr absl::string_view kOp = "CompleteStore";
   absl::MutexLock lock(&mu_);
   IndexState& s = state_;
-  absl::Status status =
-      s.ResolvePresentKeys(kOp, keys, [&](size_t i, uint32_t row, const Row& r) {
+  absl::Status status = s.request.ResolvePresent(
+      kOp, keys, s.rows, s.keys, [&](size_t i, uint32_t row, const Row& r) {
         if (r.state != RowState::kWriting) {
           return absl::FailedPreconditionError(absl::StrCat(
               kOp, ": ", KeyName(i, keys[i]), " is ", RowStateName(r.state), ", not WRITING"));
@@ -175,9 +177,9 @@ absl::Status SlotIndex::CompleteStore(const std::vector<std::string>& keys, bool
       });
   if (!status.ok()) return status;
   if (success) {
-    s.Commit(s.scratch_rows, now);
+    s.Commit(s.request.rows(), now);
   } else {
-    for (uint32_t row : s.scratch_rows) s.DropWritingKey(row);
+    for (uint32_t row : s.request.rows()) s.DropWritingKey(row);
   }
   return absl::OkStatus();
 }
@@ -189,8 +191,8 @@ absl::StatusOr<std::vector<uint64_t>> SlotIndex::PrepareLoad(const std::vector<s
   KVO_CHECK(member < kMaxMembers, "member tag ", member, " out of range");
   absl::MutexLock lock(&mu_);
   IndexState& s = state_;
-  absl::Status status =
-      s.ResolvePresentKeys(kOp, keys, [&](size_t i, uint32_t row, const Row& r) {
+  absl::Status status = s.request.ResolvePresent(
+      kOp, keys, s.rows, s.keys, [&](size_t i, uint32_t row, const Row& r) {
         if (r.state != RowState::kReady && r.state != RowState::kReading) {
           return absl::FailedPreconditionError(absl::StrCat(kOp, ": ", KeyName(i, keys[i]), " is ",
                                                             RowStateName(r.state),
@@ -203,13 +205,13 @@ absl::StatusOr<std::vector<uint64_t>> SlotIndex::PrepareLoad(const std::vector<s
         return absl::OkStatus();
       });
   if (!status.ok()) return status;
-  std::vector<uint64_t> rows(s.scratch_rows.begin(), s.scratch_rows.end());
+  std::vector<uint64_t> rows(s.request.rows().begin(), s.request.rows().end());
   if (tickets != nullptr) {
     tickets->clear();
-    for (uint32_t row : s.scratch_rows) tickets->push_back(s.rows[row].ticket);
+    for (uint32_t row : s.request.rows()) tickets->push_back(s.rows[row].ticket);
   }
-  for (uint32_t row : s.scratch_rows) s.AddReader(row, member);
-  s.segments.member(member).counts.loads += s.scratch_rows.size();
+  for (uint32_t row : s.request.rows()) s.AddReader(row, member);
+  s.segments.member(member).counts.loads += s.request.rows().size();
   return rows;
 }
 
@@ -218,8 +220,8 @@ absl::Status SlotIndex::CompleteLoad(const std::vector<std::string>& keys, uint3
   KVO_CHECK(member < kMaxMembers, "member tag ", member, " out of range");
   absl::MutexLock lock(&mu_);
   IndexState& s = state_;
-  absl::Status status =
-      s.ResolvePresentKeys(kOp, keys, [&](size_t i, uint32_t row, const Row& r) {
+  absl::Status status = s.request.ResolvePresent(
+      kOp, keys, s.rows, s.keys, [&](size_t i, uint32_t row, const Row& r) {
         if (r.state != RowState::kReading) {
           return absl::FailedPreconditionError(absl::StrCat(
               kOp, ": ", KeyName(i, keys[i]), " is ", RowStateName(r.state), ", not READING"));
@@ -227,7 +229,7 @@ absl::Status SlotIndex::CompleteLoad(const std::vector<std::string>& keys, uint3
         return absl::OkStatus();
       });
   if (!status.ok()) return status;
-  for (auto it = s.scratch_rows.rbegin(); it != s.scratch_rows.rend(); ++it) {
+  for (auto it = s.request.rows().rbegin(); it != s.request.rows().rend(); ++it) {
     s.segments.Unpin(member, *it);
     s.DropReader(*it);
   }
@@ -276,7 +278,7 @@ uint64_t SlotIndex::ready_rows() const {
 
 SlotIndex::Counts SlotIndex::counts() const {
   absl::ReaderMutexLock lock(&mu_);
-  return state_.Counts();
+  return CountsOf(state_);
 }
 
 uint64_t SlotIndex::MemoryBytes() const {

@@ -115,6 +115,7 @@
 #include "common/limits.h"
 #include "daemon/copy/copy_run.h"  // CopyDirection, RowRun
 #include "daemon/index/index_copies.h"
+#include "daemon/index/index_counts.h"
 #include "daemon/index/index_segments.h"
 #include "daemon/index/index_state.h"
 #include "daemon/index/row_handle.h"  // the wire's row handles
@@ -139,7 +140,7 @@ class SlotIndex {
   static constexpr uint32_t kMaxMembers = SegmentMap::kMaxMembers;
 
   using RowState = daemon::RowState;  // row_table.h: FREE, WRITING, READY, READING
-  using Counts = IndexCounts;         // index_state.h: a snapshot of the rows and counters
+  using Counts = IndexCounts;         // index_counts.h: a snapshot of the rows and counters
   using PoolShape = SegmentMap::Shape;
   using MemberCounts = SegmentMap::MemberCounts;
   using SegmentDrain = SegmentMap::Drain;
