@@ -70,7 +70,7 @@ void IndexState::Park(uint32_t row) {
 // ---- Row transitions --------------------------------------------------------------------------
 
 uint32_t IndexState::TakeRow(uint32_t member, uint32_t* cursor, std::vector<std::string>* evicted) {
-  if (rows.has_free()) return rows.PopFree();
+  if (rows.first_free() != kNil) return rows.PopFree();
   const uint32_t sentinel = rows.sentinel();
   while (*cursor != sentinel &&
          (rows[*cursor].marked || !segments.MayEvict(member, rows[*cursor].member))) {

@@ -8,7 +8,7 @@
 //   rows.PushFree(0);                     // ... then the index lists the rows it may hand out
 //   const uint32_t row = rows.PopFree();
 //   rows.SetKey(row, key);                // inline up to kInlineKeyBytes, else one heap block
-//   rows.LinkMostRecent(row);             // READY and idle: evictable, least recent first
+//   rows.LinkAfter(row, rows[rows.sentinel()].prev);   // READY and idle: the most recent
 //
 // Cost: O(1) per operation (TakeFreeRows walks the free list once). Keys up to
 // kInlineKeyBytes live in the row; a longer one takes one heap block of exactly its size, reused
@@ -105,8 +105,7 @@ class RowTable {
 
   // ---- The free list (LIFO: the row pushed last is handed out first). ----
   void PushFree(uint32_t row);
-  uint32_t PopFree();  // the list must not be empty
-  bool has_free() const { return free_head_ != kNil; }
+  uint32_t PopFree();                                 // the list must not be empty
   uint32_t first_free() const { return free_head_; }  // kNil when empty; then rows_[r].next
   uint64_t rows_free() const { return rows_free_; }
   // Unlinks the free rows in [first, end) and returns them (one walk of the list).
@@ -118,8 +117,8 @@ class RowTable {
   uint32_t sentinel() const { return num_rows_; }
   uint32_t least_recent() const { return rows_[num_rows_].next; }  // sentinel() when empty
   // Links `row` after `after` (a listed row; sentinel(): as the least recent).
+  // The most recent: LinkAfter(row, rows[sentinel()].prev).
   void LinkAfter(uint32_t row, uint32_t after);
-  void LinkMostRecent(uint32_t row) { LinkAfter(row, rows_[num_rows_].prev); }
   void Unlink(uint32_t row);
   uint64_t rows_evictable() const { return rows_evictable_; }
 

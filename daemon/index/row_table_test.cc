@@ -29,7 +29,7 @@ std::vector<uint32_t> FreeList(const RowTable& rows) {
 TEST(RowTableTest, StartsWithEveryRowFreeAndOnNoList) {
   RowTable rows(4);
   EXPECT_EQ(rows.num_rows(), 4u);
-  EXPECT_FALSE(rows.has_free());
+  EXPECT_EQ(rows.first_free(), RowTable::kNil);
   EXPECT_EQ(rows.least_recent(), rows.sentinel());
   for (uint32_t r = 0; r < 4; ++r) {
     EXPECT_EQ(rows[r].state, RowState::kFree);
@@ -57,16 +57,14 @@ TEST(RowTableTest, TakeFreeRowsUnlinksARangeInOneWalk) {
   EXPECT_EQ(rows.rows_free(), 4u);
   EXPECT_EQ(rows[2].next, RowTable::kNil);
   rows.ClearFreeList();
-  EXPECT_FALSE(rows.has_free());
+  EXPECT_EQ(rows.first_free(), RowTable::kNil);
   EXPECT_EQ(rows.rows_free(), 0u);
   EXPECT_EQ(rows[0].next, RowTable::kNil);
 }
 
 TEST(RowTableTest, TheLruListLinksMostRecentLastAndUnlinksAnywhere) {
   RowTable rows(4);
-  rows.LinkMostRecent(2);
-  rows.LinkMostRecent(0);
-  rows.LinkMostRecent(3);
+  for (uint32_t row : {2, 0, 3}) rows.LinkAfter(row, rows[rows.sentinel()].prev);  // most recent
   EXPECT_THAT(Lru(rows), ElementsAre(2, 0, 3));
   rows.Unlink(0);
   EXPECT_THAT(Lru(rows), ElementsAre(2, 3));
