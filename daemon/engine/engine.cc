@@ -212,7 +212,7 @@ absl::StatusOr<Job*> Engine::OpenOrJoin(const WorkerSession& session, const Vali
     // the job retires (no eviction or reuse while a copy may still touch them). Engines that
     // assign rows themselves own that bookkeeping.
     if (!spec_.rows_assigned_by_engine) {
-      RETURN_IF_ERROR(active_index_->BeginCopyRuns(part.direction, part.rows));
+      RETURN_IF_ERROR(active_index_->copies().Begin(part.direction, part.rows));
     }
     job = &jobs_.Open(part, absl::Now());
   } else {
@@ -242,7 +242,7 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
       mp_rank = session->mp_rank;
       // Rows come back as the index handed them out, with their tickets (row handles): the
       // validator splits them, so that a part planned against a row since handed to another
-      // key is refused by BeginCopy rather than copied into or out of that key's row.
+      // key is refused by the index's copy guard rather than copied into or out of that key's row.
       ASSIGN_OR_RETURN(
           ValidPart valid,
           ValidatePart(part, part_geometry_,
@@ -308,9 +308,9 @@ void Engine::StartCopy(CopyJob copy, std::shared_ptr<WorkerMemory> memory, uint6
     return;
   }
   // A pool: one copy per segment, each keeping its segment's region mapped (the rows passed
-  // BeginCopy, so their segments are online or still draining: SegmentBase has them).
-  std::vector<SegmentRuns> split =
-      SplitBySegment(copy.runs, uint64_t{active_index_->segment_rows()} * geometry_.blocks_per_row);
+  // the copy guard, so their segments are online or still draining: SegmentBase has them).
+  std::vector<SegmentRuns> split = SplitBySegment(
+      copy.runs, uint64_t{active_index_->segments().segment_rows()} * geometry_.blocks_per_row);
   copy.runs.clear();
   KVO_CHECK(!split.empty(), "engine ", key(), ": job ", job_id, " has no runs to copy");
   struct FanIn {
@@ -388,8 +388,8 @@ bool Engine::SettleIfDue(Job& job, Verdicts* verdicts) {
     // a written row that was committed becomes READY; a failed one is refused CompleteStore(true)
     // (or dropped, when its commit came first), so it never reads as HIT.
     absl::Status ended = job.direction == CopyDirection::kStore
-                             ? active_index_->EndStoreCopyRuns(job.rows, job.status.ok())
-                             : active_index_->EndCopyRuns(job.rows);
+                             ? active_index_->copies().EndStore(job.rows, job.status.ok())
+                             : active_index_->copies().End(job.rows);
     // Rows that could be served although no copy wrote them: the state cannot be trusted.
     KVO_CHECK(ended.ok(), "engine ", key(), ": retiring ", CopyDirectionName(job.direction),
               " job ", job.id, " of ", CountRows(job.rows), " rows: ", ended.ToString());
@@ -426,7 +426,7 @@ void Engine::ExpireJobs(absl::Time now) {
   if (!spec_.rows_assigned_by_engine) {
     // Commits recorded for stores that never came (DESIGN.md §7): after a job timeout no part of
     // theirs can still be accepted as new work worth waiting for.
-    const uint64_t dropped = active_index_->DropStaleCommits(now - deps_.jobs.job_timeout);
+    const uint64_t dropped = active_index_->copies().DropStaleCommits(now - deps_.jobs.job_timeout);
     if (dropped > 0) {
       Log()->warn("engine {}: dropped {} committed keys whose store job never arrived within {}",
                   key(), dropped, absl::FormatDuration(deps_.jobs.job_timeout));

@@ -690,8 +690,8 @@ TEST_F(EngineTest, AStorePartForARowReusedSinceIsRefused) {
   auto k2 = engine_->index().PrepareStore({"k2"});
   ASSERT_TRUE(k2.ok());
   ASSERT_EQ(k2->rows, k1->rows);
-  const std::vector<uint64_t> stale = {SlotIndex::StoreHandle(k1->ticket, k1->rows[0])};
-  const std::vector<uint64_t> fresh = {SlotIndex::StoreHandle(k2->ticket, k2->rows[0])};
+  const std::vector<uint64_t> stale = {StoreHandle(k1->ticket, k1->rows[0])};
+  const std::vector<uint64_t> fresh = {StoreHandle(k2->ticket, k2->rows[0])};
   const absl::Status refused = Submit(0, 1, CopyDirection::kStore, {4}, stale);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_EQ(engine_->Snapshot().jobs_in_flight, 0u);

@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/limits.h"
 #include "common/refusals.h"
-#include "daemon/index/slot_index.h"
+#include "daemon/index/row_handle.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -90,8 +90,8 @@ absl::StatusOr<ValidPart> ValidatePart(const JobPart& part, const common::Geomet
   valid.event_index = part.event_index;
   const uint64_t num_rows = geometry.num_rows;
   auto split = [&](uint64_t handle, uint64_t* row, uint32_t* ticket) {
-    *row = bounds.row_handles ? SlotIndex::RowOfHandle(handle) : handle;
-    *ticket = bounds.row_handles ? SlotIndex::TicketOfHandle(handle) : 0;
+    *row = bounds.row_handles ? RowOfHandle(handle) : handle;
+    *ticket = bounds.row_handles ? TicketOfHandle(handle) : 0;
   };
   auto add_rows = [&](uint64_t first, uint64_t count, uint32_t ticket) {
     if (has_ranges && !valid.rows.empty()) {

@@ -24,7 +24,7 @@ namespace kvoffload::daemon {
 
 // One run as the wire sends it (v1.BlockRun): whole rows [row, row + num_rows) taking GPU
 // blocks from gpu_block (num_blocks 0, first_block 0), or, in loads, num_blocks blocks from
-// block first_block of row (num_rows 0). `row` is a row handle (SlotIndex::StoreHandle).
+// block first_block of row (num_rows 0). `row` is a row handle (StoreHandle).
 struct PartRun {
   uint64_t gpu_block = 0;
   uint64_t row = 0;

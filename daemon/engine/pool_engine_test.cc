@@ -123,7 +123,7 @@ class PoolEngineTest : public ::testing::Test {
                                        const std::vector<uint32_t>& tickets) {
     std::vector<uint64_t> handles;
     for (size_t i = 0; i < rows.size(); ++i) {
-      handles.push_back(SlotIndex::StoreHandle(tickets[i], rows[i]));
+      handles.push_back(StoreHandle(tickets[i], rows[i]));
     }
     return handles;
   }
@@ -187,7 +187,8 @@ TEST_F(PoolEngineTest, AKeyOneMemberStoredLoadsByteExactIntoAnotherAcrossSegment
   for (int i = 0; i < n; ++i) {
     ASSERT_EQ(b.memory->Block(5 + i), a.memory->Block(i)) << "key " << i;
   }
-  const SlotIndex::MemberCounts counts = b.engine->index().member_counts(b.engine->index_member());
+  const SlotIndex::MemberCounts counts =
+      b.engine->index().segments().member_counts(b.engine->index_member());
   EXPECT_EQ(counts.cross_member_hits, 1u);
   EXPECT_EQ(counts.cross_member_loads, static_cast<uint64_t>(n));
   EXPECT_EQ(a.engine->Snapshot().store_bytes, n * testing::kBytesPerBlock);

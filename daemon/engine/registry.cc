@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "common/thread_name.h"
 #include "daemon/access/access.h"
+#include "daemon/engine/engine_admission.h"
 
 namespace kvoffload::daemon {
 namespace {
@@ -22,10 +23,6 @@ namespace {
 spdlog::logger* Log() {
   static spdlog::logger* log = common::Logger("registry");
   return log;
-}
-
-std::string KeyOf(const std::string& engine_id, uint32_t dp_rank) {
-  return absl::StrCat(engine_id, "/", dp_rank);
 }
 
 uint64_t RandomEpoch() {
@@ -83,17 +80,17 @@ absl::StatusOr<OpenedEngine> EngineRegistry::OpenResolved(const ResolvedSpec& re
   const common::Geometry& geometry = resolved.geometry;
   auto existing = [&]() -> absl::StatusOr<OpenedEngine> {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_) return absl::UnavailableError("kvoffloadd is shutting down");
-    auto it = engines_.find(spec.Key());
-    if (it == engines_.end()) return absl::NotFoundError("");
+    if (engines_.shutting_down()) return absl::UnavailableError("kvoffloadd is shutting down");
+    std::shared_ptr<Engine> engine = engines_.Find(spec.Key());
+    if (engine == nullptr) return absl::NotFoundError("");
     // Access first: the spec mismatch message would show another owner's spec.
     if (caller != nullptr) {
-      RETURN_IF_ERROR(CheckEngineUse(*caller, it->second->owner_uid(), it->second->spec(), "open"));
+      RETURN_IF_ERROR(CheckEngineUse(*caller, engine->owner_uid(), engine->spec(), "open"));
     }
-    RETURN_IF_ERROR(it->second->CheckSameSpec(spec));
+    RETURN_IF_ERROR(engine->CheckSameSpec(spec));
     RETURN_IF_ERROR(common::CheckRegionEpoch(absl::StrCat("engine ", spec.Key()), expected_epoch,
-                                             it->second->region_epoch()));
-    return OpenedEngine{it->second, false};
+                                             engine->region_epoch()));
+    return OpenedEngine{std::move(engine), false};
   };
   // Joining an existing engine never waits behind another engine's region population.
   absl::StatusOr<OpenedEngine> found = existing();
@@ -143,7 +140,7 @@ absl::StatusOr<OpenedEngine> EngineRegistry::OpenResolved(const ResolvedSpec& re
   }
   engine->LinkTier();
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) {
+  if (engines_.shutting_down()) {
     engine->LeavePool();
     // Shutdown began while the region was populated: it will not drain this engine, and the
     // next daemon must not find it in the fd store either.
@@ -151,17 +148,14 @@ absl::StatusOr<OpenedEngine> EngineRegistry::OpenResolved(const ResolvedSpec& re
     deps_.release->Defer(std::move(engine));
     return absl::UnavailableError("kvoffloadd is shutting down");
   }
-  engines_.emplace(spec.Key(), engine);
+  engines_.Insert(spec.Key(), engine);
   return OpenedEngine{std::move(engine), true};
 }
 
 uint64_t EngineRegistry::TakeEpoch() {
   auto in_use = [&](uint64_t epoch) {
     absl::MutexLock lock(&mu_);
-    for (const auto& [key, engine] : engines_) {
-      if (engine->region_epoch() == epoch) return true;
-    }
-    return false;
+    return !engines_.HolderOfEpoch(epoch).empty();
   };
   uint64_t epoch = next_epoch_;
   while (in_use(epoch)) epoch = epoch + 1 == 0 ? 1 : epoch + 1;
@@ -177,15 +171,14 @@ absl::StatusOr<EngineRegistry::RestoredEngine> EngineRegistry::Restore(
   absl::MutexLock create_lock(&create_mu_);
   {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_) return absl::UnavailableError("kvoffloadd is shutting down");
-    if (engines_.count(key) != 0) {
+    if (engines_.shutting_down()) return absl::UnavailableError("kvoffloadd is shutting down");
+    if (engines_.Find(key) != nullptr) {
       return absl::AlreadyExistsError(absl::StrCat("engine ", key, " exists already"));
     }
-    for (const auto& [other, engine] : engines_) {
-      if (engine->region_epoch() == identity.region_epoch) {
-        return absl::AlreadyExistsError(absl::StrCat("engine ", other, " holds region epoch ",
-                                                     absl::Hex(identity.region_epoch)));
-      }
+    const std::string holder = engines_.HolderOfEpoch(identity.region_epoch);
+    if (!holder.empty()) {
+      return absl::AlreadyExistsError(absl::StrCat("engine ", holder, " holds region epoch ",
+                                                   absl::Hex(identity.region_epoch)));
     }
   }
   RETURN_IF_ERROR(AdmitNewEngine(key));
@@ -199,7 +192,7 @@ absl::StatusOr<EngineRegistry::RestoredEngine> EngineRegistry::Restore(
   engine->LinkTier();
   {
     absl::MutexLock lock(&mu_);
-    engines_.emplace(key, engine);
+    engines_.Insert(key, engine);
   }
   Log()->info(
       "engine {} restored: region epoch {:x}, {} READY rows of {} ({} refused), in "
@@ -215,23 +208,10 @@ absl::Status EngineRegistry::AdmitNewEngine(const std::string& key) {
     absl::MutexLock lock(&mu_);
     engines = engines_.size();
   }
-  if (engines >= options_.max_engines) {
-    return absl::ResourceExhaustedError(absl::StrCat("engine ", key, " refused: ", engines,
-                                                     " engines exist, the limit is ",
-                                                     options_.max_engines, " (--max_engines)"));
-  }
-  // An engine holds a memfd; its workers' connections and memory need more. Refusing here keeps
-  // descriptors for accept(), so clients can still connect and clean up (drop, cleanup).
-  absl::StatusOr<common::FdUsage> fds = common::CurrentFdUsage();
-  if (!fds.ok()) return fds.status();
-  if (fds->soft_limit != UINT64_MAX &&
-      (fds->open >= fds->soft_limit || fds->soft_limit - fds->open < options_.min_free_fds)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("engine ", key, " refused: ", fds->open, " of ", fds->soft_limit,
-                     " file descriptors (RLIMIT_NOFILE) are open and ", options_.min_free_fds,
-                     " must stay free (--min_free_fds); drop idle engines or raise LimitNOFILE"));
-  }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(CheckEngineCount(key, engines, options_.max_engines));
+  // An engine holds a memfd; its workers' connections and memory need more.
+  ASSIGN_OR_RETURN(common::FdUsage fds, common::CurrentFdUsage());
+  return CheckFdHeadroom(key, fds, options_.min_free_fds);
 }
 
 absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(
@@ -245,8 +225,7 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(
   std::shared_ptr<Engine> existing;
   {
     absl::MutexLock lock(&mu_);
-    auto it = engines_.find(spec.Key());
-    if (it != engines_.end()) existing = it->second;
+    existing = engines_.Find(spec.Key());
   }
   // Another uid's engine is refused before anything about it is compared or any memory opened.
   if (existing != nullptr && caller != nullptr) {
@@ -277,11 +256,8 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(
       std::shared_ptr<Engine> undo;
       {
         absl::MutexLock lock(&mu_);
-        auto it = engines_.find(spec.Key());
-        if (it != engines_.end() && it->second == opened->engine &&
-            opened->engine->num_workers() == 0) {
-          undo = std::move(it->second);
-          engines_.erase(it);
+        if (engines_.Find(spec.Key()) == opened->engine && opened->engine->num_workers() == 0) {
+          undo = engines_.Take(spec.Key());
         }
       }
       if (undo != nullptr) CloseAndForget(std::move(undo), info.status());
@@ -304,40 +280,35 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(
 
 absl::StatusOr<std::shared_ptr<Engine>> EngineRegistry::Find(const std::string& engine_id,
                                                              uint32_t dp_rank) const {
+  const std::string key = EngineTable::KeyOf(engine_id, dp_rank);
   absl::MutexLock lock(&mu_);
-  auto it = engines_.find(KeyOf(engine_id, dp_rank));
-  if (it == engines_.end()) {
-    return common::EngineNotFound(KeyOf(engine_id, dp_rank),
-                                  " on this node (call OpenEngine first)");
-  }
-  return it->second;
+  std::shared_ptr<Engine> engine = engines_.Find(key);
+  if (engine == nullptr)
+    return common::EngineNotFound(key, " on this node (call OpenEngine first)");
+  return engine;
 }
 
 std::vector<std::shared_ptr<Engine>> EngineRegistry::List() const {
   absl::MutexLock lock(&mu_);
-  std::vector<std::shared_ptr<Engine>> out;
-  for (const auto& [key, engine] : engines_) out.push_back(engine);
-  return out;
+  return engines_.List();
 }
 
 absl::Status EngineRegistry::Drop(const std::string& engine_id, uint32_t dp_rank, bool force,
                                   const EngineCheck& may_drop) {
+  const std::string key = EngineTable::KeyOf(engine_id, dp_rank);
   std::shared_ptr<Engine> engine;
   {
     absl::MutexLock lock(&mu_);
-    auto it = engines_.find(KeyOf(engine_id, dp_rank));
-    if (it == engines_.end()) {
-      return common::EngineNotFound(KeyOf(engine_id, dp_rank));
-    }
-    if (may_drop) RETURN_IF_ERROR(may_drop(*it->second));
-    const uint32_t workers = it->second->num_workers();
+    engine = engines_.Find(key);
+    if (engine == nullptr) return common::EngineNotFound(key);
+    if (may_drop) RETURN_IF_ERROR(may_drop(*engine));
+    const uint32_t workers = engine->num_workers();
     if (workers > 0 && !force) {
       return absl::FailedPreconditionError(
-          absl::StrCat("engine ", it->first, " has ", workers,
+          absl::StrCat("engine ", key, " has ", workers,
                        " connected workers; drop with force to end their sessions"));
     }
-    engine = std::move(it->second);
-    engines_.erase(it);
+    engines_.Take(key);
   }
   engine->Close(absl::AbortedError("engine dropped by an operator"));
   // Return only once the engine's copies have ended and every session has its verdicts and was
@@ -354,14 +325,9 @@ std::vector<std::string> EngineRegistry::DropIdle(const EngineCheck& may_drop) {
   std::vector<std::shared_ptr<Engine>> idle;
   {
     absl::MutexLock lock(&mu_);
-    for (auto it = engines_.begin(); it != engines_.end();) {
-      if (it->second->num_workers() == 0 && (!may_drop || may_drop(*it->second).ok())) {
-        idle.push_back(std::move(it->second));
-        it = engines_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    idle = engines_.TakeIf([&may_drop](const Engine& engine) {
+      return engine.num_workers() == 0 && (!may_drop || may_drop(engine).ok());
+    });
   }
   std::vector<std::string> keys;
   for (auto& engine : idle) {
@@ -393,13 +359,12 @@ void EngineRegistry::Maintain(absl::Time now) {
   for (auto& engine : expired) {
     {
       absl::MutexLock lock(&mu_);
-      auto it = engines_.find(engine->key());
       // Re-check under the lock: a worker may have attached since.
-      if (it == engines_.end() || it->second != engine ||
+      if (engines_.Find(engine->key()) != engine ||
           now - engine->idle_since() < options_.idle_engine_ttl) {
         continue;
       }
-      engines_.erase(it);
+      engines_.Take(engine->key());
     }
     CloseAndForget(std::move(engine), absl::AbortedError(absl::StrCat(
                                           "engine idle for longer than ",
@@ -419,9 +384,8 @@ bool EngineRegistry::Shutdown(const absl::Status& why, absl::Duration grace) {
   std::vector<std::shared_ptr<Engine>> engines;
   {
     absl::MutexLock lock(&mu_);
-    shutting_down_ = true;
-    for (auto& [key, engine] : engines_) engines.push_back(std::move(engine));
-    engines_.clear();
+    engines_.StartShutdown();
+    engines = engines_.TakeAll();
   }
   // Running copies get `grace` to finish and be reported to their workers; then the rest fail
   // and every session ends.

@@ -15,11 +15,22 @@
 // Admission: an engine is created only when it fits the node cap (Engine::Create), the engine
 // cap (max_engines) and the descriptor headroom (min_free_fds below RLIMIT_NOFILE), so that a
 // client creating engines can never starve accept() of descriptors.
+//
+// Seams: the registry wires three pieces, each with its own tests —
+//   EngineTable     (engine_table.h)       the engines by key and region epoch, the shutdown flag;
+//   engine admission (engine_admission.h)  the engine count and the descriptor headroom;
+//   PoolTable       (daemon/pool/pool_table.h)  the node's pools, their rules and members.
+// The registry itself holds the lock story (create_mu_ serialises creation and is taken before
+// mu_, which guards the table), the order of steps in Open, AttachWorker and Restore, and the
+// ends of engines (Drop, DropIdle, maintenance, Shutdown).
+//
+// Thread-safety: thread-safe. Ownership: engines are shared-owned; Drop removes the registry's
+// reference and closes the engine (its sessions end); the region goes when in-flight copies
+// release theirs. EngineDeps and RegistryOptions::durability are borrowed and outlive it.
 #ifndef KVOFFLOAD_DAEMON_ENGINE_REGISTRY_H_
 #define KVOFFLOAD_DAEMON_ENGINE_REGISTRY_H_
 
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,6 +46,7 @@
 #include "common/geometry.h"
 #include "daemon/access/caller.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/engine_table.h"
 #include "daemon/pool/pool_table.h"
 #include "daemon/restart/durability.h"
 
@@ -73,8 +85,6 @@ struct AttachedWorker {
 // returned and the engine is kept). Must not call back into the registry.
 using EngineCheck = std::function<absl::Status(const Engine& engine)>;
 
-// Thread-safe. Engines are shared-owned; Drop removes the registry's reference and closes the
-// engine (its sessions end); the region goes when in-flight copies release theirs.
 class EngineRegistry {
  public:
   EngineRegistry(const EngineDeps& deps, const RegistryOptions& options);
@@ -168,8 +178,7 @@ class EngineRegistry {
   absl::Mutex create_mu_;  // serialises engine creation; taken before mu_
   uint64_t next_epoch_ ABSL_GUARDED_BY(create_mu_);
   mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<Engine>> engines_ ABSL_GUARDED_BY(mu_);
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  EngineTable engines_ ABSL_GUARDED_BY(mu_);  // and whether the node is shutting down
 
   PoolTable pools_;
 

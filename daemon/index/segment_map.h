@@ -48,7 +48,7 @@ class SegmentMap {
     MemberCounts counts;     // rows_held kept live
     uint64_t evictable = 0;  // READY rows with no copy this member stored (on the LRU list)
   };
-  // What taking a segment offline ended (SlotIndex::TakeSegmentOffline).
+  // What taking a segment offline ended (IndexSegments::TakeOffline).
   struct Drain {
     uint64_t keys_dropped = 0;  // idle READY keys dropped now
     uint64_t rows_pending = 0;  // rows still in use, parked as each becomes idle

@@ -131,7 +131,7 @@ TEST(SlotIndexJournalTest, FailedAndAbandonedStoresAreNeverPublished) {
   EXPECT_EQ(index->CompleteStore({"a"}, true).code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(index->CompleteStore({"a", "b"}, false).ok());  // b: the scheduler gave up
   ASSERT_TRUE(index->CompleteStore({"c"}, true).ok());        // c: committed, never written
-  EXPECT_EQ(index->DropStaleCommits(absl::InfiniteFuture()), 1u);
+  EXPECT_EQ(index->copies().DropStaleCommits(absl::InfiniteFuture()), 1u);
   EXPECT_THAT(journal.ready, IsEmpty());
   EXPECT_THAT(journal.events, IsEmpty());
 }

@@ -62,9 +62,9 @@ TEST(SlotIndexPoolTest, SegmentsStartOfflineAndJoinWithTheirRows) {
   EXPECT_EQ(index->counts().rows_free, 0u);
   EXPECT_EQ(index->PrepareStore(Keys(0, 1), 0).status().code(),
             absl::StatusCode::kResourceExhausted);
-  ASSERT_TRUE(index->BringSegmentOnline(1).ok());
-  EXPECT_EQ(index->BringSegmentOnline(1).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(index->BringSegmentOnline(3).code(), absl::StatusCode::kOutOfRange);
+  ASSERT_TRUE(index->segments().BringOnline(1).ok());
+  EXPECT_EQ(index->segments().BringOnline(1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(index->segments().BringOnline(3).code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(index->counts().rows_free, 4u);
   EXPECT_EQ(index->counts().rows_offline, 8u);
   auto store = index->PrepareStore(Keys(0, 4), 1);
@@ -77,21 +77,21 @@ TEST(SlotIndexPoolTest, SegmentsStartOfflineAndJoinWithTheirRows) {
 
 TEST(SlotIndexPoolTest, AKeyOneMemberStoredIsAHitAndALoadForAnother) {
   auto index = Pool(4, 2);
-  ASSERT_TRUE(index->BringSegmentOnline(0).ok());
-  ASSERT_TRUE(index->BringSegmentOnline(1).ok());
+  ASSERT_TRUE(index->segments().BringOnline(0).ok());
+  ASSERT_TRUE(index->segments().BringOnline(1).ok());
   const std::vector<uint64_t> rows = StoreReady(*index, Keys(0, 2), /*member=*/0);
   EXPECT_THAT(index->Lookup(Keys(0, 3), 1), ElementsAre(KS::kHit, KS::kHit, KS::kMiss));
   EXPECT_THAT(index->Lookup(Keys(0, 1), 0), ElementsAre(KS::kHit));
   auto loaded = index->PrepareLoad(Keys(0, 2), nullptr, 1);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(*loaded, rows);
-  const SlotIndex::MemberCounts b = index->member_counts(1);
+  const SlotIndex::MemberCounts b = index->segments().member_counts(1);
   EXPECT_EQ(b.hits, 2u);
   EXPECT_EQ(b.cross_member_hits, 2u);
   EXPECT_EQ(b.loads, 2u);
   EXPECT_EQ(b.cross_member_loads, 2u);
   EXPECT_EQ(b.stores, 0u);
-  const SlotIndex::MemberCounts a = index->member_counts(0);
+  const SlotIndex::MemberCounts a = index->segments().member_counts(0);
   EXPECT_EQ(a.hits, 1u);
   EXPECT_EQ(a.cross_member_hits, 0u);
   EXPECT_EQ(a.stores, 2u);
@@ -101,8 +101,8 @@ TEST(SlotIndexPoolTest, AKeyOneMemberStoredIsAHitAndALoadForAnother) {
 
 TEST(SlotIndexPoolTest, ConcurrentStoresOfOneKeyGiveOneRowAndItIsNotLoadableWhileWritten) {
   auto index = Pool(4, 2);
-  ASSERT_TRUE(index->BringSegmentOnline(0).ok());
-  ASSERT_TRUE(index->BringSegmentOnline(1).ok());
+  ASSERT_TRUE(index->segments().BringOnline(0).ok());
+  ASSERT_TRUE(index->segments().BringOnline(1).ok());
   auto a = index->PrepareStore(Keys(0, 1), 0);
   ASSERT_TRUE(a.ok());
   ASSERT_EQ(a->rows.size(), 1u);
@@ -125,8 +125,8 @@ TEST(SlotIndexPoolTest, ConcurrentStoresOfOneKeyGiveOneRowAndItIsNotLoadableWhil
 
 TEST(SlotIndexPoolTest, AFailedStoreOfOneMemberIsAMissForAnother) {
   auto index = Pool(4, 2);
-  ASSERT_TRUE(index->BringSegmentOnline(0).ok());
-  ASSERT_TRUE(index->BringSegmentOnline(1).ok());
+  ASSERT_TRUE(index->segments().BringOnline(0).ok());
+  ASSERT_TRUE(index->segments().BringOnline(1).ok());
   auto a = index->PrepareStore(Keys(0, 1), 0);
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, a->rows).ok());
@@ -140,8 +140,8 @@ TEST(SlotIndexPoolTest, AFailedStoreOfOneMemberIsAMissForAnother) {
 
 TEST(SlotIndexPoolTest, ARowAnotherMemberReadsIsNotEvicted) {
   auto index = Pool(2, 2);
-  ASSERT_TRUE(index->BringSegmentOnline(0).ok());
-  ASSERT_TRUE(index->BringSegmentOnline(1).ok());
+  ASSERT_TRUE(index->segments().BringOnline(0).ok());
+  ASSERT_TRUE(index->segments().BringOnline(1).ok());
   StoreReady(*index, Keys(0, 4), 0);
   ASSERT_TRUE(index->PrepareLoad(Keys(0, 4), nullptr, 1).ok());  // B pins every row
   auto store = index->PrepareStore(Keys(10, 1), 0);
@@ -156,8 +156,8 @@ TEST(SlotIndexPoolTest, ARowAnotherMemberReadsIsNotEvicted) {
 TEST(SlotIndexPoolTest, AFloorKeepsAnotherMembersRowsAgainstABusyOne) {
   // Two members of 4 rows; each keeps 2 of the rows it stored against the other's stores.
   auto index = Pool(4, 2, /*floor=*/2);
-  ASSERT_TRUE(index->BringSegmentOnline(0).ok());
-  ASSERT_TRUE(index->BringSegmentOnline(1).ok());
+  ASSERT_TRUE(index->segments().BringOnline(0).ok());
+  ASSERT_TRUE(index->segments().BringOnline(1).ok());
   StoreReady(*index, Keys(0, 4), 0);   // A: 0..3, least recent
   StoreReady(*index, Keys(10, 4), 1);  // B: 10..13
   // B stores 4 more: it may take A's rows down to A's floor (2), then its own, least recent first.
@@ -165,9 +165,9 @@ TEST(SlotIndexPoolTest, AFloorKeepsAnotherMembersRowsAgainstABusyOne) {
   ASSERT_TRUE(store.ok()) << store.status();
   // Within one store call keys[0] is the most recent, so the LRU tail is the call's last key.
   EXPECT_THAT(store->evicted_keys, ElementsAre(K(3), K(2), K(13), K(12)));
-  EXPECT_EQ(index->member_counts(0).rows_held, 2u);
-  EXPECT_EQ(index->member_counts(0).evicted, 2u);
-  EXPECT_GE(index->member_counts(1).floor_skips, 2u);
+  EXPECT_EQ(index->segments().member_counts(0).rows_held, 2u);
+  EXPECT_EQ(index->segments().member_counts(0).evicted, 2u);
+  EXPECT_GE(index->segments().member_counts(1).floor_skips, 2u);
   ASSERT_TRUE(index->CompleteStore(store->keys, false).ok());
   // B cannot take more of A's: only its own 2 rows (plus the 4 it just freed) are available.
   EXPECT_EQ(index->PrepareStore(Keys(30, 7), 1).status().code(),
@@ -186,8 +186,8 @@ TEST(SlotIndexPoolTest, AFloorKeepsAnotherMembersRowsAgainstABusyOne) {
 
 TEST(SlotIndexPoolTest, ALeavingMembersFloorNoLongerHolds) {
   auto index = Pool(2, 2, /*floor=*/2);
-  ASSERT_TRUE(index->BringSegmentOnline(0).ok());
-  ASSERT_TRUE(index->BringSegmentOnline(1).ok());
+  ASSERT_TRUE(index->segments().BringOnline(0).ok());
+  ASSERT_TRUE(index->segments().BringOnline(1).ok());
   EXPECT_THAT(StoreReady(*index, Keys(0, 2), 0), ElementsAre(2, 3));   // A's, in B's segment
   EXPECT_THAT(StoreReady(*index, Keys(10, 2), 1), ElementsAre(0, 1));  // B's, in A's segment
   // A is at its floor: B may evict only its own two rows.
@@ -195,10 +195,10 @@ TEST(SlotIndexPoolTest, ALeavingMembersFloorNoLongerHolds) {
             absl::StatusCode::kResourceExhausted);
   // A leaves: its segment's rows go (B's keys in them too), and A's rows in B's segment are
   // no longer protected.
-  auto drain = index->TakeSegmentOffline(0);
+  auto drain = index->segments().TakeOffline(0);
   ASSERT_TRUE(drain.ok()) << drain.status();
   EXPECT_EQ(drain->keys_dropped, 2u);
-  EXPECT_TRUE(index->SegmentDrained(0));
+  EXPECT_TRUE(index->segments().Drained(0));
   auto store = index->PrepareStore(Keys(20, 2), 1);
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_THAT(store->evicted_keys, ElementsAre(K(1), K(0)));
@@ -207,8 +207,8 @@ TEST(SlotIndexPoolTest, ALeavingMembersFloorNoLongerHolds) {
 
 TEST(SlotIndexPoolTest, TakingASegmentOfflineDropsIdleKeysAndParksRowsInUseWhenIdle) {
   auto index = Pool(4, 2);
-  ASSERT_TRUE(index->BringSegmentOnline(0).ok());
-  ASSERT_TRUE(index->BringSegmentOnline(1).ok());
+  ASSERT_TRUE(index->segments().BringOnline(0).ok());
+  ASSERT_TRUE(index->segments().BringOnline(1).ok());
   // Segment 1's rows are handed out first (it joined last): fill it, then one row of segment 0.
   const std::vector<uint64_t> rows = StoreReady(*index, Keys(0, 5), 0);
   ASSERT_THAT(rows, ElementsAre(4, 5, 6, 7, 0));
@@ -218,58 +218,59 @@ TEST(SlotIndexPoolTest, TakingASegmentOfflineDropsIdleKeysAndParksRowsInUseWhenI
   ASSERT_EQ(writing->rows.size(), 1u);
   EXPECT_EQ(writing->rows[0], 1u);  // segment 0's next free row
   // Segment 1 leaves: its idle READY keys (rows 4, 6, 7) go now, row 5 is still read.
-  auto drain = index->TakeSegmentOffline(1);
+  auto drain = index->segments().TakeOffline(1);
   ASSERT_TRUE(drain.ok()) << drain.status();
   EXPECT_EQ(drain->keys_dropped, 3u);
   EXPECT_EQ(drain->rows_pending, 1u);
-  EXPECT_FALSE(index->SegmentDrained(1));
+  EXPECT_FALSE(index->segments().Drained(1));
   EXPECT_THAT(index->Lookup(Keys(0, 5), 0),
               ElementsAre(KS::kMiss, KS::kHit, KS::kMiss, KS::kMiss, KS::kHit));
-  EXPECT_EQ(index->TakeSegmentOffline(1).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(index->BringSegmentOnline(1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(index->segments().TakeOffline(1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(index->segments().BringOnline(1).code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
   // The reader still loads it; once it leaves, the row is parked and its key gone.
   ASSERT_TRUE(BeginCopy(*index, CopyDirection::kLoad, {5}).ok());
   ASSERT_TRUE(EndCopy(*index, {5}).ok());
   ASSERT_TRUE(index->CompleteLoad({K(1)}).ok());
-  EXPECT_TRUE(index->SegmentDrained(1));
+  EXPECT_TRUE(index->segments().Drained(1));
   EXPECT_THAT(index->Lookup({K(1)}, 0), ElementsAre(KS::kMiss));
   EXPECT_EQ(index->counts().rows_offline, 4u);
   // Segment 0's rows are untouched; a new member may take slot 1.
-  ASSERT_TRUE(index->BringSegmentOnline(1).ok());
+  ASSERT_TRUE(index->segments().BringOnline(1).ok());
   EXPECT_EQ(index->counts().rows_free, 4u + 2u);
   ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, ARowWrittenIntoALeftSegmentNeverBecomesReady) {
   auto index = Pool(2, 2);
-  ASSERT_TRUE(index->BringSegmentOnline(0).ok());
+  ASSERT_TRUE(index->segments().BringOnline(0).ok());
   auto store = index->PrepareStore(Keys(0, 2), 1);  // member 1 writes into segment 0's rows
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, store->rows).ok());
-  auto drain = index->TakeSegmentOffline(0);
+  auto drain = index->segments().TakeOffline(0);
   ASSERT_TRUE(drain.ok());
   EXPECT_EQ(drain->rows_pending, 2u);
   EXPECT_THAT(index->Lookup(Keys(0, 2), 1), ElementsAre(KS::kHitPending, KS::kHitPending));
   ASSERT_TRUE(EndStoreCopy(*index, store->rows, true).ok());
   ASSERT_TRUE(index->CompleteStore(store->keys, true).ok());
   EXPECT_THAT(index->Lookup(Keys(0, 2), 1), ElementsAre(KS::kMiss, KS::kMiss));
-  EXPECT_TRUE(index->SegmentDrained(0));
+  EXPECT_TRUE(index->segments().Drained(0));
   EXPECT_EQ(index->counts().rows_ready, 0u);
   ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
 
 TEST(SlotIndexPoolTest, AQuarantinedRowOfALeftSegmentIsParkedWhenItsCopyEnds) {
   auto index = Pool(2, 1);
-  ASSERT_TRUE(index->BringSegmentOnline(0).ok());
+  ASSERT_TRUE(index->segments().BringOnline(0).ok());
   auto store = index->PrepareStore(Keys(0, 1), 0);
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, store->rows).ok());
   ASSERT_TRUE(index->CompleteStore(store->keys, false).ok());  // quarantined
-  ASSERT_TRUE(index->TakeSegmentOffline(0).ok());
-  EXPECT_FALSE(index->SegmentDrained(0));
+  ASSERT_TRUE(index->segments().TakeOffline(0).ok());
+  EXPECT_FALSE(index->segments().Drained(0));
   ASSERT_TRUE(EndCopy(*index, store->rows).ok());
-  EXPECT_TRUE(index->SegmentDrained(0));
+  EXPECT_TRUE(index->segments().Drained(0));
   EXPECT_THAT(index->PrepareStore(Keys(1, 1), 0).status().code(),
               absl::StatusCode::kResourceExhausted);
   ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
@@ -277,7 +278,7 @@ TEST(SlotIndexPoolTest, AQuarantinedRowOfALeftSegmentIsParkedWhenItsCopyEnds) {
 
 TEST(SlotIndexPoolTest, ASegmentServesOnlyTheRowsItsRegionHasReady) {
   auto index = Pool(4, 2);
-  ASSERT_TRUE(index->BringSegmentOnline(0, /*ready_rows=*/1).ok());
+  ASSERT_TRUE(index->segments().BringOnline(0, /*ready_rows=*/1).ok());
   EXPECT_EQ(index->counts().rows_free, 1u);
   EXPECT_EQ(index->counts().rows_not_ready, 3u);  // of the online segment
   EXPECT_EQ(index->counts().rows_offline, 4u);    // the offline one
@@ -288,8 +289,8 @@ TEST(SlotIndexPoolTest, ASegmentServesOnlyTheRowsItsRegionHasReady) {
   EXPECT_EQ(index->PrepareStore(Keys(1, 1), 0).status().code(),
             absl::StatusCode::kResourceExhausted);
   ASSERT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
-  index->MarkSegmentRowsReady(0, 3);
-  index->MarkSegmentRowsReady(0, 2);  // lower: nothing changes
+  index->segments().MarkRowsReady(0, 3);
+  index->segments().MarkRowsReady(0, 2);  // lower: nothing changes
   store = index->PrepareStore(Keys(1, 2), 0);
   ASSERT_TRUE(store.ok());
   EXPECT_THAT(store->rows, ElementsAre(1, 2));
@@ -297,11 +298,11 @@ TEST(SlotIndexPoolTest, ASegmentServesOnlyTheRowsItsRegionHasReady) {
   // Leaving before it was fully ready: its not-ready rows are parked already, and the store it
   // left prepared (row 0) is ended with it.
   ASSERT_TRUE(index->CompleteStore(store->keys, false).ok());
-  auto drain = index->TakeSegmentOffline(0);
+  auto drain = index->segments().TakeOffline(0);
   ASSERT_TRUE(drain.ok());
   EXPECT_EQ(drain->stores_ended, 1u);
-  EXPECT_TRUE(index->SegmentDrained(0));
-  index->MarkSegmentRowsReady(0, 4);  // offline: nothing changes
+  EXPECT_TRUE(index->segments().Drained(0));
+  index->segments().MarkRowsReady(0, 4);  // offline: nothing changes
   EXPECT_EQ(index->counts().rows_free, 0u);
   EXPECT_EQ(index->counts().rows_not_ready, 0u);
   EXPECT_EQ(index->counts().rows_offline, 8u);
@@ -312,11 +313,11 @@ TEST(SlotIndexPoolTest, ASegmentServesOnlyTheRowsItsRegionHasReady) {
 TEST(SlotIndexPoolTest, APrivateIndexHasNoOfflineRowsAndOneMember) {
   auto index = SlotIndex::Create(4);
   ASSERT_TRUE(index.ok());
-  EXPECT_EQ((*index)->num_segments(), 1u);
-  EXPECT_EQ((*index)->segment_rows(), 4u);
+  EXPECT_EQ((*index)->segments().num_segments(), 1u);
+  EXPECT_EQ((*index)->segments().segment_rows(), 4u);
   StoreReady(**index, Keys(0, 2), 0);
   EXPECT_THAT((*index)->Lookup(Keys(0, 1)), ElementsAre(KS::kHit));
-  EXPECT_EQ((*index)->member_counts(0).cross_member_hits, 0u);
+  EXPECT_EQ((*index)->segments().member_counts(0).cross_member_hits, 0u);
   EXPECT_EQ((*index)->counts().rows_offline, 0u);
   EXPECT_THAT((*index)->PrepareStore(Keys(0, 1))->keys, IsEmpty());
   ASSERT_TRUE(CheckSlotIndexInvariants(**index).ok());

@@ -48,7 +48,7 @@ TEST(SlotIndexSpillTest, ASpilledRowIsNotEvictedAndComesBackMostRecent) {
   std::unique_ptr<SlotIndex> index = MakeIndex(2);
   Store(*index, {"a"});
   Store(*index, {"b"});  // LRU: a (least recent), b
-  absl::StatusOr<RowRun> spill = index->BeginSpill("a");
+  absl::StatusOr<RowRun> spill = index->copies().BeginSpill("a");
   ASSERT_TRUE(spill.ok()) << spill.status();
   EXPECT_EQ(spill->num_rows, 1u);
   EXPECT_NE(spill->ticket, 0u);
@@ -68,7 +68,7 @@ TEST(SlotIndexSpillTest, ASpilledRowIsNotEvictedAndComesBackMostRecent) {
   // Reset keeps it too.
   EXPECT_EQ(index->Reset(), 0u);
   EXPECT_THAT(index->Lookup({"a"}), ElementsAre(KeyState::kHit));
-  ASSERT_TRUE(index->EndCopyRuns({*spill}).ok());
+  ASSERT_TRUE(index->copies().End({*spill}).ok());
   EXPECT_EQ(index->counts().copies_in_flight, 0u);
   EXPECT_EQ(index->counts().rows_evictable, 1u);
   EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
@@ -80,9 +80,9 @@ TEST(SlotIndexSpillTest, EndingTheSpillMakesTheRowMostRecent) {
   Store(*index, {"a"});
   Store(*index, {"b"});
   Store(*index, {"c"});  // LRU: a b c
-  absl::StatusOr<RowRun> spill = index->BeginSpill("a");
+  absl::StatusOr<RowRun> spill = index->copies().BeginSpill("a");
   ASSERT_TRUE(spill.ok());
-  ASSERT_TRUE(index->EndCopyRuns({*spill}).ok());  // LRU: b c a
+  ASSERT_TRUE(index->copies().End({*spill}).ok());  // LRU: b c a
   EXPECT_THAT(Evicted(*index, "x"), ElementsAre("b"));
   EXPECT_THAT(Evicted(*index, "y"), ElementsAre("c"));
   EXPECT_THAT(Evicted(*index, "z"), ElementsAre("a"));
@@ -92,18 +92,18 @@ TEST(SlotIndexSpillTest, ReadingRowsSpillAndWritingOrAbsentKeysDoNot) {
   std::unique_ptr<SlotIndex> index = MakeIndex(4);
   Store(*index, {"r"});
   ASSERT_TRUE(index->PrepareLoad({"r"}).ok());  // READING
-  absl::StatusOr<RowRun> spill = index->BeginSpill("r");
+  absl::StatusOr<RowRun> spill = index->copies().BeginSpill("r");
   ASSERT_TRUE(spill.ok()) << spill.status();
   ASSERT_TRUE(index->PrepareStore({"w"}).ok());  // WRITING
-  EXPECT_EQ(index->BeginSpill("w").status().code(), Code::kFailedPrecondition);
-  EXPECT_EQ(index->BeginSpill("absent").status().code(), Code::kNotFound);
-  EXPECT_EQ(index->BeginSpill("").status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(index->BeginSpill(std::string(SlotIndex::kMaxKeyBytes + 1, 'k')).status().code(),
+  EXPECT_EQ(index->copies().BeginSpill("w").status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(index->copies().BeginSpill("absent").status().code(), Code::kNotFound);
+  EXPECT_EQ(index->copies().BeginSpill("").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(index->copies().BeginSpill(std::string(SlotIndex::kMaxKeyBytes + 1, 'k')).status().code(),
             Code::kInvalidArgument);
   EXPECT_EQ(index->counts().copies_in_flight, 1u);
   ASSERT_TRUE(index->CompleteLoad({"r"}).ok());  // READY, still copied: not evictable
   EXPECT_EQ(index->counts().rows_evictable, 0u);
-  ASSERT_TRUE(index->EndCopyRuns({*spill}).ok());
+  ASSERT_TRUE(index->copies().End({*spill}).ok());
   EXPECT_EQ(index->counts().rows_evictable, 1u);
   EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok()) << CheckSlotIndexInvariants(*index);
 }
@@ -134,20 +134,20 @@ TEST(SlotIndexSpillTest, AnOfflineSegmentWaitsForTheSpill) {
       SlotIndex::CreatePool(SlotIndex::PoolShape{/*num_segments=*/2, /*segment_rows=*/2});
   ASSERT_TRUE(made.ok()) << made.status();
   SlotIndex& index = **made;
-  ASSERT_TRUE(index.BringSegmentOnline(0).ok());
-  ASSERT_TRUE(index.BringSegmentOnline(1).ok());
+  ASSERT_TRUE(index.segments().BringOnline(0).ok());
+  ASSERT_TRUE(index.segments().BringOnline(1).ok());
   absl::StatusOr<SlotIndex::PrepareStoreResult> p = index.PrepareStore({"a"}, /*member=*/0);
   ASSERT_TRUE(p.ok());
   ASSERT_TRUE(BeginCopy(index, CopyDirection::kStore, p->rows).ok());
   ASSERT_TRUE(EndStoreCopy(index, p->rows, true).ok());
   ASSERT_TRUE(index.CompleteStore({"a"}, true).ok());
-  const uint32_t segment = static_cast<uint32_t>(p->rows[0] / index.segment_rows());
-  absl::StatusOr<RowRun> spill = index.BeginSpill("a");
+  const uint32_t segment = static_cast<uint32_t>(p->rows[0] / index.segments().segment_rows());
+  absl::StatusOr<RowRun> spill = index.copies().BeginSpill("a");
   ASSERT_TRUE(spill.ok());
-  ASSERT_TRUE(index.TakeSegmentOffline(segment).ok());
-  EXPECT_FALSE(index.SegmentDrained(segment));  // the tier still reads the row's memory
-  ASSERT_TRUE(index.EndCopyRuns({*spill}).ok());
-  EXPECT_TRUE(index.SegmentDrained(segment));
+  ASSERT_TRUE(index.segments().TakeOffline(segment).ok());
+  EXPECT_FALSE(index.segments().Drained(segment));  // the tier still reads the row's memory
+  ASSERT_TRUE(index.copies().End({*spill}).ok());
+  EXPECT_TRUE(index.segments().Drained(segment));
   EXPECT_THAT(index.Lookup({"a"}), ElementsAre(KeyState::kMiss));
   EXPECT_TRUE(CheckSlotIndexInvariants(index).ok()) << CheckSlotIndexInvariants(index);
 }

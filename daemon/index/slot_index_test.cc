@@ -115,9 +115,9 @@ absl::Status HeaderUsageExample(const std::vector<std::string>& keys, bool job_o
   // ... job engine, once per store job (every worker's part is one job):
   std::vector<RowRun> runs;
   for (uint64_t row : store.rows) AppendRows(&runs, RowRun{row, 1, store.ticket});
-  RETURN_IF_ERROR(index->BeginCopyRuns(CopyDirection::kStore, runs));
+  RETURN_IF_ERROR(index->copies().Begin(CopyDirection::kStore, runs));
   // ... copy GPU → rows; when the job has ended on this node (every copy really finished):
-  RETURN_IF_ERROR(index->EndStoreCopyRuns(runs, job_ok));
+  RETURN_IF_ERROR(index->copies().EndStore(runs, job_ok));
   // ... scheduler, when the request's store is done (before or after the job ends):
   RETURN_IF_ERROR(index->CompleteStore(store.keys, job_ok));
 
@@ -131,9 +131,9 @@ absl::Status HeaderUsageExample(const std::vector<std::string>& keys, bool job_o
   ASSIGN_OR_RETURN(std::vector<uint64_t> rows, index->PrepareLoad(hit_keys, &tickets));
   std::vector<RowRun> load;  // the rows are pinned now
   for (size_t i = 0; i < rows.size(); ++i) AppendRows(&load, RowRun{rows[i], 1, tickets[i]});
-  RETURN_IF_ERROR(index->BeginCopyRuns(CopyDirection::kLoad, load));
+  RETURN_IF_ERROR(index->copies().Begin(CopyDirection::kLoad, load));
   // ... copy rows → GPU ...
-  RETURN_IF_ERROR(index->EndCopyRuns(load));
+  RETURN_IF_ERROR(index->copies().End(load));
   RETURN_IF_ERROR(index->CompleteLoad(hit_keys));  // unpinned
 
   *after = index->Lookup(keys);
@@ -690,12 +690,12 @@ TEST(SlotIndexTest, StaleCommitsAreDropped) {
   ASSERT_TRUE(index->CompleteStore({"a", "b"}, true, t0).ok());
   ASSERT_TRUE(index->CompleteStore({"c"}, true, t0 + absl::Seconds(20)).ok());
   ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, {w->rows[1]}).ok());
-  EXPECT_EQ(index->DropStaleCommits(t0), 0);  // strictly before the cutoff
-  EXPECT_EQ(index->DropStaleCommits(t0 + absl::Seconds(10)), 1);
+  EXPECT_EQ(index->copies().DropStaleCommits(t0), 0);  // strictly before the cutoff
+  EXPECT_EQ(index->copies().DropStaleCommits(t0 + absl::Seconds(10)), 1);
   EXPECT_THAT(index->Lookup({"a", "b", "c"}), ElementsAre(kMiss, kPending, kPending));
   ASSERT_TRUE(EndStoreCopy(*index, {w->rows[1]}, true).ok());
   EXPECT_THAT(index->Lookup({"b"}), ElementsAre(kHit));
-  EXPECT_EQ(index->DropStaleCommits(t0 + absl::Seconds(30)), 1);  // c
+  EXPECT_EQ(index->copies().DropStaleCommits(t0 + absl::Seconds(30)), 1);  // c
   EXPECT_EQ(index->counts().commits_dropped, 2);
   EXPECT_EQ(GetRowCounts(*index), (RowCounts{3, 0, 0, 1, 0, 1, 0, 0}));
   EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
@@ -712,7 +712,8 @@ TEST(SlotIndexTest, StoreTicketsRefuseAPartForARowReusedSince) {
   EXPECT_NE(t1, 0u);
   const absl::Time t0 = absl::FromUnixSeconds(100);
   ASSERT_TRUE(index->CompleteStore({"k1"}, true, t0).ok());      // commit first ...
-  EXPECT_EQ(index->DropStaleCommits(t0 + absl::Seconds(1)), 1);  // ... its store never came
+  EXPECT_EQ(index->copies().DropStaleCommits(t0 + absl::Seconds(1)),
+            1);  // ... its store never came
   absl::StatusOr<SlotIndex::PrepareStoreResult> k2 = index->PrepareStore({"k2"});
   ASSERT_TRUE(k2.ok());
   ASSERT_EQ(k2->rows, k1->rows);  // the same row, under a new ticket
@@ -731,10 +732,10 @@ TEST(SlotIndexTest, StoreTicketsRefuseAPartForARowReusedSince) {
   ASSERT_TRUE(EndStoreCopy(*index, k2->rows, true).ok());
   EXPECT_THAT(index->Lookup({"k2"}), ElementsAre(kHit));
   // Handles: ticket << 32 | row, below 2^63.
-  EXPECT_EQ(SlotIndex::StoreHandle(t1, 5), (uint64_t{t1} << 32) | 5);
-  EXPECT_EQ(SlotIndex::RowOfHandle(SlotIndex::StoreHandle(t1, 5)), 5u);
-  EXPECT_EQ(SlotIndex::TicketOfHandle(SlotIndex::StoreHandle(t1, 5)), t1);
-  EXPECT_LT(SlotIndex::StoreHandle(SlotIndex::kMaxTicket, SlotIndex::kMaxRows), uint64_t{1} << 63);
+  EXPECT_EQ(StoreHandle(t1, 5), (uint64_t{t1} << 32) | 5);
+  EXPECT_EQ(RowOfHandle(StoreHandle(t1, 5)), 5u);
+  EXPECT_EQ(TicketOfHandle(StoreHandle(t1, 5)), t1);
+  EXPECT_LT(StoreHandle(SlotIndex::kMaxTicket, SlotIndex::kMaxRows), uint64_t{1} << 63);
   // One ticket per row.
   EXPECT_EQ(CheckRows(*index, CopyDirection::kStore, {0}, {1, 2}).code(), Code::kInvalidArgument);
   EXPECT_TRUE(CheckSlotIndexInvariants(*index).ok());
@@ -1316,7 +1317,7 @@ void RunRandomOperations(uint32_t seed) {
           ASSERT_EQ(index->Reset(), model.ApplyReset());
         } else if (uniform(10) == 0) {
           const int64_t cutoff = step - uniform(300);
-          ASSERT_EQ(index->DropStaleCommits(absl::FromUnixSeconds(cutoff)),
+          ASSERT_EQ(index->copies().DropStaleCommits(absl::FromUnixSeconds(cutoff)),
                     model.ApplyDropStaleCommits(cutoff));
         } else {
           Keys probe = random_keys(6);

@@ -167,7 +167,7 @@ absl::StatusOr<uint32_t> Pool::Join(const std::string& engine_key, std::shared_p
     if (s.keepalive != nullptr) continue;
     // A free slot's segment is offline and drained (Maintain let go of it only then).
     const absl::Status online =
-        index_->BringSegmentOnline(m, ready_rows ? ready_rows() : UINT64_MAX);
+        index_->segments().BringOnline(m, ready_rows ? ready_rows() : UINT64_MAX);
     KVO_CHECK(online.ok(), "pool ", name_, ": free slot ", m, ": ", online.ToString());
     s.engine = engine_key;
     s.keepalive = std::move(keepalive);
@@ -175,7 +175,7 @@ absl::StatusOr<uint32_t> Pool::Join(const std::string& engine_key, std::shared_p
     s.ready_rows = std::move(ready_rows);
     s.draining = false;
     Log()->info("pool {}: {} joined as member {} ({} rows)", name_, engine_key, m,
-                index_->segment_rows());
+                index_->segments().segment_rows());
     return m;
   }
   return absl::ResourceExhaustedError(
@@ -188,7 +188,7 @@ void Pool::Leave(uint32_t member) {
   Segment& s = segments_[member];
   if (s.keepalive == nullptr || s.draining) return;
   s.draining = true;
-  absl::StatusOr<SlotIndex::SegmentDrain> drain = index_->TakeSegmentOffline(member);
+  absl::StatusOr<SlotIndex::SegmentDrain> drain = index_->segments().TakeOffline(member);
   KVO_CHECK(drain.ok(), "pool ", name_, ": member ", member, " leaves: ", drain.status().ToString());
   Log()->info(
       "pool {}: {} (member {}) left: {} keys dropped, {} unfinished stores ended, {} pins "
@@ -229,7 +229,7 @@ std::shared_ptr<TierLink> Pool::LinkTier(TierManager* tiers, const std::shared_p
   // A row's memory is its member's region, kept mapped by the member's reference; asked only
   // for rows a copy guard admitted (SegmentBase's rule).
   const uint64_t row_bytes = geometry_.row_bytes;
-  const uint64_t segment_rows = index_->segment_rows();
+  const uint64_t segment_rows = index_->segments().segment_rows();
   target.row_memory = [weak, row_bytes, segment_rows](uint64_t row,
                                                        std::shared_ptr<void>* keepalive) {
     std::shared_ptr<Pool> pool = weak.lock();
@@ -249,13 +249,13 @@ bool Pool::Maintain() {
     for (uint32_t m = 0; m < segments_.size(); ++m) {
       Segment& s = segments_[m];
       if (s.keepalive == nullptr) continue;
-      if (s.draining && index_->SegmentDrained(m)) {
+      if (s.draining && index_->segments().Drained(m)) {
         Log()->info("pool {}: member {} ({}) drained; its region is released", name_, m, s.engine);
         released.push_back(std::move(s.keepalive));
         s = Segment{};
         continue;
       }
-      if (!s.draining && s.ready_rows) index_->MarkSegmentRowsReady(m, s.ready_rows());
+      if (!s.draining && s.ready_rows) index_->segments().MarkRowsReady(m, s.ready_rows());
       empty = false;
     }
   }
@@ -280,7 +280,7 @@ PoolSnapshot Pool::Snapshot() const {
   snap.name = name_;
   snap.owner_uid = owner_uid_;
   snap.model_identity = creator_.model_identity;
-  snap.segment_rows = index_->segment_rows();
+  snap.segment_rows = index_->segments().segment_rows();
   snap.row_bytes = geometry_.row_bytes;
   snap.index = index_->counts();
   snap.rows_online = snap.index.rows_online() - snap.index.rows_not_ready;  // usable now
@@ -289,7 +289,8 @@ PoolSnapshot Pool::Snapshot() const {
   for (uint32_t m = 0; m < segments_.size(); ++m) {
     const Segment& s = segments_[m];
     if (s.keepalive == nullptr) continue;
-    snap.members.push_back(PoolMemberSnapshot{m, s.engine, s.draining, index_->member_counts(m)});
+    snap.members.push_back(
+        PoolMemberSnapshot{m, s.engine, s.draining, index_->segments().member_counts(m)});
   }
   return snap;
 }

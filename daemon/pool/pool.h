@@ -19,7 +19,7 @@
 //   - members agree on model_identity and the layout fingerprint (rows per segment, row bytes,
 //     copies, blocks per row, bytes per block, replicated or not) — FAILED_PRECONDITION naming
 //     the field — and on the per-tensor page layout of their workers (CheckLayout);
-//   - a leaving member's segment goes offline (SlotIndex::TakeSegmentOffline): rows nobody uses
+//   - a leaving member's segment goes offline (index.segments().TakeOffline): rows nobody uses
 //     are freed at once, rows in use are parked when released; the segment's region (the
 //     keepalive) is let go once every row of it is parked (Maintain), so no copy can touch it;
 //   - the pool is empty when no member is left and no segment is draining; its table forgets it
@@ -125,7 +125,7 @@ class Pool {
   absl::Status CheckLayout(const std::vector<uint64_t>& pages);
 
   // The region base of segment `segment` and a reference that keeps it mapped, for a copy into
-  // or out of its rows. Only valid for rows a copy guard (BeginCopyRuns) admitted: such a
+  // or out of its rows. Only valid for rows a copy guard (index.copies().Begin) admitted: such a
   // segment is online or still draining, so it is always here. CHECK-fails otherwise.
   uint8_t* SegmentBase(uint32_t segment, std::shared_ptr<void>* keepalive) const;
 

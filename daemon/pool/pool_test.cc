@@ -142,7 +142,8 @@ TEST_F(PoolTest, CapacityGrowsWithMembersAndALeavingSegmentIsReleasedOnceDrained
   ASSERT_TRUE(pool.index().CompleteStore(store->keys, true).ok());
   auto rows = pool.index().PrepareLoad(store->keys, nullptr, ja->member);
   ASSERT_TRUE(rows.ok());
-  const uint32_t segment = static_cast<uint32_t>((*rows)[0] / pool.index().segment_rows());
+  const uint32_t segment =
+      static_cast<uint32_t>((*rows)[0] / pool.index().segments().segment_rows());
   // The segment's member leaves while A reads its row: its region stays.
   const uint32_t leaving = segment;
   pool.Leave(leaving);

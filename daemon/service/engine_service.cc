@@ -98,7 +98,7 @@ grpc::Status EngineService::PrepareStore(grpc::ServerContext* context,
   for (const std::string& k : result->keys) response->add_keys(k);
   // Rows go out as handles with the call's ticket: a part naming them is refused once a row has
   // been handed to another key (SlotIndex, "Row handles").
-  for (uint64_t r : result->rows) response->add_rows(SlotIndex::StoreHandle(result->ticket, r));
+  for (uint64_t r : result->rows) response->add_rows(StoreHandle(result->ticket, r));
   for (const std::string& k : result->evicted_keys) response->add_evicted_keys(k);
   return grpc::Status::OK;
 }
@@ -125,7 +125,7 @@ grpc::Status EngineService::PrepareLoad(grpc::ServerContext* context,
   if (!rows.ok()) return ToGrpcStatus(rows.status());
   // The same handles PrepareStore gave out for these rows (SlotIndex, "Row handles").
   for (size_t i = 0; i < rows->size(); ++i) {
-    response->add_rows(SlotIndex::StoreHandle(tickets[i], (*rows)[i]));
+    response->add_rows(StoreHandle(tickets[i], (*rows)[i]));
   }
   return grpc::Status::OK;
 }

@@ -81,7 +81,7 @@ uint32_t TierLink::StartSpill(const std::string& key) {
       continue;
     }
     // One copy in flight per write: the row stays put until the last tier has read it.
-    absl::StatusOr<RowRun> run = target_.index->BeginSpill(key);
+    absl::StatusOr<RowRun> run = target_.index->copies().BeginSpill(key);
     if (!run.ok()) {  // evicted, reset or dropped since it was queued
       Count(t, &TierCounters::spills_gone);
       continue;
@@ -89,7 +89,7 @@ uint32_t TierLink::StartSpill(const std::string& key) {
     std::shared_ptr<void> memory_keepalive;
     uint8_t* memory = target_.row_memory(run->first_row, &memory_keepalive);
     if (memory == nullptr) {
-      (void)target_.index->EndCopyRuns({*run});
+      (void)target_.index->copies().End({*run});
       Count(t, &TierCounters::spills_gone);
       continue;
     }
@@ -100,7 +100,7 @@ uint32_t TierLink::StartSpill(const std::string& key) {
         target_.namespace_id, key, memory, target_.row_bytes,
         [self, t, ended, keepalive](absl::Status written) mutable {
           // The row's memory is no longer read: it may be evicted or written again.
-          (void)self->target_.index->EndCopyRuns({ended});
+          (void)self->target_.index->copies().End({ended});
           {
             absl::MutexLock lock(&self->mu_);
             TierCounters& c = self->stats_[t];
@@ -122,7 +122,7 @@ uint32_t TierLink::StartSpill(const std::string& key) {
           manager->SpillEnded();
         });
     if (!status.ok()) {
-      (void)target_.index->EndCopyRuns({ended});
+      (void)target_.index->copies().End({ended});
       Count(t, &TierCounters::spills_failed);
       continue;
     }
@@ -220,7 +220,7 @@ void TierLink::Promote(const std::vector<std::string>& keys, uint32_t member,
     uint8_t* memory = target_.row_memory(run.first_row, &memory_keepalive);
     absl::Status status =
         memory == nullptr ? absl::UnavailableError("the row's memory is gone")
-                          : target_.index->BeginCopyRuns(CopyDirection::kStore, {run});
+                          : target_.index->copies().Begin(CopyDirection::kStore, {run});
     if (!status.ok()) {
       (void)target_.index->CompleteStore({key}, false);
       continue;
@@ -263,7 +263,7 @@ void TierLink::Promote(const std::vector<std::string>& keys, uint32_t member,
 void TierLink::EndPromotion(size_t tier, const std::string& key, RowRun run, absl::Time started,
                             bool ok, uint64_t bytes, std::shared_ptr<void> keepalive) {
   // The store job's end, then its commit: the row is READY now, or freed.
-  (void)target_.index->EndStoreCopyRuns({run}, ok);
+  (void)target_.index->copies().EndStore({run}, ok);
   (void)target_.index->CompleteStore({key}, ok);
   {
     absl::MutexLock lock(&mu_);

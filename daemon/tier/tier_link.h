@@ -2,12 +2,12 @@
 // (tier_manager.h; docs/disk_tier.md "Spill and promote"). The link
 //   - spills: every key that becomes READY in its index (SlotIndex::SetReadyListener) is queued,
 //     and the manager's spill thread writes its row to every tier that lacks it while
-//     SlotIndex::BeginSpill keeps the row from being evicted, reset or parked — so a row evicted
+//     IndexCopies::BeginSpill (index.copies()) keeps the row from being evicted, reset or parked — so a row evicted
 //     later is already in a tier;
 //   - promotes: a Lookup's keys that miss the region but are in a tier (up to the first key that
 //     is nowhere: vLLM loads prefixes) get rows (PrepareStore, as any store) that the first tier
 //     holding each reads into; Lookup answers HIT_PENDING for them, and once the read is checked
-//     the rows are READY (EndStoreCopyRuns + CompleteStore) and load like any row. A promotion
+//     the rows are READY (copies().EndStore + CompleteStore) and load like any row. A promotion
 //     still reading after `promote_timeout` looks up as a MISS, so no request waits on a slow
 //     tier longer.
 //

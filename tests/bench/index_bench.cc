@@ -206,7 +206,7 @@ int Main(int argc, char** argv) {
     created = SlotIndex::CreatePool(
         {static_cast<uint32_t>(rows / pool_members), pool_members, floor});
     for (uint32_t s = 0; created.ok() && s < pool_members; ++s) {
-      Check((*created)->BringSegmentOnline(s), "BringSegmentOnline");
+      Check((*created)->segments().BringOnline(s), "BringOnline");
     }
   }
   Check(created.status(), "Create");

@@ -203,7 +203,7 @@ int Main(int argc, char** argv) {
       auto pool = SlotIndex::CreatePool({static_cast<uint32_t>(per_member), n,
                                          static_cast<uint64_t>(per_member * o.floor)});
       Check(pool.status(), "CreatePool");
-      for (uint32_t s = 0; s < n; ++s) Check((*pool)->BringSegmentOnline(s), "online");
+      for (uint32_t s = 0; s < n; ++s) Check((*pool)->segments().BringOnline(s), "online");
       const Outcome priv = Replay(o, trace, n, least_loaded, privates, false);
       const Outcome pooled = Replay(o, trace, n, least_loaded, {pool->get()}, true);
       const char* routing = least_loaded ? "least_loaded" : "round_robin";

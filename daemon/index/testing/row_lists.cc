@@ -31,21 +31,21 @@ std::vector<RowRun> RowRunsOf(const std::vector<uint64_t>& rows,
 absl::Status CheckRows(const SlotIndex& index, CopyDirection direction,
                        const std::vector<uint64_t>& rows, const std::vector<uint32_t>& tickets) {
   RETURN_IF_ERROR(CheckTickets(direction, rows, tickets));
-  return index.CheckRowRuns(direction, RowRunsOf(rows, tickets));
+  return index.copies().Check(direction, RowRunsOf(rows, tickets));
 }
 
 absl::Status BeginCopy(SlotIndex& index, CopyDirection direction,
                        const std::vector<uint64_t>& rows, const std::vector<uint32_t>& tickets) {
   RETURN_IF_ERROR(CheckTickets(direction, rows, tickets));
-  return index.BeginCopyRuns(direction, RowRunsOf(rows, tickets));
+  return index.copies().Begin(direction, RowRunsOf(rows, tickets));
 }
 
 absl::Status EndCopy(SlotIndex& index, const std::vector<uint64_t>& rows) {
-  return index.EndCopyRuns(RowRunsOf(rows));
+  return index.copies().End(RowRunsOf(rows));
 }
 
 absl::Status EndStoreCopy(SlotIndex& index, const std::vector<uint64_t>& rows, bool ok) {
-  return index.EndStoreCopyRuns(RowRunsOf(rows), ok);
+  return index.copies().EndStore(RowRunsOf(rows), ok);
 }
 
 absl::Status MarkStoreFailed(SlotIndex& index, const std::vector<uint64_t>& rows) {
@@ -54,14 +54,15 @@ absl::Status MarkStoreFailed(SlotIndex& index, const std::vector<uint64_t>& rows
 
 absl::Status SlotIndexTestPeer::MarkStoreFailed(SlotIndex& index,
                                                 const std::vector<uint64_t>& rows) {
-  absl::MutexLock lock(&index.mu_);
+  IndexCopies& copies = index.copies();
+  absl::MutexLock lock(copies.mu_);
   for (uint64_t row : rows) {
-    if (row >= index.num_rows_) {
+    if (row >= index.num_rows()) {
       return absl::OutOfRangeError(absl::StrFormat(
-          "MarkStoreFailed: row %d is out of range (num_rows %d)", row, index.num_rows_));
+          "MarkStoreFailed: row %d is out of range (num_rows %d)", row, index.num_rows()));
     }
   }
-  index.MarkStoreFailedLocked(RowRunsOf(rows));
+  copies.MarkStoreFailedLocked(RowRunsOf(rows));
   return absl::OkStatus();
 }
 

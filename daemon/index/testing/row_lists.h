@@ -1,13 +1,13 @@
 // The copy guards of SlotIndex with rows as plain lists, for tests and benchmarks. The index
 // itself takes row runs (copy_run.h), as the job engine hands them; these helpers turn a list into
-// one-row runs (consecutive rows under one ticket merge) and call the *Runs forms, so a test reads
+// one-row runs (consecutive rows under one ticket merge) and call index.copies(), so a test reads
 // as "begin a store copy on these rows". MarkStoreFailed alone has no production form (the engine
-// fails a store through EndStoreCopyRuns(rows, false)); it reaches the index as a friend.
+// fails a store through copies().EndStore(rows, false)); it reaches IndexCopies as a friend.
 //
 //   ASSERT_TRUE(BeginCopy(*index, CopyDirection::kStore, store->rows).ok());
 //   ASSERT_TRUE(EndStoreCopy(*index, store->rows, /*ok=*/true).ok());
 //
-// Thread-safety: as the SlotIndex methods they call (each takes the index's lock once).
+// Thread-safety: as the IndexCopies methods they call (each takes the index's lock once).
 #ifndef KVOFFLOAD_DAEMON_INDEX_TESTING_ROW_LISTS_H_
 #define KVOFFLOAD_DAEMON_INDEX_TESTING_ROW_LISTS_H_
 
@@ -24,15 +24,15 @@ namespace kvoffload::daemon {
 std::vector<RowRun> RowRunsOf(const std::vector<uint64_t>& rows,
                               const std::vector<uint32_t>& tickets = {});
 
-// SlotIndex::CheckRowRuns / BeginCopyRuns with one ticket per row, or none.
-//   INVALID_ARGUMENT  tickets given, but not one per row; otherwise as the *Runs forms.
+// index.copies().Check / Begin with one ticket per row, or none.
+//   INVALID_ARGUMENT  tickets given, but not one per row; otherwise as IndexCopies'.
 absl::Status CheckRows(const SlotIndex& index, CopyDirection direction,
                        const std::vector<uint64_t>& rows,
                        const std::vector<uint32_t>& tickets = {});
 absl::Status BeginCopy(SlotIndex& index, CopyDirection direction,
                        const std::vector<uint64_t>& rows,
                        const std::vector<uint32_t>& tickets = {});
-// SlotIndex::EndCopyRuns / EndStoreCopyRuns.
+// index.copies().End / EndStore.
 absl::Status EndCopy(SlotIndex& index, const std::vector<uint64_t>& rows);
 absl::Status EndStoreCopy(SlotIndex& index, const std::vector<uint64_t>& rows, bool ok);
 
@@ -42,7 +42,7 @@ absl::Status EndStoreCopy(SlotIndex& index, const std::vector<uint64_t>& rows, b
 // state are left alone. OUT_OF_RANGE for a row >= num_rows (nothing is marked).
 absl::Status MarkStoreFailed(SlotIndex& index, const std::vector<uint64_t>& rows);
 
-// The friend through which MarkStoreFailed reaches the index's private state.
+// The friend through which MarkStoreFailed reaches IndexCopies' private state.
 class SlotIndexTestPeer {
  public:
   static absl::Status MarkStoreFailed(SlotIndex& index, const std::vector<uint64_t>& rows);

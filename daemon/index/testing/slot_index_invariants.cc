@@ -14,18 +14,25 @@ absl::Status CheckSlotIndexInvariants(const SlotIndex& index) {
 
 absl::Status SlotIndex::CheckInvariants() const {
   absl::ReaderMutexLock lock(&mu_);
+  const IndexState& s = state_;
+  const RowTable& rows = s.rows;
+  const RowTable::Tally& tally = s.rows.tally();
+  const uint32_t sentinel = s.rows.sentinel();
+  const uint32_t ready_end = s.readiness.end();
+  const uint32_t segment_rows = s.segments.segment_rows();
+  const SegmentMap& segments = s.segments;
   auto fail = [](auto&&... args) {
     return absl::InternalError(absl::StrCat("SlotIndex invariant: ", args...));
   };
   std::vector<uint8_t> on_list(num_rows_, 0);  // 1: LRU list, 2: free list
   // LRU list: READY, no copies, links consistent.
   uint64_t lru_length = 0;
-  for (uint32_t prev = sentinel_, row = rows_[sentinel_].next; row != sentinel_;
-       prev = row, row = rows_[row].next) {
+  for (uint32_t prev = sentinel, row = rows[sentinel].next; row != sentinel;
+       prev = row, row = rows[row].next) {
     if (row >= num_rows_) return fail("LRU list reaches row ", row);
     if (on_list[row]) return fail("row ", row, " twice on the lists");
     on_list[row] = 1;
-    const Row& r = rows_[row];
+    const RowTable::Row& r = rows[row];
     if (r.prev != prev) return fail("row ", row, " has a wrong LRU back link");
     if (r.state != RowState::kReady || r.copies != 0 || r.readers != 0) {
       return fail("row ", row, " is on the LRU list but ", RowStateName(r.state), " with ",
@@ -33,28 +40,28 @@ absl::Status SlotIndex::CheckInvariants() const {
     }
     ++lru_length;
   }
-  if (rows_[rows_[sentinel_].prev].next != sentinel_) return fail("LRU tail link");
-  if (lru_length != rows_evictable_) {
-    return fail("LRU list has ", lru_length, " rows, counter says ", rows_evictable_);
+  if (rows[rows[sentinel].prev].next != sentinel) return fail("LRU tail link");
+  if (lru_length != rows.rows_evictable()) {
+    return fail("LRU list has ", lru_length, " rows, counter says ", rows.rows_evictable());
   }
   uint64_t free_length = 0;
-  for (uint32_t row = free_head_; row != kNil; row = rows_[row].next) {
+  for (uint32_t row = rows.first_free(); row != RowTable::kNil; row = rows[row].next) {
     if (row >= num_rows_) return fail("free list reaches row ", row);
     if (on_list[row]) return fail("row ", row, " twice on the lists");
     on_list[row] = 2;
-    if (rows_[row].state != RowState::kFree || rows_[row].copies != 0) {
+    if (rows[row].state != RowState::kFree || rows[row].copies != 0) {
       return fail("row ", row, " is on the free list but not FREE and idle");
     }
     ++free_length;
   }
-  if (free_length != rows_free_) {
-    return fail("free list has ", free_length, " rows, counter says ", rows_free_);
+  if (free_length != rows.rows_free()) {
+    return fail("free list has ", free_length, " rows, counter says ", rows.rows_free());
   }
   uint64_t quarantined = 0, writing = 0, ready = 0, reading = 0, copies = 0, heap_bytes = 0;
   uint64_t committed = 0, offline = 0;
   std::array<uint64_t, kMaxMembers> held{}, evictable{}, parked{};
   for (uint32_t row = 0; row < num_rows_; ++row) {
-    const Row& r = rows_[row];
+    const RowTable::Row& r = rows[row];
     copies += r.copies;
     if ((r.written || r.committed || r.store_failed) && r.state != RowState::kWriting) {
       return fail("row ", row, " is ", RowStateName(r.state), " with store flags set");
@@ -62,7 +69,7 @@ absl::Status SlotIndex::CheckInvariants() const {
     if (r.written && r.committed) return fail("WRITING row ", row, " written and committed");
     if (r.committed) {
       ++committed;
-      if (!committed_since_.contains(row)) return fail("committed row ", row, " has no time");
+      if (!s.commits.Contains(row)) return fail("committed row ", row, " has no time");
     }
     if (r.key_size > kInlineKeyBytes) heap_bytes += r.key_size;
     if (r.marked) return fail("row ", row, " left marked");
@@ -70,28 +77,30 @@ absl::Status SlotIndex::CheckInvariants() const {
       if (r.readers != 0) return fail("FREE row ", row, " has readers");
       if (r.key_size != 0) return fail("FREE row ", row, " holds a key");
       if (r.ticket != 0) return fail("FREE row ", row, " holds ticket ", r.ticket);
-      if (row >= ready_end_) {
+      if (row >= ready_end) {
         if (r.copies > 0 || on_list[row]) {
-          return fail("row ", row, " above the readiness watermark ", ready_end_,
+          return fail("row ", row, " above the readiness watermark ", ready_end,
                       " has copies or is listed");
         }
       } else if (r.copies > 0) {
         ++quarantined;
         if (on_list[row]) return fail("quarantined row ", row, " is on a list");
-      } else if (segments_.ParkedRow(row)) {
+      } else if (segments.ParkedRow(row)) {
         if (on_list[row]) return fail("parked row ", row, " is on a list");
         ++offline;
-        ++parked[row / segment_rows_];
+        ++parked[row / segment_rows];
       } else if (on_list[row] != 2) {
         return fail("idle FREE row ", row, " is not on the free list");
       }
       continue;
     }
     if (r.key_size == 0) return fail("row ", row, " in use without a key");
-    if (row >= ready_end_) return fail("row ", row, " in use above the readiness watermark");
+    if (row >= ready_end) return fail("row ", row, " in use above the readiness watermark");
     if (r.ticket == 0 || r.ticket > kMaxTicket) return fail("row ", row, " has ticket ", r.ticket);
-    if (FindRow(KeyOf(r)) != row) return fail("row ", row, "'s key does not map back to it");
-    if (r.member >= num_segments_) return fail("row ", row, " has member tag ", r.member);
+    if (s.keys.Find(RowTable::KeyOf(r)) != row)
+      return fail("row ", row, "'s key does not map back to it");
+    if (r.member >= s.segments.num_segments())
+      return fail("row ", row, " has member tag ", r.member);
     if (r.state == RowState::kReady || r.state == RowState::kReading) ++held[r.member];
     if (on_list[row] == 1) ++evictable[r.member];
     switch (r.state) {
@@ -116,58 +125,58 @@ absl::Status SlotIndex::CheckInvariants() const {
         break;
     }
   }
-  if (quarantined != rows_quarantined_ || writing != rows_writing_ || ready != rows_ready_ ||
-      reading != rows_reading_) {
-    return fail("state counters differ: quarantined ", quarantined, "/", rows_quarantined_,
-                " writing ", writing, "/", rows_writing_, " ready ", ready, "/", rows_ready_,
-                " reading ", reading, "/", rows_reading_);
+  if (quarantined != tally.quarantined || writing != tally.writing || ready != tally.ready ||
+      reading != tally.reading) {
+    return fail("state counters differ: quarantined ", quarantined, "/", tally.quarantined,
+                " writing ", writing, "/", tally.writing, " ready ", ready, "/", tally.ready,
+                " reading ", reading, "/", tally.reading);
   }
-  if (offline != segments_.rows_parked()) {
-    return fail(offline, " parked rows, counter says ", segments_.rows_parked());
+  if (offline != segments.rows_parked()) {
+    return fail(offline, " parked rows, counter says ", segments.rows_parked());
   }
   // Pools: the members' recorded pins are READING rows' readers, all of them.
-  if (segments_.pool()) {
+  if (segments.pool()) {
     std::vector<uint64_t> pins(num_rows_, 0);
     for (uint32_t m = 0; m < kMaxMembers; ++m) {
-      for (const auto& [row, count] : segments_.pins(m)) {
+      for (const auto& [row, count] : segments.pins(m)) {
         if (row >= num_rows_ || count == 0) return fail("pin record of row ", row, " x", count);
         pins[row] += count;
       }
     }
     for (uint32_t row = 0; row < num_rows_; ++row) {
-      if (pins[row] != rows_[row].readers) {
-        return fail("row ", row, " has ", rows_[row].readers, " readers, members pin it ",
-                    pins[row], " times");
+      if (pins[row] != rows[row].readers) {
+        return fail("row ", row, " has ", rows[row].readers, " readers, members pin it ", pins[row],
+                    " times");
       }
     }
   }
   for (uint32_t m = 0; m < kMaxMembers; ++m) {
-    const SegmentMap::Member& member = segments_.member(m);
+    const SegmentMap::Member& member = segments.member(m);
     if (held[m] != member.counts.rows_held || evictable[m] != member.evictable) {
       return fail("member ", m, ": ", held[m], " rows held / ", evictable[m],
                   " evictable, counters say ", member.counts.rows_held, " / ", member.evictable);
     }
-    if (m < num_segments_ && parked[m] != segments_.parked(m)) {
+    if (m < s.segments.num_segments() && parked[m] != segments.parked(m)) {
       return fail("segment ", m, ": ", parked[m], " parked rows, counter says ",
-                  segments_.parked(m));
+                  segments.parked(m));
     }
   }
-  if (free_length + quarantined + writing + ready + reading + offline + (num_rows_ - ready_end_) !=
+  if (free_length + quarantined + writing + ready + reading + offline + (num_rows_ - ready_end) !=
       num_rows_) {
     return fail("rows do not add up to num_rows");
   }
-  if (key_to_row_.size() != writing + ready + reading) {
-    return fail("hash table holds ", key_to_row_.size(), " keys for ", writing + ready + reading,
+  if (s.keys.size() != writing + ready + reading) {
+    return fail("hash table holds ", s.keys.size(), " keys for ", writing + ready + reading,
                 " rows in use");
   }
-  if (copies != copies_in_flight_) {
-    return fail("copies ", copies, " vs counter ", copies_in_flight_);
+  if (copies != tally.copies_in_flight) {
+    return fail("copies ", copies, " vs counter ", tally.copies_in_flight);
   }
-  if (committed != committed_since_.size()) {
-    return fail(committed, " committed rows, ", committed_since_.size(), " commit times");
+  if (committed != s.commits.pending()) {
+    return fail(committed, " committed rows, ", s.commits.pending(), " commit times");
   }
-  if (heap_bytes != key_heap_bytes_) {
-    return fail("key heap bytes ", heap_bytes, " vs counter ", key_heap_bytes_);
+  if (heap_bytes != rows.key_heap_bytes()) {
+    return fail("key heap bytes ", heap_bytes, " vs counter ", rows.key_heap_bytes());
   }
   return absl::OkStatus();
 }
