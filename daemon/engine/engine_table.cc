@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/check.h"
 
 namespace kvoffload::daemon {
 
@@ -31,8 +30,7 @@ std::string EngineTable::HolderOfEpoch(uint64_t epoch) const {
 }
 
 void EngineTable::Insert(const std::string& key, std::shared_ptr<Engine> engine) {
-  const bool inserted = engines_.emplace(key, std::move(engine)).second;
-  KVO_CHECK(inserted, "engine ", key, " is in the table already");
+  engines_.emplace(key, std::move(engine));
 }
 
 std::shared_ptr<Engine> EngineTable::Take(const std::string& key) {

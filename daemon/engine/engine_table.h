@@ -39,7 +39,8 @@ class EngineTable {
   // The key of the engine whose region has `epoch`; empty when none has.
   std::string HolderOfEpoch(uint64_t epoch) const;
 
-  // Adds `engine` under `key`, which must be free.
+  // Adds `engine` under `key`; a key taken already keeps its engine (the registry creates and
+  // restores under one lock after finding the key free, so it never is).
   void Insert(const std::string& key, std::shared_ptr<Engine> engine);
   // Removes the engine of `key` and returns it; null when absent.
   std::shared_ptr<Engine> Take(const std::string& key);

@@ -65,6 +65,15 @@ TEST_F(EngineTableTest, HandsEnginesOutOfTheTable) {
   EXPECT_THAT(table_.List(), IsEmpty());
 }
 
+TEST_F(EngineTableTest, ATakenKeyKeepsItsEngine) {
+  std::shared_ptr<Engine> first = Add("a", 1);
+  auto second = Engine::Create(PerRankSpec(1, "a"), env_.deps(), 2);
+  ASSERT_TRUE(second.ok()) << second.status();
+  table_.Insert("a/0", *second);
+  EXPECT_EQ(table_.Find("a/0"), first);
+  EXPECT_EQ(table_.size(), 1u);
+}
+
 TEST_F(EngineTableTest, ShuttingDownIsForGood) {
   EXPECT_FALSE(table_.shutting_down());
   table_.StartShutdown();
