@@ -1943,6 +1943,29 @@ def _store_prompts(e, d, rep, prompts, tag):
         e.stored_rows += 5
 
 
+def _check_promoted_load(rep, e, rid, after, loads0, blocks0, tag, tier):
+    """Checks that request rid (a's 5-block prompt again) was served by `tier`: all 80 tokens
+    loaded (none recomputed), one load of 5 blocks verified on every rank since (loads0,
+    blocks0), and the tier's Admin.Stats `after` counts 5 promotions and 5 tier lookup hits
+    (every row came from the tier), none failed, timed out or corrupt."""
+    local, ext = _hit(e, rid)
+    adm = e.admitted.get(rid)
+    rep.note("%s: %s admitted %s step(s) after its arrival; lookups (local, external): %s;"
+             " %s: %s" % (tag, rid, None if adm is None else adm[0] - e.arrived[rid],
+                          e.hits.get(rid), tier, _tier_note(after)))
+    rep.check("%s: a's 80 tokens loaded from kvoffload, none recomputed" % tag,
+              (local, ext) == (0, 80), "local=%s external=%s" % (local, ext))
+    rep.check("%s: one load of 5 blocks verified on every rank" % tag,
+              (rep.loads - loads0, rep.loaded_blocks - blocks0) == (1, 5),
+              "loads=%d blocks=%d" % (rep.loads - loads0, rep.loaded_blocks - blocks0))
+    rep.check("%s: all 5 rows promoted from the %s tier (promotions_ok 5)" % (tag, tier),
+              after["promotions_ok"] == 5 and after["lookup_tier_hits"] == 5,
+              _tier_note(after))
+    rep.check("%s: no failed, timed-out or corrupt promotion" % tag,
+              after["promotions_failed"] == after["promotions_timed_out"] ==
+              after["read_corrupt"] == 0, _tier_note(after))
+
+
 def sc_disk_tier(run, rep):
     """The daemon with a disk tier and a region of 8 rows: a's 5-block prefix is stored (and
     spilled), then b and c (5 blocks each) evict all of it from DRAM; a's prompt again: vLLM's
@@ -1968,23 +1991,7 @@ def sc_disk_tier(run, rep):
         rid = "again%d" % world
         e.add_request(rid, A, max_tokens=2)
         rep.check("TP%d: %s drained" % (world, rid), e.drain(30))
-        after = d.disk()
-        local, ext = _hit(e, rid)
-        adm = e.admitted.get(rid)
-        rep.note("TP%d: %s admitted %s step(s) after its arrival; lookups (local, external): %s;"
-                 " disk: %s" % (world, rid, None if adm is None else adm[0] - e.arrived[rid],
-                                e.hits.get(rid), _tier_note(after)))
-        rep.check("TP%d: a's 80 tokens loaded from kvoffload, none recomputed" % world,
-                  (local, ext) == (0, 80), "local=%s external=%s" % (local, ext))
-        rep.check("TP%d: one load of 5 blocks verified on every rank" % world,
-                  (rep.loads - loads0, rep.loaded_blocks - blocks0) == (1, 5),
-                  "loads=%d blocks=%d" % (rep.loads - loads0, rep.loaded_blocks - blocks0))
-        rep.check("TP%d: all 5 rows promoted from the disk tier (promotions_ok 5)" % world,
-                  after["promotions_ok"] == 5 and after["lookup_tier_hits"] == 5,
-                  _tier_note(after))
-        rep.check("TP%d: no failed, timed-out or corrupt promotion" % world,
-                  after["promotions_failed"] == after["promotions_timed_out"] ==
-                  after["read_corrupt"] == 0, _tier_note(after))
+        _check_promoted_load(rep, e, rid, d.disk(), loads0, blocks0, "TP%d" % world, "disk")
         e.verify_all()
         e.shutdown()
         rep.engines.remove(e)
@@ -2033,6 +2040,206 @@ def sc_disk_tier_partial(run, rep):
     d.stop()
 
 
+# ---------------------------------------------------------------------------- the cluster tier
+class LocalRedisCluster:
+    """A Redis Cluster of `masters` redis-server processes (no replicas) on loopback ports in a
+    temporary directory: python's small twin of daemon/tier/cluster/testing/local_cluster.cc
+    (same settings). stop() kills every node by its pid and removes the directory."""
+
+    def __init__(self, masters=3, node_timeout_ms=1000):
+        for tool in ("redis-server", "redis-cli"):
+            if shutil.which(tool) is None:
+                raise RuntimeError("%s not installed (deploy/install_deps.sh installs it)" % tool)
+        self.dir = tempfile.mkdtemp(prefix="kvo-real-redis-", dir="/tmp")
+        self.procs, self.ports = [], []
+        try:
+            taken = set()
+            for _ in range(masters):
+                port, bus = self._free_port(taken), self._free_port(taken)
+                conf = os.path.join(self.dir, "%d.conf" % port)
+                with open(conf, "w") as f:
+                    f.write("port %d\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n"
+                            "dir %s\nlogfile %s/%d.log\nsave \"\"\nappendonly no\n"
+                            "cluster-enabled yes\ncluster-config-file nodes-%d.conf\n"
+                            "cluster-port %d\ncluster-node-timeout %d\n"
+                            "cluster-require-full-coverage no\n"
+                            "cluster-replica-validity-factor 0\n" % (
+                                port, self.dir, self.dir, port, port, bus, node_timeout_ms))
+                self.procs.append(subprocess.Popen(["redis-server", conf],
+                                                   stdin=subprocess.DEVNULL,
+                                                   stdout=subprocess.DEVNULL,
+                                                   stderr=subprocess.DEVNULL))
+                self.ports.append(port)
+            deadline = time.monotonic() + 20
+            for port in self.ports:
+                while self._cli(port, "PING") != "PONG":
+                    self._check_alive()
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("redis-server :%d did not answer PING in 20 s" % port)
+                    time.sleep(0.02)
+            r = subprocess.run(["redis-cli", "--cluster", "create"] +
+                               ["127.0.0.1:%d" % p for p in self.ports] +
+                               ["--cluster-replicas", "0", "--cluster-yes"],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=30)
+            if r.returncode != 0:
+                raise RuntimeError("redis-cli --cluster create: %s" % (r.stdout + r.stderr)[-2000:])
+            for port in self.ports:
+                while "cluster_state:ok" not in self._cli(port, "CLUSTER", "INFO"):
+                    self._check_alive()
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("redis :%d not cluster_state:ok in 20 s" % port)
+                    time.sleep(0.02)
+        except BaseException:
+            self.stop()
+            raise
+
+    @staticmethod
+    def _free_port(taken):
+        import socket
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in taken:
+                taken.add(port)
+                return port
+
+    @staticmethod
+    def _cli(port, *args):
+        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port)] + list(args),
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    def _check_alive(self):
+        for p in self.procs:
+            if p.poll() is not None:
+                raise RuntimeError("redis-server exited (%s) at start; logs in %s" % (
+                    p.returncode, self.dir))
+
+    @property
+    def url(self):
+        return "redis://" + ",".join("127.0.0.1:%d" % p for p in self.ports)
+
+    def keys(self):
+        """Number of keys on all masters (DBSIZE)."""
+        return sum(int(self._cli(p, "DBSIZE") or 0) for p in self.ports)
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        self.procs = []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ClusterDaemon(TierDaemon):
+    """kvoffloadd with the cluster tier (no disk tier): another node of the same cluster when
+    started on another runtime directory."""
+
+    def __init__(self, backend, url):
+        self.tier_dir = None
+        Daemon.__init__(self, backend, extra=[
+            "--cluster_tier=" + url,
+            # a loaded 2-core machine must not turn a lookup or a promotion into a miss
+            "--cluster_tier_lookup_timeout_ms=1000", "--cluster_tier_command_timeout_ms=5000",
+            "--tier_promote_timeout_ms=5000"])
+
+    def disk(self):  # the tier the inherited wait_spilled polls
+        return self.cluster()
+
+    def cluster(self):
+        if os.path.dirname(HERE) not in sys.path:
+            sys.path.append(os.path.dirname(HERE))  # python/tests
+        import admin_stats
+        return admin_stats.tier_stats(self.dir, "cluster")
+
+    def stop(self):
+        Daemon.stop(self)
+
+
+def _node_engine(run, rep, d, engine_id, world):
+    """A fresh vLLM engine (scheduler + TP workers) on daemon d with this engine id: engines of
+    two nodes share the cluster's records when id, owner, model and layout are equal."""
+    cfg = Cfg(gen=run.gen, src=run.src, socket_path=d.socket, device=run.device,
+              engine_id=engine_id, world=world, forward_s=ADMISSION_FORWARD_S)
+    e = Engine(cfg, run.ctx, rep)
+    rep.engines.append(e)
+    return e
+
+
+def sc_cluster_tier(run, rep):
+    """Two nodes sharing a Redis Cluster (3 masters on loopback): daemon A with --cluster_tier,
+    a vLLM engine on it stores a's 5-block prefix; once A's cluster tier counts its 5 rows
+    spilled, the engine and daemon A are stopped. Daemon B (another runtime directory, a fresh
+    region, the same cluster) and a fresh vLLM engine (scheduler + workers, the same engine id,
+    model and layout) get a's prompt: vLLM's connector finds it (pending while B promotes it
+    from the cluster, then a hit) and loads it byte-exact on every rank. Passes only if all 80
+    tokens were loaded (none recomputed) and B's cluster tier counts 5 promotions (every row came
+    from the cluster), none failed, timed out or corrupt. TP 1 and TP 2."""
+    backend = "auto" if run.device == "cuda" else "host"
+    cluster = LocalRedisCluster()
+    rep.tier_daemons = getattr(rep, "tier_daemons", []) + [cluster]  # stopped last
+    A = prompt(75, 5 * 16 + 5)
+    for world in (1, 2):
+        engine_id = "cluster%d-%s-%d" % (world, run.gen, os.getpid())
+        loads0, blocks0 = rep.loads, rep.loaded_blocks
+
+        # node A: store and spill
+        da = ClusterDaemon(backend, cluster.url)
+        rep.tier_daemons.insert(0, da)
+        ea = _node_engine(run, rep, da, engine_id, world)
+        ea.add_request("a%d" % world, A, max_tokens=2)
+        rep.check("TP%d: a drained on node A" % world, ea.drain())
+        ea.settle(2)
+        sa = da.wait_spilled(5)
+        rep.check("TP%d: node A spilled a's 5 rows to the cluster" % world,
+                  sa["spills_ok"] == 5 and sa["spills_failed"] == 0, _tier_note(sa))
+        keys = cluster.keys()
+        ea.verify_all()
+        ea.shutdown()
+        rep.engines.remove(ea)
+        ea.close()
+        da.stop()
+        rep.note("TP%d: node A stopped; cluster holds %d keys" % (world, keys))
+
+        # node B: a fresh daemon (region empty) and a fresh vLLM engine, same cluster
+        db = ClusterDaemon(backend, cluster.url)
+        rep.tier_daemons.insert(0, db)
+        eb = _node_engine(run, rep, db, engine_id, world)
+        before = db.cluster()
+        rep.check("TP%d: node B starts with nothing promoted" % world,
+                  before["promotions_started"] == 0 and before["lookup_tier_hits"] == 0,
+                  _tier_note(before))
+        rid = "b%d" % world
+        eb.add_request(rid, A, max_tokens=2)
+        rep.check("TP%d: %s drained on node B" % (world, rid), eb.drain(30))
+        _check_promoted_load(rep, eb, rid, db.cluster(), loads0, blocks0,
+                             "TP%d: node B" % world, "cluster")
+        rep.check("TP%d: no request failed by vLLM" % world, rep.failed_requests == 0,
+                  str(rep.failed_requests))
+        eb.verify_all()
+        eb.shutdown()
+        rep.engines.remove(eb)
+        eb.close()
+        if world == 1:
+            # control: another engine id is another namespace; the cluster has nothing for it
+            eo = _node_engine(run, rep, db, engine_id + "-other", world)
+            eo.add_request("other", A, max_tokens=2)
+            rep.check("control: another engine id on node B drained", eo.drain())
+            o = db.cluster()
+            rep.check("control: another engine id finds nothing in the cluster (computes all)",
+                      _hit(eo, "other") == (0, 0) and o["lookup_tier_hits"] == 5 and
+                      o["promotions_started"] == 5,
+                      "lookup %s; %s" % (_hit(eo, "other"), _tier_note(o)))
+            eo.shutdown()
+            rep.engines.remove(eo)
+            eo.close()
+        db.stop()
+    cluster.stop()
+
+
 SCENARIOS = collections.OrderedDict([
     ("store_hit_load", sc_store_hit_load),
     ("tp2", sc_tp2),
@@ -2065,6 +2272,7 @@ SCENARIOS = collections.OrderedDict([
     ("shutdown", sc_shutdown),
     ("disk_tier", sc_disk_tier),
     ("disk_tier_partial", sc_disk_tier_partial),
+    ("cluster_tier", sc_cluster_tier),
 ])
 
 
@@ -2092,7 +2300,7 @@ def run_generation(gen, args, ctx):
                 for e in rep.engines:
                     e.close()
                 for d in getattr(rep, "tier_daemons", ()):
-                    d.stop()  # the disk-tier scenarios' own daemons
+                    d.stop()  # the tier scenarios' own daemons (and Redis Cluster)
             if daemon.proc.poll() is not None:
                 rep.note("daemon exited (%s): %s" % (daemon.proc.returncode, daemon.tail()))
                 daemon.start()
