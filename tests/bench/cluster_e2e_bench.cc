@@ -80,6 +80,7 @@ ABSL_FLAG(int32_t, rounds, 5, "bandwidth: rounds");
 ABSL_FLAG(int32_t, clients, 4,
           "redis-benchmark -c = the daemon's --cluster_tier_threads and connections per node");
 ABSL_FLAG(int32_t, redis_benchmark_requests, 512, "redis-benchmark -n");
+ABSL_FLAG(int32_t, spills_in_flight, 0, "--tier_spills_in_flight (0: the daemon's default, 8)");
 ABSL_FLAG(uint64_t, prefix_rows, 1024, "bandwidth: rows of the promoted prefix (0: skip)");
 ABSL_FLAG(uint64_t, load_batch, 256, "bandwidth: rows per load job (the worker's blocks)");
 ABSL_FLAG(int32_t, down_groups, 48, "master down: prefixes looked up with a master SIGSTOPped");
@@ -350,13 +351,17 @@ struct Node {
 std::vector<std::string> TierArgs(const std::string& url, int64_t promote_timeout_ms) {
   if (url.empty()) return {};
   const int clients = absl::GetFlag(FLAGS_clients);
-  return {
+  std::vector<std::string> args = {
       "--cluster_tier=" + url,
       absl::StrCat("--cluster_tier_lookup_timeout_ms=", absl::GetFlag(FLAGS_lookup_timeout_ms)),
       absl::StrCat("--cluster_tier_command_timeout_ms=", absl::GetFlag(FLAGS_command_timeout_ms)),
       absl::StrCat("--cluster_tier_threads=", clients),
       absl::StrCat("--cluster_tier_connections_per_node=", clients),
       absl::StrCat("--tier_promote_timeout_ms=", promote_timeout_ms)};
+  if (absl::GetFlag(FLAGS_spills_in_flight) > 0) {
+    args.push_back(absl::StrCat("--tier_spills_in_flight=", absl::GetFlag(FLAGS_spills_in_flight)));
+  }
+  return args;
 }
 
 std::unique_ptr<Node> StartNode(int index, const std::string& url, uint64_t row_bytes,
@@ -677,7 +682,7 @@ int RunBandwidth() {
       const double spill_gbps = spill_bytes / spill_s, promote_gbps = promoted_bytes / promote_s;
       Emit(absl::StrFormat(
           "{\"phase\": \"round\", \"round\": %d, \"row_bytes\": %d, \"rows\": %d, "
-          "\"clients\": %d, \"redis_benchmark_set_gbps\": %.3f, "
+          "\"clients\": %d, \"spills_in_flight\": %d, \"redis_benchmark_set_gbps\": %.3f, "
           "\"redis_benchmark_set_new_keys_gbps\": %.3f, \"redis_benchmark_get_gbps\": %.3f, "
           "\"spills_ok\": %d, \"spill_bytes\": %d, \"spill_seconds\": %.4f, \"spill_gbps\": %.3f, "
           "\"stores_seconds\": %.4f, \"spilled_when_stores_done\": %d, "
@@ -686,11 +691,12 @@ int RunBandwidth() {
           "\"promote_ratio\": %.3f, \"lookups\": %d, \"promoted_and_loaded_s\": %.4f, "
           "\"rows_checked\": %d, \"wrong_bytes\": %d, \"promotions_failed\": %d, "
           "\"loadavg\": %s}",
-          round, R, N, absl::GetFlag(FLAGS_clients), rb_set / gb, rb_set_new / gb, rb_get / gb,
-          spilled, spill_bytes, spill_s, spill_gbps / gb, stores_s, spilled_when_stored,
-          spill_gbps / rb_set, spill_gbps / rb_set_new, b1.promotions_ok() - b0.promotions_ok(),
-          promoted_bytes, promote_s, promote_gbps / gb, promote_gbps / rb_get, lookups, loaded_s, N,
-          b->wrong_bytes - wrong0, b1.promotions_failed() - b0.promotions_failed(), LoadAvg()));
+          round, R, N, absl::GetFlag(FLAGS_clients), absl::GetFlag(FLAGS_spills_in_flight),
+          rb_set / gb, rb_set_new / gb, rb_get / gb, spilled, spill_bytes, spill_s, spill_gbps / gb,
+          stores_s, spilled_when_stored, spill_gbps / rb_set, spill_gbps / rb_set_new,
+          b1.promotions_ok() - b0.promotions_ok(), promoted_bytes, promote_s, promote_gbps / gb,
+          promote_gbps / rb_get, lookups, loaded_s, N, b->wrong_bytes - wrong0,
+          b1.promotions_failed() - b0.promotions_failed(), LoadAvg()));
     }
     StopNode(a);
     StopNode(b);
@@ -758,7 +764,7 @@ int RunBandwidth() {
   // A master down: prefixes of G rows stored by A (replicated), then master 0 SIGSTOPped while a
   // fresh node C looks each prefix up (wait a step while pending, bounded), loads the leading
   // hits (byte-checked), next prefix. Every scheduler call is timed.
-  {
+  if (absl::GetFlag(FLAGS_down_groups) > 0) {
     FlushAll();
     const int groups = absl::GetFlag(FLAGS_down_groups);
     const int G = absl::GetFlag(FLAGS_down_group_rows);
