@@ -17,11 +17,13 @@
 // session, and only once no copy of it can touch any memory any more; a session hears
 // OnEngineClosed only after every verdict of the engine was delivered to it.
 //
-// Seams: the engine wires four pieces, each with one purpose and its own tests —
+// Seams: the engine wires these pieces, each with one purpose —
 //   EngineResources (engine_resources.h)  admission: node-cap reservation, region, index;
 //   WorkerSessions  (worker_sessions.h)   attached workers, ranks, slots, layout identity;
 //   JobTable        (job_table.h)         open jobs, the vote rule, retired outcomes, counters;
-//   Verdicts        (verdicts.h)          verdicts collected under mu_, delivered after it.
+//   Verdicts        (verdicts.h)          verdicts collected under mu_, delivered after it;
+//   and free functions: job_rows.h (the index's copy guard over a job's rows), engine_copy.h (a
+//   worker's copy to the backend, per pool segment), engine_tier.h, engine_snapshot.h.
 // The engine itself holds the lock story (mu_ over the sessions, the jobs and the index's copy
 // bookkeeping; delivery_mu_ around delivery) and the order of steps in Submit and retirement.
 #ifndef KVOFFLOAD_DAEMON_ENGINE_ENGINE_H_
@@ -29,10 +31,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -43,6 +43,7 @@
 #include "common/geometry.h"
 #include "daemon/copy/copy_backend.h"
 #include "daemon/engine/engine_resources.h"
+#include "daemon/engine/engine_snapshot.h"
 #include "daemon/engine/job.h"
 #include "daemon/engine/job_limits.h"
 #include "daemon/engine/job_part.h"
@@ -78,38 +79,6 @@ struct WorkerInfo {
   uint32_t slot = 0;
   bool writer = true;
   uint64_t region_epoch = 0;
-};
-
-// A consistent copy of an engine's counters.
-struct EngineSnapshot {
-  common::EngineSpec spec;
-  common::Geometry geometry;
-  SlotIndex::Counts index;
-  uint64_t region_epoch = 0;
-  uint32_t owner_uid = 0;
-  uint64_t region_bytes = 0;
-  uint64_t reserved_bytes = 0;  // charged to the node cap: region + index metadata
-  uint64_t store_bytes = 0;
-  uint64_t load_bytes = 0;
-  uint64_t store_jobs = 0;
-  uint64_t load_jobs = 0;
-  uint64_t jobs_done = 0;
-  uint64_t jobs_failed = 0;
-  uint64_t jobs_in_flight = 0;
-  uint32_t workers = 0;
-  double idle_seconds = 0;
-  double populate_seconds = 0;
-  // Serve while pinning (durable regions): bytes of the region usable now (populated and registered;
-  // == region_bytes once fully ready) and when the first / the last chunk became ready, in
-  // seconds after the engine was opened (-1: not yet).
-  uint64_t region_ready_bytes = 0;
-  // Rows whose key was too long for the durable state: they do not outlive the daemon.
-  uint64_t rows_not_durable = 0;
-  double region_first_ready_seconds = 0;
-  double region_fully_ready_seconds = 0;
-  LatencyHistogram::Snapshot latency;
-  std::string pool;  // pools: empty for a private engine
-  uint32_t pool_member = 0;
 };
 
 // Thread-safe. Shared-owned: sessions, in-flight copies and the registry hold references; the
@@ -156,10 +125,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Null when the rows are not tiered. Read-only once published.
   TierLink* tier_link() const { return tier_link_.get(); }
   std::shared_ptr<TierLink> shared_tier_link() const { return tier_link_; }
-  uint8_t* region_base() const { return region_->data(); }
+  uint8_t* region_base() const { return own_.region->data(); }
   // Rows of its own region usable now (serve while pinning; its own index tracks them even when
   // the engine serves a pool's): a pool brings the member's segment online as far as this.
-  uint64_t region_ready_rows() const { return index_->ready_rows(); }
+  uint64_t region_ready_rows() const { return own_.index->ready_rows(); }
   // Serve while pinning: once a worker attached (its device context lets the CUDA backend pin),
   // the pin of chunk 0 is retried at once and awaited, at most `timeout`, so that the rows of
   // chunk 0 are usable when the registration is answered. OK at once without a preparer.
@@ -231,31 +200,21 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void FailAndSettle(uint64_t job_id, const absl::Status& why, Verdicts* verdicts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Deliver(const Verdicts& verdicts) ABSL_LOCKS_EXCLUDED(mu_);  // delivery_mu_ held
-  // Hands one worker's copy to the backend: as it is, or, in a pool, one CopyJob per segment
-  // its rows lie in (the vote comes once all of them ended, with the first error).
-  void StartCopy(CopyJob copy, std::shared_ptr<WorkerMemory> memory, uint64_t job_id,
-                 uint32_t mp_rank) ABSL_LOCKS_EXCLUDED(mu_);
 
   const common::EngineSpec spec_;
   const common::Geometry geometry_;
   const EngineDeps deps_;
   const uint64_t region_epoch_;
   uint32_t owner_uid_ = 0;  // see set_owner_uid
-  MemoryReservation reservation_;
-  std::unique_ptr<Region> region_;
-  const std::unique_ptr<SlotIndex> index_;
+  // Its reservation, region, index, preparer and durable hooks (engine_resources.h); the
+  // destructor stops the preparer and unregisters the region before they go.
+  EngineResources own_;
   // See set_pool: written before the engine is shared, read-only afterwards.
   std::shared_ptr<Pool> pool_;
   uint32_t member_ = 0;
-  SlotIndex* active_index_;         // index_ or the pool's
+  SlotIndex* active_index_;         // own_.index or the pool's
   std::shared_ptr<TierLink> tier_link_;  // see LinkTier: its own, or the pool's
   common::Geometry part_geometry_;  // geometry_, num_rows = the index's rows
-  // EngineResources::record_layout: the first worker's layout goes to the durable state.
-  const std::function<void(const std::vector<uint64_t>&)> record_layout_;
-  // Prepares the region in the background (null once it was ready at creation); stopped first
-  // in the destructor, before the region is unregistered.
-  std::unique_ptr<RegionPreparer> preparer_;
-  const std::function<uint64_t()> rows_not_durable_;  // EngineResources::rows_not_durable
 
   // Held shared from collecting verdicts until they are delivered, exclusively by Detach: a
   // listener is never called after Detach returns.

@@ -1,5 +1,6 @@
 #include "daemon/engine/engine_resources.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -88,6 +89,25 @@ RegionReadiness ReadinessOf(const Region& region, const RegionPreparer* preparer
   r.fully_ready_seconds = p.fully_ready_seconds;
   if (!p.status.ok()) r.error = p.status.ToString();
   return r;
+}
+
+absl::Status WaitFirstChunkUsable(RegionPreparer* preparer, absl::Duration timeout,
+                                  const std::function<bool()>& cancelled) {
+  if (preparer == nullptr) return absl::OkStatus();
+  preparer->RetryNow();
+  // In short steps, so that an engine closed or drained meanwhile (a shutdown, a drop) does
+  // not keep its registering worker, and with it the server's shutdown, waiting.
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    absl::Status s = preparer->WaitFirstChunkUsable(std::min(left, absl::Milliseconds(50)));
+    if (s.code() != absl::StatusCode::kDeadlineExceeded || left <= absl::Milliseconds(50)) {
+      return s;
+    }
+    if (cancelled()) {
+      return absl::CancelledError("the engine closed while its first rows were prepared");
+    }
+  }
 }
 
 absl::StatusOr<EngineCost> CostOfEngine(const common::Geometry& geometry, uint64_t state_bytes) {

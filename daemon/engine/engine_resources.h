@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/engine_spec.h"
 #include "common/geometry.h"
 #include "daemon/copy/copy_backend.h"
@@ -85,6 +87,11 @@ struct RegionReadiness {
   std::string error;               // why preparing stopped; empty if it did not fail
 };
 RegionReadiness ReadinessOf(const Region& region, const RegionPreparer* preparer);
+// Serve while pinning: retries the pin of chunk 0 at once (its device context may have just
+// come) and waits, at most `timeout`, until it is usable — in short steps, CANCELLED as soon as
+// `cancelled()` says so. OK at once without a preparer.
+absl::Status WaitFirstChunkUsable(RegionPreparer* preparer, absl::Duration timeout,
+                                  const std::function<bool()>& cancelled);
 
 // Reserves the whole cost (CostOfEngine) against the node cap, then creates and populates the
 // region, registers it with the backend and builds the index, in that order. With

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/check.h"
 #include "common/logging.h"
 
 namespace kvoffload::daemon {
@@ -149,6 +150,22 @@ void JobTable::Vote(Job& job, uint32_t mp_rank, uint32_t slot, const absl::Statu
 void JobTable::CountCopied(Job& job, uint64_t bytes) {
   job.bytes += bytes;
   (job.direction == CopyDirection::kStore ? counters_.store_bytes : counters_.load_bytes) += bytes;
+}
+
+Job& JobTable::CopyEnded(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::Status status,
+                         uint64_t bytes) {
+  Job* job = Find(job_id);
+  KVO_CHECK(job != nullptr, "engine ", engine_key_, ": a copy of job ", job_id, " of mp_rank ",
+            mp_rank, " ended, but the job was retired while it ran");
+  --job->copies_in_flight;
+  if (status.ok()) {
+    CountCopied(*job, bytes);
+  } else {
+    status = absl::Status(status.code(), absl::StrCat("job ", job_id, " mp_rank ", mp_rank,
+                                                      " copy failed: ", status.message()));
+  }
+  Vote(*job, mp_rank, slot, status);
+  return *job;
 }
 
 void JobTable::Fail(Job& job, const absl::Status& why) {

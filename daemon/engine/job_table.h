@@ -87,6 +87,11 @@ class JobTable {
   void Vote(Job& job, uint32_t mp_rank, uint32_t slot, const absl::Status& status);
   // Adds a copy's bytes to the job and the counters.
   void CountCopied(Job& job, uint64_t bytes);
+  // A copy of mp_rank's part of open job `job_id` ended, `bytes` copied or why not: counts the
+  // bytes (CountCopied) or names the job and rank in the error, and records the vote. Fatal when
+  // the job is not open (retired while a copy of it ran). Returns the job.
+  Job& CopyEnded(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::Status status,
+                 uint64_t bytes);
   // Fails the job with `why` unless it already failed. It is due only once no copy runs: a
   // worker told "failed" reuses its GPU blocks, and a load landing afterwards would corrupt them.
   void Fail(Job& job, const absl::Status& why);

@@ -130,4 +130,21 @@ std::vector<JobListener*> WorkerSessions::Listeners() const {
   return listeners;
 }
 
+absl::Status WorkerSessions::CheckMaySubmit(const WorkerSession& session, uint64_t job_id,
+                                            CopyDirection direction, bool stores_by_writer_only,
+                                            uint64_t max_jobs_per_session) const {
+  if (direction == CopyDirection::kStore && !session.writer && stores_by_writer_only) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, ": mp_rank ", session.mp_rank, " is not the writer of engine ",
+        engine_key_, ", whose spec says stores_by_writer_only: only mp_rank 0 submits stores"));
+  }
+  if (session.jobs_in_flight >= max_jobs_per_session) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job ", job_id, ": mp_rank ", session.mp_rank, " already has ", session.jobs_in_flight,
+        " jobs in flight (limit ", max_jobs_per_session,
+        " per session, --max_jobs_per_session); wait for verdicts"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace kvoffload::daemon

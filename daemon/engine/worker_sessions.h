@@ -78,6 +78,12 @@ class WorkerSessions {
   WorkerSession& Add(uint32_t mp_rank, uint32_t slot, bool writer,
                      const std::vector<uint64_t>& pages, std::shared_ptr<WorkerMemory> memory,
                      JobListener* listener, bool* fixed_layout = nullptr);
+  // Whether `session` may submit a part of job `job_id` in `direction` now: FAILED_PRECONDITION
+  // for a non-writer's store when only the writer stores, RESOURCE_EXHAUSTED at
+  // `max_jobs_per_session` jobs in flight (--max_jobs_per_session).
+  absl::Status CheckMaySubmit(const WorkerSession& session, uint64_t job_id,
+                              CopyDirection direction, bool stores_by_writer_only,
+                              uint64_t max_jobs_per_session) const;
   // The layout identity, or empty before the first worker.
   const std::vector<uint64_t>& layout() const { return tensor_pages_; }
   // The session, or nullptr.
