@@ -2,53 +2,16 @@
 
 #include <hiredis/hiredis.h>
 
-#include <algorithm>
 #include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
 #include "daemon/tier/cluster/key_slot.h"
 
 namespace kvoffload::tier::cluster {
 namespace {
 
-spdlog::logger* Log() {
-  static auto* log = common::Logger("tier");
-  return log;
-}
-
 absl::string_view Text(const redisReply* r) { return absl::string_view(r->str, r->len); }
-
-// CLUSTER SLOTS: [[first, last, [ip, port, id...], [replica...]...]...]. An empty ip means "the
-// node you asked".
-absl::StatusOr<std::vector<SlotRange>> ParseClusterSlots(const redisReply* r,
-                                                         const NodeAddress& asked) {
-  if (r->type == REDIS_REPLY_ERROR) return ErrorReplyStatus(Text(r), "CLUSTER SLOTS");
-  if (r->type != REDIS_REPLY_ARRAY) {
-    return absl::InternalError("CLUSTER SLOTS: reply is not an array");
-  }
-  std::vector<SlotRange> ranges;
-  for (size_t i = 0; i < r->elements; ++i) {
-    const redisReply* e = r->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-        e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER ||
-        e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2 ||
-        e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
-        e->element[2]->element[1]->type != REDIS_REPLY_INTEGER) {
-      return absl::InternalError(absl::StrCat("CLUSTER SLOTS: entry ", i, " malformed"));
-    }
-    SlotRange range;
-    range.first = static_cast<int>(e->element[0]->integer);
-    range.last = static_cast<int>(e->element[1]->integer);
-    const redisReply* master = e->element[2];
-    range.master.host = std::string(Text(master->element[0]));
-    range.master.port = static_cast<int>(master->element[1]->integer);
-    if (range.master.host.empty() || range.master.host == "?") range.master.host = asked.host;
-    ranges.push_back(std::move(range));
-  }
-  return ranges;
-}
 
 }  // namespace
 
@@ -144,22 +107,25 @@ struct RedisCluster::Op {
 };
 
 RedisCluster::RedisCluster(const ClusterTierOptions& options, Credentials credentials)
-    : options_(options), credentials_(std::move(credentials)) {}
+    : options_(options),
+      credentials_(std::move(credentials)),
+      slot_map_(options_, [this](const NodeAddress& node, absl::Time deadline) {
+        NodePool* pool = Pool(node);
+        absl::StatusOr<std::unique_ptr<RedisConnection>> conn = pool->Acquire(deadline);
+        if (!conn.ok()) return absl::StatusOr<Reply>(conn.status());
+        absl::StatusOr<Reply> r = (*conn)->Call({"CLUSTER", "SLOTS"}, deadline);
+        pool->Release(*std::move(conn));
+        return r;
+      }) {}
 
-RedisCluster::~RedisCluster() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  if (refresher_.joinable()) refresher_.join();
-}
+RedisCluster::~RedisCluster() = default;  // slot_map_, the last member, stops its thread first
 
 absl::StatusOr<std::unique_ptr<RedisCluster>> RedisCluster::Connect(
     const ClusterTierOptions& options, Credentials credentials) {
   std::unique_ptr<RedisCluster> c(new RedisCluster(options, std::move(credentials)));
-  absl::Status s = c->LoadSlots();
+  absl::Status s = c->slot_map_.Load();
   if (!s.ok()) return s;
-  c->refresher_ = std::thread([p = c.get()] { p->RefreshLoop(); });
+  c->slot_map_.Start();
   return c;
 }
 
@@ -170,95 +136,9 @@ RedisCluster::NodePool* RedisCluster::Pool(const NodeAddress& address) {
   return p.get();
 }
 
-std::shared_ptr<const SlotTable> RedisCluster::slot_table() const {
-  absl::MutexLock lock(&mu_);
-  return table_;
-}
+std::shared_ptr<const SlotTable> RedisCluster::slot_table() const { return slot_map_.table(); }
 
-absl::Status RedisCluster::LoadSlots() {
-  std::vector<NodeAddress> candidates;
-  {
-    absl::MutexLock lock(&mu_);
-    if (table_ != nullptr) candidates = table_->masters();
-  }
-  for (const NodeAddress& s : options_.seeds) {
-    if (std::find(candidates.begin(), candidates.end(), s) == candidates.end()) {
-      candidates.push_back(s);
-    }
-  }
-  absl::Status last = absl::UnavailableError("no node to ask for the slot map");
-  for (const NodeAddress& a : candidates) {
-    // Each node its own bound, so that a hung one costs one timeout, not the whole refresh.
-    const absl::Time deadline = absl::Now() + options_.connect_timeout + options_.command_timeout;
-    NodePool* pool = Pool(a);
-    absl::StatusOr<std::unique_ptr<RedisConnection>> conn = pool->Acquire(deadline);
-    if (!conn.ok()) {
-      last = conn.status();
-      if (absl::IsUnauthenticated(last) || absl::IsPermissionDenied(last)) return last;
-      continue;
-    }
-    absl::StatusOr<Reply> r = (*conn)->Call({"CLUSTER", "SLOTS"}, deadline);
-    pool->Release(*std::move(conn));
-    if (!r.ok()) {
-      last = r.status();
-      continue;
-    }
-    absl::StatusOr<std::vector<SlotRange>> ranges = ParseClusterSlots(r->get(), a);
-    absl::StatusOr<SlotTable> table =
-        ranges.ok() ? SlotTable::Build(*ranges) : absl::StatusOr<SlotTable>(ranges.status());
-    if (!table.ok()) {
-      last = table.status();
-      continue;
-    }
-    const int covered = table->covered_slots();
-    auto next = std::make_shared<const SlotTable>(*std::move(table));
-    refreshes_.fetch_add(1, std::memory_order_relaxed);
-    absl::MutexLock lock(&mu_);
-    if (covered != kClusterSlots) {
-      Log()->warn("cluster tier: slot map from {} covers {} of {} slots", a.ToString(), covered,
-                  kClusterSlots);
-    }
-    table_ = std::move(next);
-    last_refresh_ = absl::Now();
-    return absl::OkStatus();
-  }
-  return last;
-}
-
-void RedisCluster::RequestRefresh() {
-  absl::MutexLock lock(&mu_);
-  refresh_wanted_ = true;
-}
-
-void RedisCluster::RefreshLoop() {
-  while (true) {
-    absl::Time not_before;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](RedisCluster* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu_) {
-            return c->stopping_ || c->refresh_wanted_;
-          },
-          this));
-      if (stopping_) return;
-      not_before = last_refresh_ + options_.refresh_interval;
-    }
-    // Rate limit: wait out the interval (or the stop).
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.AwaitWithDeadline(absl::Condition(&stopping_), not_before);
-      if (stopping_) return;
-      refresh_wanted_ = false;
-    }
-    absl::Status s = LoadSlots();
-    if (!s.ok()) {
-      Log()->warn("cluster tier: slot map refresh failed: {}", s.ToString());
-      absl::MutexLock lock(&mu_);
-      last_refresh_ = absl::Now();
-      refresh_wanted_ = true;  // try again after the interval
-    }
-  }
-}
+void RedisCluster::RequestRefresh() { slot_map_.RequestRefresh(); }
 
 void RedisCluster::Run(std::vector<Op>& ops, absl::Time deadline) {
   struct Group {
@@ -577,7 +457,7 @@ KvBackendStats RedisCluster::backend_stats() const {
   s.connect_failures = connect_failures_.load(std::memory_order_relaxed);
   s.broken = broken_.load(std::memory_order_relaxed);
   s.redirects = redirects_.load(std::memory_order_relaxed);
-  s.refreshes = refreshes_.load(std::memory_order_relaxed);
+  s.refreshes = slot_map_.refreshes();
   return s;
 }
 

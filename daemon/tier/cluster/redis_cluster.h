@@ -2,12 +2,12 @@
 // on Debian's hiredis 0.14 with blocking-style connections driven by deadlines
 // (connection.h).
 //
-// Routing: each key goes to the master of its slot (key_slot.h) in the current SlotTable, loaded
-// with CLUSTER SLOTS from any known node (masters first, then the seeds) at start, and again by a
-// background thread, at most once per `refresh_interval`, whenever a call meets a MOVED, a
-// connection failure, a timeout or a slot without a master (calls never wait for it). A MOVED reply re-sends that key to the named node at once (and asks for a refresh);
-// an ASK reply re-sends it there preceded by ASKING (no refresh: the slot is migrating). At most
-// kMaxRedirects hops per key, all within the call's deadline.
+// Routing: each key goes to the master of its slot (key_slot.h) in the current slot map, which a
+// SlotMapRefresher (slot_map_refresher.h) loads at start and again, in the background, whenever
+// a call meets a MOVED, a connection failure, a timeout or a slot without a master (calls never
+// wait for it). A MOVED reply re-sends that key to the named node at once (and asks for a
+// refresh); an ASK reply re-sends it there preceded by ASKING (no refresh: the slot is
+// migrating). At most kMaxRedirects hops per key, all within the call's deadline.
 //
 // Batches: a call's keys are grouped per node; each group is pipelined on one pooled
 // connection; all groups are sent before any reply is read, so the nodes work in parallel.
@@ -28,7 +28,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -39,6 +38,7 @@
 #include "daemon/tier/cluster/cluster_options.h"
 #include "daemon/tier/cluster/connection.h"
 #include "daemon/tier/cluster/kv_backend.h"
+#include "daemon/tier/cluster/slot_map_refresher.h"
 #include "daemon/tier/cluster/slot_table.h"
 
 namespace kvoffload::tier::cluster {
@@ -77,10 +77,6 @@ class RedisCluster : public KvBackend {
   struct Op;
 
   RedisCluster(const ClusterTierOptions& options, Credentials credentials);
-  // Asks the known masters, then the seeds, for CLUSTER SLOTS until one answers; each node is
-  // bounded by connect_timeout + command_timeout.
-  absl::Status LoadSlots();
-  void RefreshLoop();
   NodePool* Pool(const NodeAddress& address);
   // Runs `ops` (each filled in with its reply or status) through routing, pipelines and
   // redirects.
@@ -89,19 +85,16 @@ class RedisCluster : public KvBackend {
   const ClusterTierOptions options_;
   const Credentials credentials_;
 
-  mutable absl::Mutex mu_;
-  std::shared_ptr<const SlotTable> table_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<NodePool>> pools_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_refresh_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  bool refresh_wanted_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread refresher_;  // RefreshLoop: the only caller of LoadSlots after Connect
 
   std::atomic<uint64_t> connects_{0};
   std::atomic<uint64_t> connect_failures_{0};
   std::atomic<uint64_t> broken_{0};
   std::atomic<uint64_t> redirects_{0};
-  std::atomic<uint64_t> refreshes_{0};
+
+  // Last: its thread asks nodes through Pool(), so it is stopped before the pools go.
+  SlotMapRefresher slot_map_;
 };
 
 }  // namespace kvoffload::tier::cluster

@@ -1,6 +1,6 @@
 // SlotTable: which master serves each of the 16384 key slots, as CLUSTER SLOTS reported it, and
-// the parsing of the cluster's redirect errors (MOVED, ASK). Pure data: RedisCluster
-// (redis_cluster.h) keeps the current table behind a mutex and replaces it whole on refresh.
+// the parsing of the cluster's redirect errors (MOVED, ASK). Pure data: SlotMapRefresher
+// (slot_map_refresher.h) keeps the current table behind a mutex and replaces it whole on refresh.
 //
 // Thread safety: immutable once built.
 #ifndef KVOFFLOAD_DAEMON_TIER_CLUSTER_SLOT_TABLE_H_

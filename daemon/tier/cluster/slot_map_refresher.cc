@@ -1,0 +1,152 @@
+#include "daemon/tier/cluster/slot_map_refresher.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "daemon/tier/cluster/key_slot.h"
+
+namespace kvoffload::tier::cluster {
+namespace {
+
+spdlog::logger* Log() {
+  static auto* log = common::Logger("tier");
+  return log;
+}
+
+// CLUSTER SLOTS: [[first, last, [ip, port, id...], [replica...]...]...]. An empty ip means "the
+// node you asked".
+absl::StatusOr<std::vector<SlotRange>> ParseClusterSlots(const redisReply* r,
+                                                         const NodeAddress& asked) {
+  if (r->type == REDIS_REPLY_ERROR) {
+    return ErrorReplyStatus(absl::string_view(r->str, r->len), "CLUSTER SLOTS");
+  }
+  if (r->type != REDIS_REPLY_ARRAY) {
+    return absl::InternalError("CLUSTER SLOTS: reply is not an array");
+  }
+  std::vector<SlotRange> ranges;
+  for (size_t i = 0; i < r->elements; ++i) {
+    const redisReply* e = r->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+        e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER ||
+        e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2 ||
+        e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+        e->element[2]->element[1]->type != REDIS_REPLY_INTEGER) {
+      return absl::InternalError(absl::StrCat("CLUSTER SLOTS: entry ", i, " malformed"));
+    }
+    SlotRange range;
+    range.first = static_cast<int>(e->element[0]->integer);
+    range.last = static_cast<int>(e->element[1]->integer);
+    const redisReply* master = e->element[2];
+    range.master.host = std::string(master->element[0]->str, master->element[0]->len);
+    range.master.port = static_cast<int>(master->element[1]->integer);
+    if (range.master.host.empty() || range.master.host == "?") range.master.host = asked.host;
+    ranges.push_back(std::move(range));
+  }
+  return ranges;
+}
+
+}  // namespace
+
+SlotMapRefresher::SlotMapRefresher(const ClusterTierOptions& options, AskFn ask)
+    : options_(options), ask_(std::move(ask)) {}
+
+SlotMapRefresher::~SlotMapRefresher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void SlotMapRefresher::Start() { thread_ = std::thread([this] { RefreshLoop(); }); }
+
+std::shared_ptr<const SlotTable> SlotMapRefresher::table() const {
+  absl::MutexLock lock(&mu_);
+  return table_;
+}
+
+absl::Status SlotMapRefresher::Load() {
+  std::vector<NodeAddress> candidates;
+  {
+    absl::MutexLock lock(&mu_);
+    if (table_ != nullptr) candidates = table_->masters();
+  }
+  for (const NodeAddress& s : options_.seeds) {
+    if (std::find(candidates.begin(), candidates.end(), s) == candidates.end()) {
+      candidates.push_back(s);
+    }
+  }
+  absl::Status last = absl::UnavailableError("no node to ask for the slot map");
+  for (const NodeAddress& a : candidates) {
+    // Each node its own bound, so that a hung one costs one timeout, not the whole refresh.
+    const absl::Time deadline = absl::Now() + options_.connect_timeout + options_.command_timeout;
+    absl::StatusOr<Reply> r = ask_(a, deadline);
+    if (!r.ok()) {
+      last = r.status();
+      if (absl::IsUnauthenticated(last) || absl::IsPermissionDenied(last)) return last;
+      continue;
+    }
+    absl::StatusOr<std::vector<SlotRange>> ranges = ParseClusterSlots(r->get(), a);
+    absl::StatusOr<SlotTable> table =
+        ranges.ok() ? SlotTable::Build(*ranges) : absl::StatusOr<SlotTable>(ranges.status());
+    if (!table.ok()) {
+      last = table.status();
+      continue;
+    }
+    const int covered = table->covered_slots();
+    auto next = std::make_shared<const SlotTable>(*std::move(table));
+    refreshes_.fetch_add(1, std::memory_order_relaxed);
+    absl::MutexLock lock(&mu_);
+    if (covered != kClusterSlots) {
+      Log()->warn("cluster tier: slot map from {} covers {} of {} slots", a.ToString(), covered,
+                  kClusterSlots);
+    }
+    table_ = std::move(next);
+    last_refresh_ = absl::Now();
+    return absl::OkStatus();
+  }
+  return last;
+}
+
+void SlotMapRefresher::RequestRefresh() {
+  absl::MutexLock lock(&mu_);
+  refresh_wanted_ = true;
+}
+
+void SlotMapRefresher::RefreshLoop() {
+  while (true) {
+    absl::Time not_before;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](SlotMapRefresher* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
+            return r->stopping_ || r->refresh_wanted_;
+          },
+          this));
+      if (stopping_) return;
+      not_before = last_refresh_ + options_.refresh_interval;
+    }
+    // Rate limit: wait out the interval (or the stop).
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithDeadline(absl::Condition(&stopping_), not_before);
+      if (stopping_) return;
+      refresh_wanted_ = false;
+    }
+    absl::Status s = Load();
+    if (!s.ok()) {
+      Log()->warn("cluster tier: slot map refresh failed: {}", s.ToString());
+      absl::MutexLock lock(&mu_);
+      last_refresh_ = absl::Now();
+      refresh_wanted_ = true;  // try again after the interval
+    }
+  }
+}
+
+}  // namespace kvoffload::tier::cluster

@@ -1,0 +1,74 @@
+// SlotMapRefresher: RedisCluster's current slot map (slot_table.h) and the background thread
+// that loads it again. Purpose: the slot-map half of routing, apart from the calls that route.
+// A map is loaded with CLUSTER SLOTS from the first node that answers (the masters of the
+// current map first, then the seeds), each node bounded by connect_timeout + command_timeout,
+// and replaces the current one whole. Load runs on the caller's thread (RedisCluster::Connect);
+// after Start, RequestRefresh wakes the thread, which loads at most once per
+// `refresh_interval` (a failed load is tried again after the interval). Nobody waits for it:
+// until it loads, callers route with the map they have.
+//
+// Thread safety: thread-safe. Load must not run while the thread does (call it before Start).
+// Ownership: owns the thread and the tables it publishes (shared_ptr: a caller keeps the one it
+// routes with). It does not own the connections: `ask` (given at construction) sends CLUSTER
+// SLOTS to one node; it must stay callable until the destructor, which stops and joins the
+// thread, has returned.
+#ifndef KVOFFLOAD_DAEMON_TIER_CLUSTER_SLOT_MAP_REFRESHER_H_
+#define KVOFFLOAD_DAEMON_TIER_CLUSTER_SLOT_MAP_REFRESHER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/tier/cluster/cluster_options.h"
+#include "daemon/tier/cluster/connection.h"
+#include "daemon/tier/cluster/slot_table.h"
+
+namespace kvoffload::tier::cluster {
+
+class SlotMapRefresher {
+ public:
+  // Sends CLUSTER SLOTS to `node` and returns its reply, or why not (UNAUTHENTICATED and
+  // PERMISSION_DENIED end a load at once; anything else moves on to the next node).
+  using AskFn = std::function<absl::StatusOr<Reply>(const NodeAddress& node, absl::Time deadline)>;
+
+  SlotMapRefresher(const ClusterTierOptions& options, AskFn ask);
+  ~SlotMapRefresher();  // stops and joins the thread
+  SlotMapRefresher(const SlotMapRefresher&) = delete;
+  SlotMapRefresher& operator=(const SlotMapRefresher&) = delete;
+
+  // Loads a map now, on this thread. UNAVAILABLE when no node answers.
+  absl::Status Load();
+  // Starts the thread (once).
+  void Start();
+  // Asks the thread for a load (at most once per refresh_interval); returns at once.
+  void RequestRefresh();
+  // The current map; nullptr before the first Load succeeded.
+  std::shared_ptr<const SlotTable> table() const;
+  // Maps loaded (KvBackendStats::refreshes).
+  uint64_t refreshes() const { return refreshes_.load(std::memory_order_relaxed); }
+
+ private:
+  void RefreshLoop();
+
+  const ClusterTierOptions& options_;
+  const AskFn ask_;
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const SlotTable> table_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_refresh_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool refresh_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // RefreshLoop: the only caller of Load after Start
+  std::atomic<uint64_t> refreshes_{0};
+};
+
+}  // namespace kvoffload::tier::cluster
+
+#endif  // KVOFFLOAD_DAEMON_TIER_CLUSTER_SLOT_MAP_REFRESHER_H_
