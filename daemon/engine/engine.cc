@@ -309,7 +309,11 @@ void Engine::Drain(const absl::Status& why) {
 }
 
 void Engine::Close(const absl::Status& why) {
-  absl::ReaderMutexLock delivery(&delivery_mu_);
+  // Exclusive: a verdict settled by another thread just before (a copy that ended: its job is no
+  // longer in jobs_) is still on its way until that thread's Deliver returns. Waiting for every
+  // delivery in progress keeps the close notice behind it; with a shared lock the daemon's
+  // shutdown could end a worker's session before the verdict of its finished copy.
+  absl::MutexLock delivery(&delivery_mu_);
   Verdicts verdicts;
   {
     absl::MutexLock lock(&mu_);

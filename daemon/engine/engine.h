@@ -216,8 +216,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::shared_ptr<TierLink> tier_link_;  // see LinkTier: its own, or the pool's
   common::Geometry part_geometry_;  // geometry_, num_rows = the index's rows
 
-  // Held shared from collecting verdicts until they are delivered, exclusively by Detach: a
-  // listener is never called after Detach returns.
+  // Held shared from collecting verdicts until they are delivered; exclusively by Detach (a
+  // listener is never called after Detach returns) and by Close (the close notice waits for
+  // every verdict already collected).
   absl::Mutex delivery_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   WorkerSessions sessions_ ABSL_GUARDED_BY(mu_);

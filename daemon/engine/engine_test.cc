@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,6 +17,7 @@
 #include "daemon/copy/testing/shm_memory.h"
 #include "daemon/engine/testing/engine_test_env.h"
 #include "daemon/index/testing/slot_index_invariants.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace kvoffload::daemon {
@@ -471,6 +473,27 @@ TEST_F(EngineCloseTest, CloseNoticeComesAfterTheLastVerdict) {
   const std::vector<std::string> events = workers_[0]->listener.events();
   ASSERT_EQ(events.size(), kNumRows + 1);
   EXPECT_EQ(events.back(), "closed 10");
+}
+
+// A copy ended and its job was settled, but its verdict is still on its way (the delivering
+// thread is slow): the job table is empty, yet Close must not tell the session to end before
+// that verdict. The daemon's shutdown closes engines as soon as no job is in flight.
+TEST_F(EngineTest, CloseWaitsForAVerdictStillBeingDelivered) {
+  Open(PerRankSpec(1));
+  AttachWorkers(1);
+  std::vector<std::string> keys;
+  const std::vector<uint64_t> rows = PrepareStore(0, 1, &keys);
+  RecordingListener& listener = workers_[0]->listener;
+  listener.HoldNextVerdict();
+  ASSERT_TRUE(Submit(0, 1, CopyDirection::kStore, {3}, {rows[0]}).ok());
+  ASSERT_TRUE(listener.WaitUntilVerdictHeld());
+  ASSERT_EQ(engine_->Snapshot().jobs_in_flight, 0u);
+  std::thread closer([&] { engine_->Close(absl::UnavailableError("kvoffloadd is shutting down")); });
+  absl::SleepFor(absl::Milliseconds(100));  // room for a close that does not wait
+  listener.ReleaseHeldVerdict();
+  closer.join();
+  EXPECT_THAT(listener.events(), ::testing::ElementsAre("finished 1 0", "closed 14"));
+  EXPECT_TRUE(engine_->WaitClosed(absl::Now() + absl::Seconds(5)));
 }
 
 // The index learns that a store job failed: CompleteStore(true) for its rows is

@@ -42,9 +42,34 @@ uint64_t ReservedFor(const common::EngineSpec& spec) {
 
 void RecordingListener::OnJobFinished(const JobResult& result) {
   absl::MutexLock lock(&mu_);
+  if (hold_ == Hold::kArmed) {
+    hold_ = Hold::kHolding;
+    changed_.SignalAll();
+    while (hold_ == Hold::kHolding) changed_.Wait(&mu_);
+  }
   results_.push_back(result);
   events_.push_back(
       absl::StrCat("finished ", result.job_id, " ", static_cast<int>(result.status.code())));
+  changed_.SignalAll();
+}
+
+void RecordingListener::HoldNextVerdict() {
+  absl::MutexLock lock(&mu_);
+  hold_ = Hold::kArmed;
+}
+
+bool RecordingListener::WaitUntilVerdictHeld(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (hold_ != Hold::kHolding) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) return hold_ == Hold::kHolding;
+  }
+  return true;
+}
+
+void RecordingListener::ReleaseHeldVerdict() {
+  absl::MutexLock lock(&mu_);
+  hold_ = Hold::kReleased;
   changed_.SignalAll();
 }
 

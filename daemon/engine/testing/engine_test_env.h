@@ -57,9 +57,17 @@ class RecordingListener final : public JobListener {
   bool WaitForResults(size_t n, absl::Duration timeout = absl::Seconds(10))
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The next OnJobFinished blocks (before recording) until ReleaseHeldVerdict: the verdict's
+  // delivery stays in progress, as on a slow thread. WaitUntilVerdictHeld: false on timeout.
+  void HoldNextVerdict() ABSL_LOCKS_EXCLUDED(mu_);
+  bool WaitUntilVerdictHeld(absl::Duration timeout = absl::Seconds(10)) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseHeldVerdict() ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
+  enum class Hold { kNone, kArmed, kHolding, kReleased };
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
+  Hold hold_ ABSL_GUARDED_BY(mu_) = Hold::kNone;
   std::vector<JobResult> results_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
 };
