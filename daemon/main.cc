@@ -259,6 +259,7 @@ int main(int argc, char** argv) {
     *f.out = *gid;
   }
 
+  // Before the backend: a bad flag fails at once, not after CUDA has started (Start checks too).
   if (auto s = d::ValidateDaemonOptions(options); !s.ok()) return Fail(s);
 
   d::BackendOptions backend_options;
@@ -284,8 +285,7 @@ int main(int argc, char** argv) {
   cuda.issue_threads = absl::GetFlag(FLAGS_cuda_issue_threads);
   cuda.parallel_issue_min_copies = absl::GetFlag(FLAGS_cuda_parallel_issue_min_copies);
   cuda.strided_min_rows = absl::GetFlag(FLAGS_cuda_2d_min_blocks);
-  if (auto s = d::ValidateBackendOptions(backend_options); !s.ok()) return Fail(s);
-  auto backend = d::CreateBackend(backend_options);
+  auto backend = d::CreateBackend(backend_options);  // validates the options first
   if (!backend.ok()) return Fail(backend.status());
 
   auto daemon = d::Daemon::Start(options, std::move(*backend), std::move(restart));
