@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "daemon/copy/cuda/cuda_copy_backend.h"
 #include "daemon/copy/host/host_copy_backend.h"
 
 namespace kvoffload::daemon {

@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/copy/copy_backend.h"
-#include "daemon/copy/cuda/cuda_copy_backend.h"
+#include "daemon/copy/cuda/cuda_backend_options.h"
 
 namespace kvoffload::daemon {
 

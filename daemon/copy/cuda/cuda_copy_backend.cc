@@ -3,12 +3,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
-#include <cstring>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -28,15 +27,11 @@
 #include "daemon/copy/cuda/log.h"
 #include "daemon/copy/cuda/region_pins.h"
 #include "daemon/copy/cuda/worker_memory.h"
+#include "daemon/copy/cuda/worker_open.h"
 #include "daemon/copy/descriptor_table.h"
 
 namespace kvoffload::daemon::cuda {
 namespace {
-
-std::string UuidText(const std::string& raw) { return absl::BytesToHexString(raw); }
-
-// Threads that may issue one job's copies (the copy engines gain nothing past a few).
-constexpr uint32_t kMaxIssueThreads = 16;
 
 // How often a device's completion thread looks at its jobs.
 constexpr absl::Duration kPollInterval = absl::Microseconds(10);
@@ -49,45 +44,6 @@ struct DeviceState {
 };
 
 }  // namespace
-
-absl::Status ValidateCudaBackendOptions(const CudaBackendOptions& o) {
-  if (o.copy_sms < 1) return absl::InvalidArgumentError("copy_sms must be at least 1 (--copy_sms)");
-  if (o.staging_chunk_bytes < 4096 || o.staging_chunk_bytes % 4096 != 0) {
-    return absl::InvalidArgumentError("staging_chunk_bytes must be a positive multiple of 4096");
-  }
-  if (o.max_batch_copies < 1 || o.max_batch_copies > kMaxCopiesPerBatch) {
-    return absl::InvalidArgumentError(absl::StrCat("max_batch_copies must be 1..",
-                                                   kMaxCopiesPerBatch, ", not ", o.max_batch_copies,
-                                                   " (--cuda_max_batch_copies)"));
-  }
-  if (o.first_batch_copies > o.max_batch_copies) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "first_batch_copies (", o.first_batch_copies, ") must be at most max_batch_copies (",
-        o.max_batch_copies, "); 0 turns it off (--cuda_first_batch_copies)"));
-  }
-  if (o.issue_threads < 1 || o.issue_threads > kMaxIssueThreads) {
-    return absl::InvalidArgumentError(absl::StrCat("issue_threads must be 1..", kMaxIssueThreads,
-                                                   ", not ", o.issue_threads,
-                                                   " (--cuda_issue_threads)"));
-  }
-  if (o.parallel_issue_min_copies < 1) {
-    return absl::InvalidArgumentError(
-        "parallel_issue_min_copies must be at least 1 (--cuda_parallel_issue_min_copies)");
-  }
-  if (o.staging_bytes_per_device > kMaxStagingBytesPerDevice) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "staging_bytes_per_device must be at most ", kMaxStagingBytesPerDevice >> 20,
-        " MiB (--staging_mib_per_device)"));
-  }
-  if (o.staging_idle_release < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("staging_idle_release must not be negative");
-  }
-  if (o.sm_copies == SmCopies::kNever &&
-      (o.forced_path == ForcedPath::kStaged || o.forced_path == ForcedPath::kKernel)) {
-    return absl::InvalidArgumentError("a forced staged or kernel path needs SM copies");
-  }
-  return absl::OkStatus();
-}
 
 // ---------------------------------------------------------------------------------------------
 class CudaCopyBackend::Impl {
@@ -197,104 +153,26 @@ class CudaCopyBackend::Impl {
   }
 
   // ----- workers -----
-  absl::StatusOr<int> ResolveOrdinal(const WorkerRegistration& r) const {
-    if (!r.device_uuid.empty()) {
-      if (r.device_uuid.size() != 16) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("device_uuid must be 16 bytes, not ", r.device_uuid.size()));
-      }
-      for (size_t d = 0; d < uuids_.size(); ++d) {
-        if (uuids_[d] == r.device_uuid) return static_cast<int>(d);
-      }
-      return absl::InvalidArgumentError(
-          absl::StrCat("no GPU visible to the daemon has uuid ", UuidText(r.device_uuid)));
-    }
-    if (r.device < 0 || r.device >= static_cast<int>(uuids_.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("device ", r.device, " does not exist (",
-                                                     uuids_.size(), " GPUs) and no uuid given"));
-    }
-    return r.device;
-  }
-
   absl::StatusOr<std::unique_ptr<WorkerMemory>> OpenWorker(const WorkerRegistration& r) {
-    ASSIGN_OR_RETURN(const int ordinal, ResolveOrdinal(r));
-    if (r.tensors.empty()) return absl::InvalidArgumentError("a worker needs at least one tensor");
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const TensorRegistration& t = r.tensors[i];
-      if (t.allocation_handle.size() != sizeof(cudaIpcMemHandle_t)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor ", i, ": allocation_handle has ", t.allocation_handle.size(),
-                         " bytes, a cudaIpcMemHandle_t has ", sizeof(cudaIpcMemHandle_t)));
-      }
-      RETURN_IF_ERROR(ValidateTensorGeometry(i, t.offset, t.num_blocks, t.block_stride_bytes,
-                                             t.page_bytes, t.allocation_bytes));
-    }
-    for (size_t i = 0; i < r.event_handles.size(); ++i) {
-      if (r.event_handles[i].size() != sizeof(cudaIpcEventHandle_t)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("event ", i, ": handle has ", r.event_handles[i].size(),
-                         " bytes, a cudaIpcEventHandle_t has ", sizeof(cudaIpcEventHandle_t)));
-      }
-    }
+    ASSIGN_OR_RETURN(const int ordinal, ResolveOrdinal(r, uuids_));
+    RETURN_IF_ERROR(CheckWorkerHandles(r));
     ASSIGN_OR_RETURN(DeviceState * state, GetDevice(ordinal));
     Device* device = state->device.get();
     RETURN_IF_ERROR(device->health());
     RETURN_IF_ERROR(regions_.PinPending(ordinal));
     RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "cudaSetDevice"));
+    // The memory closes whatever was opened into it if a later step fails.
     auto memory = std::make_unique<CudaWorkerMemory>(this, device);
-    // Each distinct allocation is opened once; the destructor closes what was opened so far.
-    absl::flat_hash_map<std::string, std::pair<uint64_t, uint64_t>> opened;  // → base, size
-    std::vector<TensorDescriptor> tensors;
-    uint64_t num_blocks = std::numeric_limits<uint64_t>::max();
-    for (size_t i = 0; i < r.tensors.size(); ++i) {
-      const TensorRegistration& t = r.tensors[i];
-      auto it = opened.find(t.allocation_handle);
-      if (it == opened.end()) {
-        cudaIpcMemHandle_t handle;
-        std::memcpy(&handle, t.allocation_handle.data(), sizeof(handle));
-        void* mapped = nullptr;
-        const cudaError_t err =
-            cudaIpcOpenMemHandle(&mapped, handle, cudaIpcMemLazyEnablePeerAccess);
-        if (err != cudaSuccess) {
-          return CudaStatus(
-              err, absl::StatusCode::kInvalidArgument,
-              absl::StrCat("cudaIpcOpenMemHandle (tensor ", i, ", device ", ordinal, ")"));
-        }
-        memory->AddIpcMapping(mapped);
-        // The real extent of the allocation, never the client's word for it.
-        absl::StatusOr<AddressRange> range = GetAddressRange(reinterpret_cast<uint64_t>(mapped));
-        if (!range.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("tensor ", i, ": the extent of the opened allocation cannot be read (",
-                           range.status().message(), "); refusing to trust the declared size"));
-        }
-        it = opened
-                 .emplace(t.allocation_handle,
-                          std::make_pair(reinterpret_cast<uint64_t>(mapped), range->bytes))
-                 .first;
-      }
-      RETURN_IF_ERROR(ValidateTensorGeometry(i, t.offset, t.num_blocks, t.block_stride_bytes,
-                                             t.page_bytes, it->second.second));
-      tensors.push_back({it->second.first + t.offset, t.block_stride_bytes, t.page_bytes, 0});
-      num_blocks = std::min(num_blocks, t.num_blocks);
-    }
-    for (size_t i = 0; i < r.event_handles.size(); ++i) {
-      cudaIpcEventHandle_t handle;
-      std::memcpy(&handle, r.event_handles[i].data(), sizeof(handle));
-      cudaEvent_t event = nullptr;
-      const cudaError_t err = cudaIpcOpenEventHandle(&event, handle);
-      if (err != cudaSuccess) {
-        return CudaStatus(err, absl::StatusCode::kInvalidArgument,
-                          absl::StrCat("cudaIpcOpenEventHandle (event ", i, ")"));
-      }
-      memory->AddOpenedEvent(event);
-    }
-    RETURN_IF_ERROR(memory->Finish(std::move(tensors), num_blocks, options_.issue_threads - 1));
+    ASSIGN_OR_RETURN(OpenedTensors opened, OpenIpcTensors(r, ordinal, memory.get()));
+    RETURN_IF_ERROR(OpenIpcEvents(r, memory.get()));
+    RETURN_IF_ERROR(
+        memory->Finish(std::move(opened.tensors), opened.num_blocks, options_.issue_threads - 1));
     memory->ReleaseStagingWhenIdle(options_.staging_idle_release);
     Log()->info(
         "opened worker on device {}: {} tensors in {} allocations, {} bytes per block, "
         "{} events",
-        ordinal, r.tensors.size(), opened.size(), memory->bytes_per_block(), memory->num_events());
+        ordinal, r.tensors.size(), opened.allocations, memory->bytes_per_block(),
+        memory->num_events());
     return std::unique_ptr<WorkerMemory>(std::move(memory));
   }
 
@@ -503,7 +381,7 @@ absl::StatusOr<std::unique_ptr<CudaCopyBackend>> CudaCopyBackend::Create(
     RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&props, d), absl::StatusCode::kUnavailable,
                                "cudaGetDeviceProperties"));
     uuids.emplace_back(props.uuid.bytes, sizeof(props.uuid.bytes));
-    Log()->info("GPU {}: {} (uuid {}), {} SMs", d, props.name, UuidText(uuids.back()),
+    Log()->info("GPU {}: {} (uuid {}), {} SMs", d, props.name, absl::BytesToHexString(uuids.back()),
                 props.multiProcessorCount);
   }
   return std::unique_ptr<CudaCopyBackend>(
