@@ -11,15 +11,15 @@
 //   CopyJob job;  // direction, memory.get(), region->data(), geometry, slot, blocks, rows
 //   backend->Submit(std::move(job), [](absl::Status s, uint64_t bytes) { ... });
 //
-// OpenWorker opens each distinct allocation handle once and checks every tensor against its
-// allocation; a bad number is INVALID_ARGUMENT naming the tensor. Memory that could hurt the
-// daemon or belong to someone else is refused (README "Security model"): the descriptor is taken
-// only from the registering process (registration.caller_pid, from the kernel, through
-// /proc/<pid>/fd), must be owned by registration.caller_uid (PERMISSION_DENIED) and sealed with
-// F_SEAL_SHRINK (FAILED_PRECONDITION), so that it can never be truncated under a copy (a SIGBUS
-// would end the daemon); it is then mapped (MAP_SHARED) and the descriptor closed. Event
-// handles are accepted and ignored:
-// the host backend has no streams to order, a memcpy is finished when it returns.
+// OpenWorker (host_worker_memory.h) opens each distinct allocation handle once and checks every
+// tensor against its allocation; a bad number is INVALID_ARGUMENT naming the tensor. Memory that
+// could hurt the daemon or belong to someone else is refused (README "Security model"): the
+// descriptor is taken only from the registering process (registration.caller_pid, from the
+// kernel, through /proc/<pid>/fd), must be owned by registration.caller_uid (PERMISSION_DENIED)
+// and sealed with F_SEAL_SHRINK (FAILED_PRECONDITION), so that it can never be truncated under a
+// copy (a SIGBUS would end the daemon); it is then mapped (MAP_SHARED) and the descriptor closed.
+// Event handles are accepted and ignored: the host backend has no streams to order, a memcpy is
+// finished when it returns.
 //
 // Submit builds the job's descriptor table at once (O(runs) on the caller's thread; nothing per
 // page), checks the job against the worker's memory and the registered region (INVALID_ARGUMENT,
