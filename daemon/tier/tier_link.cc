@@ -55,80 +55,106 @@ void TierLink::Queue(absl::string_view key) {
   manager_->Wake();
 }
 
-bool TierLink::PopSpill(std::string* key) {
+std::vector<std::string> TierLink::PopSpills(size_t max_keys) {
+  std::vector<std::string> keys;
   absl::MutexLock lock(&mu_);
-  if (spill_queue_.empty()) return false;
-  *key = std::move(spill_queue_.front());
-  spill_queue_.pop_front();
-  return true;
+  while (keys.size() < max_keys && !spill_queue_.empty()) {
+    // A key queued twice waits for the next batch: it is asked about after its first write began,
+    // as it would be one key at a time.
+    if (std::find(keys.begin(), keys.end(), spill_queue_.front()) != keys.end()) break;
+    keys.push_back(std::move(spill_queue_.front()));
+    spill_queue_.pop_front();
+  }
+  return keys;
 }
 
-uint32_t TierLink::StartSpill(const std::string& key) {
+uint32_t TierLink::StartSpills(size_t max_keys, size_t* taken) {
+  *taken = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (spill_queue_.empty()) return 0;
+  }
   const size_t tiers = manager_->num_tiers();
+  // Taken before the store lock, so the owner's last reference is never dropped under it.
   std::shared_ptr<void> owner = target_.lock_owner();
+  // Popped under the store lock: DropRecords (exclusive) never falls between a pop and its write.
+  absl::ReaderMutexLock store_lock(&manager_->store_mu_);
+  const std::vector<std::string> keys = PopSpills(max_keys);
+  *taken = keys.size();
+  if (keys.empty()) return 0;
   if (owner == nullptr) {
-    for (size_t t = 0; t < tiers; ++t) Count(t, &TierCounters::spills_gone);
+    for (size_t t = 0; t < tiers; ++t) Count(t, &TierCounters::spills_gone, keys.size());
     return 0;
   }
-  absl::ReaderMutexLock store_lock(&manager_->store_mu_);
   if (manager_->stores_.empty()) return 0;  // shut down
-  uint32_t started = 0;
+  // What each tier holds of the batch: one ContainsAll per tier (one round trip to a remote
+  // tier). Empty for a tier that takes no rows of this size.
+  std::vector<std::vector<bool>> held(tiers);
   for (size_t t = 0; t < tiers; ++t) {
     if (target_.row_bytes > manager_->max_row_bytes_[t]) continue;
-    tier::RecordStore* store = manager_->stores_[t].get();
-    if (store->ContainsAll(target_.namespace_id, {key})[0]) {
-      Count(t, &TierCounters::spills_already_held);
-      continue;
+    held[t] = manager_->stores_[t]->ContainsAll(target_.namespace_id, keys);
+    const uint64_t n = std::count(held[t].begin(), held[t].end(), true);
+    if (n > 0) Count(t, &TierCounters::spills_already_held, n);
+  }
+  uint32_t started = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (size_t t = 0; t < tiers; ++t) {
+      if (held[t].empty() || held[t][i]) continue;
+      if (StartWrite(t, manager_->stores_[t].get(), keys[i], owner)) ++started;
     }
-    // One copy in flight per write: the row stays put until the last tier has read it.
-    absl::StatusOr<RowRun> run = target_.index->copies().BeginSpill(key);
-    if (!run.ok()) {  // evicted, reset or dropped since it was queued
-      Count(t, &TierCounters::spills_gone);
-      continue;
-    }
-    std::shared_ptr<void> memory_keepalive;
-    uint8_t* memory = target_.row_memory(run->first_row, &memory_keepalive);
-    if (memory == nullptr) {
-      (void)target_.index->copies().End({*run});
-      Count(t, &TierCounters::spills_gone);
-      continue;
-    }
-    std::shared_ptr<void> keepalive = Both(owner, std::move(memory_keepalive));
-    std::shared_ptr<TierLink> self = shared_from_this();
-    const RowRun ended = *run;
-    absl::Status status = store->Write(
-        target_.namespace_id, key, memory, target_.row_bytes,
-        [self, t, ended, keepalive](absl::Status written) mutable {
-          // The row's memory is no longer read: it may be evicted or written again.
-          (void)self->target_.index->copies().End({ended});
-          {
-            absl::MutexLock lock(&self->mu_);
-            TierCounters& c = self->stats_[t];
-            if (written.ok()) {
-              ++c.spills_ok;
-              c.spill_bytes += self->target_.row_bytes;
-            } else {
-              ++c.spills_failed;
-            }
-          }
-          if (!written.ok() && !absl::IsAborted(written)) {
-            Log()->warn("{}: spill to the {} tier failed: {}", self->target_.label,
-                        self->manager_->names_[t], written.ToString());
-          }
-          DeferredRelease* release = self->manager_->release_;
-          std::shared_ptr<TierManager> manager = self->manager_;
-          release->Defer(std::move(keepalive));
-          release->Defer(std::move(self));
-          manager->SpillEnded();
-        });
-    if (!status.ok()) {
-      (void)target_.index->copies().End({ended});
-      Count(t, &TierCounters::spills_failed);
-      continue;
-    }
-    ++started;
   }
   return started;
+}
+
+bool TierLink::StartWrite(size_t t, tier::RecordStore* store, const std::string& key,
+                          const std::shared_ptr<void>& owner) {
+  // One copy in flight per write: the row stays put until the last tier has read it.
+  absl::StatusOr<RowRun> run = target_.index->copies().BeginSpill(key);
+  if (!run.ok()) {  // evicted, reset or dropped since it was queued
+    Count(t, &TierCounters::spills_gone);
+    return false;
+  }
+  std::shared_ptr<void> memory_keepalive;
+  uint8_t* memory = target_.row_memory(run->first_row, &memory_keepalive);
+  if (memory == nullptr) {
+    (void)target_.index->copies().End({*run});
+    Count(t, &TierCounters::spills_gone);
+    return false;
+  }
+  std::shared_ptr<void> keepalive = Both(owner, std::move(memory_keepalive));
+  std::shared_ptr<TierLink> self = shared_from_this();
+  const RowRun ended = *run;
+  absl::Status status = store->Write(
+      target_.namespace_id, key, memory, target_.row_bytes,
+      [self, t, ended, keepalive](absl::Status written) mutable {
+        // The row's memory is no longer read: it may be evicted or written again.
+        (void)self->target_.index->copies().End({ended});
+        {
+          absl::MutexLock lock(&self->mu_);
+          TierCounters& c = self->stats_[t];
+          if (written.ok()) {
+            ++c.spills_ok;
+            c.spill_bytes += self->target_.row_bytes;
+          } else {
+            ++c.spills_failed;
+          }
+        }
+        if (!written.ok() && !absl::IsAborted(written)) {
+          Log()->warn("{}: spill to the {} tier failed: {}", self->target_.label,
+                      self->manager_->names_[t], written.ToString());
+        }
+        DeferredRelease* release = self->manager_->release_;
+        std::shared_ptr<TierManager> manager = self->manager_;
+        release->Defer(std::move(keepalive));
+        release->Defer(std::move(self));
+        manager->SpillEnded();
+      });
+  if (!status.ok()) {
+    (void)target_.index->copies().End({ended});
+    Count(t, &TierCounters::spills_failed);
+    return false;
+  }
+  return true;
 }
 
 void TierLink::Promote(const std::vector<std::string>& keys, uint32_t member,

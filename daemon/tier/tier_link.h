@@ -1,9 +1,11 @@
 // TierLink: one row index (an engine's private index or a pool's) wired to the node's tiers
 // (tier_manager.h; docs/disk_tier.md "Spill and promote"). The link
 //   - spills: every key that becomes READY in its index (SlotIndex::SetReadyListener) is queued,
-//     and the manager's spill thread writes its row to every tier that lacks it while
-//     IndexCopies::BeginSpill (index.copies()) keeps the row from being evicted, reset or parked — so a row evicted
-//     later is already in a tier;
+//     and the manager's spill thread takes the queue in batches (up to the free spill slots, at
+//     most TierOptions::max_spill_batch keys), asks each tier once per batch which keys it holds
+//     (ContainsAll: one round trip to a remote tier) and writes each row to every tier that lacks
+//     it while IndexCopies::BeginSpill (index.copies()) keeps the row from being evicted, reset or
+//     parked — so a row evicted later is already in a tier;
 //   - promotes: a Lookup's keys that miss the region but are in a tier (up to the first key that
 //     is nowhere: vLLM loads prefixes) get rows (PrepareStore, as any store) that the first tier
 //     holding each reads into; Lookup answers HIT_PENDING for them, and once the read is checked
@@ -87,11 +89,16 @@ class TierLink : public std::enable_shared_from_this<TierLink> {
 
   // The ready listener (under the index's lock): queue the key.
   void Queue(absl::string_view key);
-  // The manager's spill thread: the next queued key, if any.
-  bool PopSpill(std::string* key);
-  // Starts the spill of `key` to every tier that lacks it; returns the writes in flight (each
-  // end calls TierManager::SpillEnded).
-  uint32_t StartSpill(const std::string& key);
+  // The manager's spill thread: takes up to `max_keys` queued keys (*taken: how many), asks each
+  // tier once which of them it holds (one ContainsAll per tier per batch) and starts the writes
+  // of the rows each tier lacks; returns the writes in flight (each end calls
+  // TierManager::SpillEnded). A batch stops before a key it holds already.
+  uint32_t StartSpills(size_t max_keys, size_t* taken);
+  std::vector<std::string> PopSpills(size_t max_keys);
+  // Pins `key`'s row (IndexCopies::BeginSpill) and writes it to tier `t`; false (counted) if the
+  // row is gone or the tier refused. Under the manager's store lock, shared.
+  bool StartWrite(size_t t, tier::RecordStore* store, const std::string& key,
+                  const std::shared_ptr<void>& owner);
   void EndPromotion(size_t tier, const std::string& key, RowRun run, absl::Time started, bool ok,
                     uint64_t bytes, std::shared_ptr<void> keepalive);
   // Counts one event on `tier`'s counters (queue events on every tier's).

@@ -54,15 +54,20 @@ class MemoryStore : public tier::RecordStore {
     std::string value(static_cast<const char*>(payload), bytes);
     absl::MutexLock lock(&mu_);
     if (refuse_writes) return absl::ResourceExhaustedError("full");
-    queue_.push_back([this, ns, key = std::string(key), value = std::move(value),
-                      done = std::move(done)]() mutable {
+    auto run = [this, ns, key = std::string(key), value = std::move(value),
+                done = std::move(done)]() mutable {
       {
         absl::MutexLock lock(&mu_);
         records_[{ns, key}] = value;
         ++writes;
       }
       done(absl::OkStatus());
-    });
+    };
+    if (hold_writes) {
+      held_.push_back(std::move(run));
+    } else {
+      queue_.push_back(std::move(run));
+    }
     return absl::OkStatus();
   }
   absl::Status Read(uint64_t ns, absl::string_view key, void* dst, uint64_t capacity,
@@ -94,6 +99,8 @@ class MemoryStore : public tier::RecordStore {
   }
   std::vector<bool> ContainsAll(uint64_t ns, const std::vector<std::string>& keys) override {
     absl::MutexLock lock(&mu_);
+    ++contains_calls_;
+    mu_.Await(absl::Condition(+[](bool* hold) { return !*hold; }, &hold_contains));
     std::vector<bool> out;
     for (const std::string& k : keys) out.push_back(records_.count({ns, k}) != 0);
     return out;
@@ -114,7 +121,7 @@ class MemoryStore : public tier::RecordStore {
   }
   void Release() {
     absl::MutexLock lock(&mu_);
-    hold_reads = false;
+    hold_reads = hold_writes = hold_contains = false;
     for (auto& f : held_) queue_.push_back(std::move(f));
     held_.clear();
   }
@@ -126,10 +133,28 @@ class MemoryStore : public tier::RecordStore {
     absl::MutexLock lock(&mu_);
     return records_.size();
   }
+  std::string record(uint64_t ns, const std::string& key) const {
+    absl::MutexLock lock(&mu_);
+    auto it = records_.find({ns, key});
+    return it == records_.end() ? "" : it->second;
+  }
+  uint64_t contains_calls() const {
+    absl::MutexLock lock(&mu_);
+    return contains_calls_;
+  }
+  // Waits until ContainsAll has been called `n` times (the last call may be held).
+  void AwaitContainsCalls(uint64_t n) const {
+    using Calls = std::pair<const uint64_t*, uint64_t>;
+    Calls calls(&contains_calls_, n);
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(+[](Calls* c) { return *c->first >= c->second; }, &calls));
+  }
 
   bool hold_reads = false;     // guarded by mu_ (Set)
   bool corrupt_reads = false;  // guarded by mu_ (Set)
   bool refuse_writes = false;  // guarded by mu_ (Set)
+  bool hold_writes = false;    // guarded by mu_ (Set): write completions wait for Release()
+  bool hold_contains = false;  // guarded by mu_ (Set): ContainsAll waits for Release()
   uint64_t writes = 0;
 
  private:
@@ -151,6 +176,7 @@ class MemoryStore : public tier::RecordStore {
   std::map<std::pair<uint64_t, std::string>, std::string> records_;
   std::deque<std::function<void()>> queue_;
   std::vector<std::function<void()>> held_;
+  uint64_t contains_calls_ = 0;
   bool stop_ = false;
   std::thread thread_;
 };
@@ -207,6 +233,17 @@ struct Node {
 std::vector<std::unique_ptr<tier::RecordStore>> One(std::unique_ptr<tier::RecordStore> store) {
   std::vector<std::unique_ptr<tier::RecordStore>> stores;
   stores.push_back(std::move(store));
+  return stores;
+}
+
+// Two stores in memory, fastest first (as disk and cluster).
+std::vector<std::unique_ptr<tier::RecordStore>> Two(MemoryStore** fast, MemoryStore** slow) {
+  std::vector<std::unique_ptr<tier::RecordStore>> stores;
+  for (MemoryStore** store : {fast, slow}) {
+    auto s = std::make_unique<MemoryStore>();
+    *store = s.get();
+    stores.push_back(std::move(s));
+  }
   return stores;
 }
 
@@ -380,13 +417,9 @@ TEST_F(TierLinkTest, DropRecordsForgetsTheNamespace) {
 // miss is read from the first that holds it; each tier counts its own.
 TEST(TierLinkTwoTiersTest, SpillsToEveryTierAndPromotesFromTheFirstThatHolds) {
   DeferredRelease release;
-  auto fast = std::make_unique<MemoryStore>();
-  auto slow = std::make_unique<MemoryStore>();
-  MemoryStore* fast_store = fast.get();
-  MemoryStore* slow_store = slow.get();
-  std::vector<std::unique_ptr<tier::RecordStore>> stores;
-  stores.push_back(std::move(fast));
-  stores.push_back(std::move(slow));
+  MemoryStore* fast_store = nullptr;
+  MemoryStore* slow_store = nullptr;
+  std::vector<std::unique_ptr<tier::RecordStore>> stores = Two(&fast_store, &slow_store);
   auto manager = TierManager::Create(std::move(stores), &release, TierOptions{});
   Node node(manager, 4, 7);
   node.Store("a", 0x11);
@@ -413,6 +446,97 @@ TEST(TierLinkTwoTiersTest, SpillsToEveryTierAndPromotesFromTheFirstThatHolds) {
   EXPECT_EQ(lines[1].links.promotions_ok, 2u);
   EXPECT_EQ(lines[0].links.lookup_tier_hits, 0u);
   EXPECT_EQ(lines[1].links.lookup_tier_hits, 2u);
+  manager->Shutdown();
+}
+
+// The spill thread takes a link's queue in batches and asks each tier once per batch, not once
+// per key (one round trip per batch to a remote tier); every row still lands, byte-exact, in the
+// tiers that lack it, and a key a tier holds already is counted and not written again.
+TEST(TierLinkBatchTest, EachTierIsAskedOncePerBatchOfQueuedKeys) {
+  DeferredRelease release;
+  MemoryStore* fast_store = nullptr;
+  MemoryStore* slow_store = nullptr;
+  std::vector<std::unique_ptr<tier::RecordStore>> stores = Two(&fast_store, &slow_store);
+  TierOptions options;
+  options.max_spills_in_flight = 64;  // the batch, not the slots, bounds the calls here
+  options.max_spill_batch = 8;
+  auto manager = TierManager::Create(std::move(stores), &release, options);
+  Node node(manager, 32, 7);
+  // The slow tier holds two of the keys already.
+  for (const char* key : {"k3", "k5"}) {
+    const std::string bytes = Bytes(0xCC);
+    ASSERT_TRUE(slow_store->Write(7, key, bytes.data(), kRowBytes, [](absl::Status) {}).ok());
+  }
+  while (slow_store->records() < 2) absl::SleepFor(absl::Milliseconds(1));
+  // The spill thread is held in its first ContainsAll (k0's) while 16 more keys are queued.
+  fast_store->Set(&fast_store->hold_contains, true);
+  node.Store("k0", 0);
+  fast_store->AwaitContainsCalls(1);
+  constexpr int kQueued = 16;
+  for (int i = 1; i <= kQueued; ++i) node.Store("k" + std::to_string(i), static_cast<uint8_t>(i));
+  fast_store->Release();
+  ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
+  // k0 alone, then the 16 queued keys in batches of 8 (one key at a time: 17 calls per tier).
+  const uint64_t most = 1 + (kQueued + options.max_spill_batch - 1) / options.max_spill_batch;
+  EXPECT_LE(fast_store->contains_calls(), most);
+  EXPECT_LE(slow_store->contains_calls(), most);
+  EXPECT_EQ(fast_store->records(), kQueued + 1u);
+  EXPECT_EQ(slow_store->records(), kQueued + 1u);
+  for (int i = 0; i <= kQueued; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    const std::string want = Bytes(static_cast<uint8_t>(i));
+    EXPECT_EQ(fast_store->record(7, key), want) << key;
+    if (key != "k3" && key != "k5") {
+      EXPECT_EQ(slow_store->record(7, key), want) << key;
+    }
+  }
+  const std::vector<TierManager::TierLine> lines = manager->stats();
+  EXPECT_EQ(lines[0].links.spills_ok, kQueued + 1u);
+  EXPECT_EQ(lines[0].links.spills_already_held, 0u);
+  EXPECT_EQ(lines[1].links.spills_ok, kQueued - 1u);
+  EXPECT_EQ(lines[1].links.spills_already_held, 2u);
+  EXPECT_EQ(lines[0].links.spills_gone + lines[1].links.spills_gone, 0u);
+  EXPECT_EQ(node.index->counts().copies_in_flight, 0u);
+  manager->Shutdown();
+}
+
+// A batch is no larger than the free spill slots: at most max_spills_in_flight rows are pinned
+// while writes are slow; rows reset while their keys wait are counted gone, once each.
+TEST(TierLinkBatchTest, BatchesNeverPinMoreThanTheSlotsAndRowsGoneMeanwhileAreCounted) {
+  DeferredRelease release;
+  auto store = std::make_unique<MemoryStore>();
+  MemoryStore* memory = store.get();
+  TierOptions options;
+  options.max_spills_in_flight = 3;
+  options.max_spill_batch = 8;
+  auto manager = TierManager::Create(One(std::move(store)), &release, options);
+  Node node(manager, 16, 7);
+  memory->Set(&memory->hold_writes, true);
+  memory->Set(&memory->hold_contains, true);
+  node.Store("k0", 0);
+  memory->AwaitContainsCalls(1);
+  for (int i = 1; i <= 9; ++i) node.Store("k" + std::to_string(i), static_cast<uint8_t>(i));
+  memory->Set(&memory->hold_contains, false);
+  // k0, then k1 and k2 (the two free slots); the writes are held, so the thread waits there.
+  auto depth = [&] { return node.link->stats()[0].spill_queue_depth; };
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (depth() > 7 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_EQ(depth(), 7u);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(depth(), 7u);
+  EXPECT_EQ(node.index->counts().copies_in_flight, 3u);
+  EXPECT_EQ(memory->contains_calls(), 2u);
+  // The waiting keys' rows go (the pinned three stay); their spills find nothing to write.
+  EXPECT_EQ(node.index->Reset(), 7u);
+  memory->Release();
+  ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
+  const TierCounters c = manager->stats()[0].links;
+  EXPECT_EQ(c.spills_ok, 3u);
+  EXPECT_EQ(c.spills_gone, 7u);
+  EXPECT_EQ(c.spills_already_held, 0u);
+  EXPECT_EQ(memory->records(), 3u);
+  EXPECT_EQ(memory->record(7, "k2"), Bytes(2));
+  EXPECT_EQ(node.index->counts().copies_in_flight, 0u);
   manager->Shutdown();
 }
 

@@ -136,14 +136,31 @@ void TierManager::SpillLoop() {
         if (std::shared_ptr<TierLink> l = weak.lock()) links.push_back(std::move(l));
       }
     }
-    // One key per link per turn, until a whole turn finds nothing or the depth is reached.
+    // One batch per link per turn (more while a batch starts no write), until a whole turn finds
+    // nothing or the depth is reached. A batch is no larger than the free slots, and each key
+    // that starts writes adds at least one to spills_in_flight_: at most max_spills_in_flight
+    // rows are pinned.
     bool found = false;
     for (size_t n = 0; n < links.size(); ++n) {
       TierLink& link = *links[(next + n) % links.size()];
-      std::string key;
-      while (link.PopSpill(&key)) {
+      for (;;) {
+        size_t free_slots = 0;
+        {
+          absl::MutexLock lock(&mu_);
+          if (spills_in_flight_ < options_.max_spills_in_flight) {
+            free_slots = options_.max_spills_in_flight - spills_in_flight_;
+          }
+        }
+        if (free_slots == 0) {
+          found = true;  // keys may wait: the next turn comes once a slot frees
+          break;
+        }
+        const size_t batch =
+            std::min<size_t>(free_slots, std::max<uint32_t>(options_.max_spill_batch, 1));
+        size_t taken = 0;
+        const uint32_t writes = link.StartSpills(batch, &taken);
+        if (taken == 0) break;
         found = true;
-        const uint32_t writes = link.StartSpill(key);
         if (writes > 0) {
           absl::MutexLock lock(&mu_);
           spills_in_flight_ += writes;

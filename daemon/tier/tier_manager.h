@@ -10,7 +10,9 @@
 //   tiers->Shutdown();   // before `release` is flushed for the last time
 //
 // Spill: a key that became READY is written to every tier that lacks it and takes rows of its
-// size, at most `max_spills_in_flight` writes node-wide. Promote: a lookup's miss is read from the
+// size, at most `max_spills_in_flight` rows pinned node-wide. The spill thread takes a link's keys
+// in batches (no more than the free slots, `max_spill_batch` at most) and asks each tier once per
+// batch which it holds. Promote: a lookup's miss is read from the
 // first tier that holds it (tier_link.h).
 //
 // Thread-safety: thread-safe. Locks: `store_mu_` is held shared around every call into a store
@@ -42,6 +44,9 @@ struct TierOptions {
   // Spill writes in flight at most, node-wide, over every tier (each holds one row out of its
   // LRU list while it runs).
   uint32_t max_spills_in_flight = 8;
+  // Keys the spill thread takes from a link's queue at once (also bounded by the free spill
+  // slots): each tier is asked about them in one ContainsAll, one round trip to a remote tier.
+  uint32_t max_spill_batch = 32;
   // Keys waiting to be spilled, per link; past it the oldest are dropped (counted).
   uint64_t max_spill_queue = 1 << 16;
 };

@@ -32,7 +32,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -54,6 +53,7 @@
 #include "client/kvoffload_client.h"
 #include "daemon/tier/cluster/testing/local_cluster.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/bench/bench_env.h"
 #include "tests/integration/harness.h"
 
 ABSL_FLAG(std::string, mode, "trace", "trace or bandwidth");
@@ -100,10 +100,6 @@ using Clock = std::chrono::steady_clock;
 using testing::DaemonProcess;
 using tier::cluster::testing::LocalCluster;
 
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 std::vector<DaemonProcess*> g_daemons;  // stopped by Die (they would keep our stdout open)
 std::unique_ptr<LocalCluster> g_cluster;
 
@@ -121,73 +117,6 @@ T Ok(absl::StatusOr<T> v, const std::string& what) {
 }
 void Ok(const absl::Status& s, const std::string& what) {
   if (!s.ok()) Die(absl::StrCat(what, ": ", s.ToString()));
-}
-
-void Emit(const std::string& json) {
-  std::printf("%s\n", json.c_str());
-  std::fflush(stdout);
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
-}
-double Median(const std::vector<double>& v) { return Percentile(v, 0.5); }
-
-std::string LoadAvg() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return absl::StrCat("\"", a, " ", b, " ", c, "\"");
-}
-
-std::string Machine() {
-  std::string cpu;
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return absl::StrFormat("{\"host\": \"%s\", \"cpu\": \"%s\", \"cpus\": %d}", host, cpu,
-                         static_cast<int>(std::thread::hardware_concurrency()));
-}
-
-// ---- Per-key row contents -----------------------------------------------------------------------
-
-uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-uint64_t KeyHash(const std::string& key) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (unsigned char c : key) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-void WritePattern(uint8_t* dst, uint64_t n, const std::string& key) {
-  const uint64_t h = KeyHash(key);
-  for (uint64_t i = 0; i + 8 <= n; i += 8) {
-    const uint64_t v = Mix(h + i);
-    std::memcpy(dst + i, &v, 8);
-  }
-}
-// Bytes of `src` that differ from `key`'s pattern.
-uint64_t WrongBytes(const uint8_t* src, uint64_t n, const std::string& key) {
-  const uint64_t h = KeyHash(key);
-  uint64_t wrong = 0;
-  for (uint64_t i = 0; i + 8 <= n; i += 8) {
-    const uint64_t v = Mix(h + i);
-    if (std::memcmp(src + i, &v, 8) != 0) {
-      for (int b = 0; b < 8; ++b) wrong += src[i + b] != reinterpret_cast<const uint8_t*>(&v)[b];
-    }
-  }
-  return wrong;
 }
 
 // ---- A node: a daemon, its engine, a worker of this process -------------------------------------

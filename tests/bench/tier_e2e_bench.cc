@@ -39,7 +39,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <regex>
@@ -57,6 +56,7 @@
 #include "client/host/host_kv_memory.h"
 #include "client/kvoffload_client.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/bench/bench_env.h"
 #include "tests/bench/process_cpu.h"
 #include "tests/integration/harness.h"
 
@@ -97,10 +97,6 @@ using client::WorkerClient;
 using Clock = std::chrono::steady_clock;
 using testing::DaemonProcess;
 
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // The daemon of the phase running, stopped by Die (it would outlive us holding our stdout).
 DaemonProcess* g_daemon = nullptr;
 
@@ -119,34 +115,16 @@ void Ok(const absl::Status& s, const char* what) {
   if (!s.ok()) Die(absl::StrCat(what, ": ", s.ToString()));
 }
 
-void Emit(const std::string& json) {
-  std::printf("%s\n", json.c_str());
-  std::fflush(stdout);
-}
-
 double Mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   return v.empty() ? 0 : s / v.size();
 }
 
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
-}
-
 // ---- The ceiling ----------------------------------------------------------------------------
 
 void Shell(const std::string& cmd) {
   if (std::system(cmd.c_str()) != 0) Die("failed: " + cmd);
-}
-
-std::string LoadAvg() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return absl::StrCat("\"", a, " ", b, " ", c, "\"");
 }
 
 bool OnPath(const std::string& tool) {
@@ -388,21 +366,6 @@ std::vector<std::string> Keys(const std::string& prefix, uint64_t n) {
   std::vector<std::string> keys;
   for (uint64_t i = 0; i < n; ++i) keys.push_back(absl::StrCat(prefix, "-", i));
   return keys;
-}
-
-std::string Machine() {
-  std::string cpu;
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return absl::StrFormat("{\"host\": \"%s\", \"cpu\": \"%s\", \"cpus\": %d}", host, cpu,
-                         static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 // ---- Bandwidth, latency, DRAM loads --------------------------------------------------------------
