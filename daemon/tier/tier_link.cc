@@ -1,6 +1,7 @@
 #include "daemon/tier/tier_link.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,7 @@ std::shared_ptr<void> Both(std::shared_ptr<void> a, std::shared_ptr<void> b) {
 TierLink::TierLink(std::shared_ptr<TierManager> manager, TierTarget target)
     : manager_(std::move(manager)),
       target_(std::move(target)),
+      max_pinned_rows_(std::max<uint64_t>(1, target_.index->num_rows() / kPinnedShare)),
       stats_(manager_->num_tiers()) {}
 
 TierLink::~TierLink() {
@@ -72,7 +74,9 @@ uint32_t TierLink::StartSpills(size_t max_keys, size_t* taken) {
   *taken = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (spill_queue_.empty()) return 0;
+    if (spill_queue_.empty() || rows_pinned_ >= max_pinned_rows_) return 0;
+    // Only this thread pins rows: the room cannot shrink before the writes below start.
+    max_keys = std::min<uint64_t>(max_keys, max_pinned_rows_ - rows_pinned_);
   }
   const size_t tiers = manager_->num_tiers();
   // Taken before the store lock, so the owner's last reference is never dropped under it.
@@ -98,16 +102,36 @@ uint32_t TierLink::StartSpills(size_t max_keys, size_t* taken) {
   }
   uint32_t started = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
+    // The key's row counts as pinned from its first write to its last end; `writes` holds one
+    // extra count until every write of the key has been started.
+    auto writes = std::make_shared<std::atomic<uint32_t>>(1);
+    {
+      absl::MutexLock lock(&mu_);
+      ++rows_pinned_;
+    }
     for (size_t t = 0; t < tiers; ++t) {
       if (held[t].empty() || held[t][i]) continue;
-      if (StartWrite(t, manager_->stores_[t].get(), keys[i], owner)) ++started;
+      if (StartWrite(t, manager_->stores_[t].get(), keys[i], owner, writes)) ++started;
     }
+    if (writes->fetch_sub(1) == 1) RowUnpinned();
   }
   return started;
 }
 
+void TierLink::RowUnpinned() {
+  bool queued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    --rows_pinned_;
+    queued = !spill_queue_.empty();
+  }
+  // The spill thread may have gone idle with this link's keys waiting for room.
+  if (queued) manager_->Wake();
+}
+
 bool TierLink::StartWrite(size_t t, tier::RecordStore* store, const std::string& key,
-                          const std::shared_ptr<void>& owner) {
+                          const std::shared_ptr<void>& owner,
+                          const std::shared_ptr<std::atomic<uint32_t>>& writes) {
   // One copy in flight per write: the row stays put until the last tier has read it.
   absl::StatusOr<RowRun> run = target_.index->copies().BeginSpill(key);
   if (!run.ok()) {  // evicted, reset or dropped since it was queued
@@ -124,11 +148,13 @@ bool TierLink::StartWrite(size_t t, tier::RecordStore* store, const std::string&
   std::shared_ptr<void> keepalive = Both(owner, std::move(memory_keepalive));
   std::shared_ptr<TierLink> self = shared_from_this();
   const RowRun ended = *run;
+  writes->fetch_add(1);
   absl::Status status = store->Write(
       target_.namespace_id, key, memory, target_.row_bytes,
-      [self, t, ended, keepalive](absl::Status written) mutable {
+      [self, t, ended, keepalive, writes](absl::Status written) mutable {
         // The row's memory is no longer read: it may be evicted or written again.
         (void)self->target_.index->copies().End({ended});
+        if (writes->fetch_sub(1) == 1) self->RowUnpinned();
         {
           absl::MutexLock lock(&self->mu_);
           TierCounters& c = self->stats_[t];
@@ -151,6 +177,7 @@ bool TierLink::StartWrite(size_t t, tier::RecordStore* store, const std::string&
       });
   if (!status.ok()) {
     (void)target_.index->copies().End({ended});
+    writes->fetch_sub(1);  // never the last: StartSpills holds one
     Count(t, &TierCounters::spills_failed);
     return false;
   }

@@ -29,6 +29,7 @@
 #ifndef KVOFFLOAD_DAEMON_TIER_TIER_LINK_H_
 #define KVOFFLOAD_DAEMON_TIER_TIER_LINK_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -97,17 +98,27 @@ class TierLink : public std::enable_shared_from_this<TierLink> {
   std::vector<std::string> PopSpills(size_t max_keys);
   // Pins `key`'s row (IndexCopies::BeginSpill) and writes it to tier `t`; false (counted) if the
   // row is gone or the tier refused. Under the manager's store lock, shared.
+  // `writes` counts the key's writes in flight (one more while they are being started).
   bool StartWrite(size_t t, tier::RecordStore* store, const std::string& key,
-                  const std::shared_ptr<void>& owner);
+                  const std::shared_ptr<void>& owner,
+                  const std::shared_ptr<std::atomic<uint32_t>>& writes);
+  // The last write of a pinned row ended: one row of room more.
+  void RowUnpinned() ABSL_LOCKS_EXCLUDED(mu_);
   void EndPromotion(size_t tier, const std::string& key, RowRun run, absl::Time started, bool ok,
                     uint64_t bytes, std::shared_ptr<void> keepalive);
   // Counts one event on `tier`'s counters (queue events on every tier's).
   void Count(size_t tier, uint64_t TierCounters::*counter, uint64_t n = 1);
 
+  // Spills pin at most this share of the index's rows, however many spill slots the node has: a
+  // small region keeps rows for its own stores (a 16-row region with 8 rows pinned refused them).
+  static constexpr uint64_t kPinnedShare = 4;
+
   const std::shared_ptr<TierManager> manager_;
   const TierTarget target_;
+  const uint64_t max_pinned_rows_;  // num_rows / kPinnedShare, at least 1
 
   mutable absl::Mutex mu_;
+  uint64_t rows_pinned_ ABSL_GUARDED_BY(mu_) = 0;  // rows with a spill write in flight
   std::deque<std::string> spill_queue_ ABSL_GUARDED_BY(mu_);
   struct Promoting {
     absl::Time since;

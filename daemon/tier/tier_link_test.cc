@@ -461,7 +461,7 @@ TEST(TierLinkBatchTest, EachTierIsAskedOncePerBatchOfQueuedKeys) {
   options.max_spills_in_flight = 64;  // the batch, not the slots, bounds the calls here
   options.max_spill_batch = 8;
   auto manager = TierManager::Create(std::move(stores), &release, options);
-  Node node(manager, 32, 7);
+  Node node(manager, 128, 7);  // a quarter of it (the most spills pin) holds every key here
   // The slow tier holds two of the keys already.
   for (const char* key : {"k3", "k5"}) {
     const std::string bytes = Bytes(0xCC);
@@ -537,6 +537,67 @@ TEST(TierLinkBatchTest, BatchesNeverPinMoreThanTheSlotsAndRowsGoneMeanwhileAreCo
   EXPECT_EQ(memory->records(), 3u);
   EXPECT_EQ(memory->record(7, "k2"), Bytes(2));
   EXPECT_EQ(node.index->counts().copies_in_flight, 0u);
+  manager->Shutdown();
+}
+
+// Spills pin at most a quarter of an index's rows, whatever the node's spill slots: a small
+// region keeps room for its own stores while writes are slow (8 rows: 2 pinned, not 6).
+TEST(TierLinkBatchTest, SpillsLeaveASmallIndexRoomForItsStores) {
+  DeferredRelease release;
+  auto store = std::make_unique<MemoryStore>();
+  MemoryStore* memory = store.get();
+  TierOptions options;
+  options.max_spills_in_flight = 8;
+  auto manager = TierManager::Create(One(std::move(store)), &release, options);
+  Node node(manager, 8, 7);
+  memory->Set(&memory->hold_writes, true);
+  for (int i = 0; i < 6; ++i) node.Store("k" + std::to_string(i), static_cast<uint8_t>(i));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (memory->contains_calls() < 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  absl::SleepFor(absl::Milliseconds(50));  // room for a thread that would pin more
+  EXPECT_EQ(node.index->counts().copies_in_flight, 2u);
+  EXPECT_EQ(node.link->stats()[0].spill_queue_depth, 4u);
+  // Six new keys: the two free rows and four READY rows that no spill holds.
+  absl::StatusOr<SlotIndex::PrepareStoreResult> p =
+      node.index->PrepareStore({"n0", "n1", "n2", "n3", "n4", "n5"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->rows.size(), 6u);
+  memory->Release();
+  ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
+  const TierCounters c = manager->stats()[0].links;
+  EXPECT_EQ(c.spills_ok, 2u);
+  EXPECT_EQ(c.spills_gone, 4u);  // evicted for the new keys before their turn
+  EXPECT_EQ(memory->record(7, "k0"), Bytes(0));
+  EXPECT_EQ(memory->record(7, "k1"), Bytes(1));
+  EXPECT_EQ(node.index->counts().copies_in_flight, 0u);
+  manager->Shutdown();
+}
+
+// Keys that waited for room are spilled once the pinned rows' writes end: the end of the last
+// write wakes the spill thread, which may have gone idle meanwhile.
+TEST(TierLinkBatchTest, KeysWaitingForRoomAreSpilledWhenItFrees) {
+  DeferredRelease release;
+  auto store = std::make_unique<MemoryStore>();
+  MemoryStore* memory = store.get();
+  auto manager = TierManager::Create(One(std::move(store)), &release, TierOptions{});
+  Node node(manager, 8, 7);
+  memory->Set(&memory->hold_writes, true);
+  for (int i = 0; i < 6; ++i) node.Store("k" + std::to_string(i), static_cast<uint8_t>(i));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (node.index->counts().copies_in_flight < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  absl::SleepFor(absl::Milliseconds(50));  // the spill thread finds no room and idles
+  memory->Release();
+  ASSERT_TRUE(manager->WaitIdle(absl::Seconds(10)));
+  for (int i = 0; i < 6; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    EXPECT_EQ(memory->record(7, key), Bytes(static_cast<uint8_t>(i))) << key;
+  }
+  EXPECT_EQ(manager->stats()[0].links.spills_ok, 6u);
+  EXPECT_EQ(node.link->stats()[0].spill_queue_depth, 0u);
   manager->Shutdown();
 }
 

@@ -10,7 +10,8 @@
 //   tiers->Shutdown();   // before `release` is flushed for the last time
 //
 // Spill: a key that became READY is written to every tier that lacks it and takes rows of its
-// size, at most `max_spills_in_flight` rows pinned node-wide. The spill thread takes a link's keys
+// size, at most `max_spills_in_flight` rows pinned node-wide (and a quarter of an index's rows at
+// most). The spill thread takes a link's keys
 // in batches (no more than the free slots, `max_spill_batch` at most) and asks each tier once per
 // batch which it holds. Promote: a lookup's miss is read from the
 // first tier that holds it (tier_link.h).
@@ -42,7 +43,8 @@ struct TierOptions {
   // waiting on a slow or failing tier); the read itself goes on and its row becomes READY.
   absl::Duration promote_timeout = absl::Milliseconds(500);
   // Spill writes in flight at most, node-wide, over every tier (each holds one row out of its
-  // LRU list while it runs).
+  // LRU list while it runs). Each link pins at most a quarter of its index's rows on top of this
+  // (TierLink::kPinnedShare).
   uint32_t max_spills_in_flight = 8;
   // Keys the spill thread takes from a link's queue at once (also bounded by the free spill
   // slots): each tier is asked about them in one ContainsAll, one round trip to a remote tier.
