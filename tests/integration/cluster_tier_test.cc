@@ -250,6 +250,8 @@ TEST_F(ClusterTierTest, DaemonsStartedWithTheClusterDownUseItOnceItIsUp) {
   Node b = StartNode();
   ASSERT_NE(a.worker, nullptr);
   ASSERT_NE(b.worker, nullptr);
+  ASSERT_EQ(ClusterStats(a).name(), "cluster");
+  ASSERT_EQ(ClusterStats(b).name(), "cluster");
   const std::vector<std::string> prefix = Keys("late", kRows);
   // While the cluster is down: lookups miss within their bound, spills fail (counted).
   const absl::Time start = absl::Now();
