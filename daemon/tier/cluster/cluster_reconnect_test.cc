@@ -88,6 +88,7 @@ TEST(ClusterReconnectTest, CreatedWithTheClusterDownItServesTheClusterOnceItStar
   absl::StatusOr<std::unique_ptr<ClusterTier>> tier = ClusterTier::Create(Options(*ports));
   ASSERT_TRUE(tier.ok()) << tier.status();  // no seed answers: still a tier
   EXPECT_FALSE((*tier)->backend_stats().connected);
+  EXPECT_EQ((*tier)->record_stats().reachable, 0u);
 
   ExpectEmptyAndUnavailable(**tier, {"a", "b"});
   RecordStoreStats s = (*tier)->record_stats();
@@ -118,6 +119,7 @@ TEST(ClusterReconnectTest, CreatedWithTheClusterDownItServesTheClusterOnceItStar
     absl::SleepFor(absl::Milliseconds(10));
   }
   ASSERT_TRUE((*tier)->backend_stats().connected);
+  EXPECT_EQ((*tier)->record_stats().reachable, 1u);
 
   const std::string row = RowBytes(1, kRow);
   WriteWhenBack(**tier, "a", row);

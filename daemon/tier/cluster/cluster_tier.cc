@@ -439,9 +439,11 @@ absl::Status ClusterTier::DropNamespace(uint64_t namespace_id) {
 }
 
 RecordStoreStats ClusterTier::record_stats() const {
+  const bool connected = backend_->backend_stats().connected;
   absl::MutexLock lock(&mu_);
   RecordStoreStats s = stats_;
   s.queue_depth = static_cast<uint64_t>(in_flight_);
+  s.reachable = connected ? 1 : 0;
   return s;
 }
 
