@@ -84,6 +84,11 @@ absl::Status SlotMapRefresher::Load() {
   }
   absl::Status last = absl::UnavailableError("no node to ask for the slot map");
   for (const NodeAddress& a : candidates) {
+    {
+      // The destructor waits for one node's bound at most, not for every node of a hung cluster.
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("slot map refresher stopping");
+    }
     // Each node its own bound, so that a hung one costs one timeout, not the whole refresh.
     const absl::Time deadline = absl::Now() + options_.connect_timeout + options_.command_timeout;
     absl::StatusOr<Reply> r = ask_(a, deadline);

@@ -43,7 +43,9 @@ class SlotMapRefresher {
   using AskFn = std::function<absl::StatusOr<Reply>(const NodeAddress& node, absl::Time deadline)>;
 
   SlotMapRefresher(const ClusterTierOptions& options, AskFn ask);
-  ~SlotMapRefresher();  // stops and joins the thread
+  // Stops and joins the thread: waits for the node it is asking (connect_timeout +
+  // command_timeout at most), not for the rest of a load.
+  ~SlotMapRefresher();
   SlotMapRefresher(const SlotMapRefresher&) = delete;
   SlotMapRefresher& operator=(const SlotMapRefresher&) = delete;
 
