@@ -209,20 +209,20 @@ absl::Status Daemon::Impl::OpenTiers() {
     stores.push_back(std::move(disk));
   }
   if (!options.cluster_tier.seeds.empty()) {
-    absl::StatusOr<std::unique_ptr<tier::cluster::ClusterTier>> cluster =
-        tier::cluster::ClusterTier::Create(options.cluster_tier);
-    if (cluster.ok()) {
+    // Fails only for a configuration error (options, the password file, AUTH refused). A
+    // cluster no seed answers for now is no reason not to serve: the tier starts empty, refuses
+    // writes (UNAVAILABLE) and connects by itself once a seed answers.
+    ASSIGN_OR_RETURN(std::unique_ptr<tier::cluster::ClusterTier> cluster,
+                     tier::cluster::ClusterTier::Create(options.cluster_tier));
+    if (cluster->backend_stats().connected) {
       Log()->info("cluster tier: {} seed nodes, key prefix {}", options.cluster_tier.seeds.size(),
                   options.cluster_tier.key_prefix);
-      stores.push_back(std::move(*cluster));
-    } else if (absl::IsUnavailable(cluster.status())) {
-      // The node's cache must not depend on the shared one: serve without it.
-      Log()->error("cluster tier: no seed node answers ({}); serving without the cluster tier "
-                   "until kvoffloadd restarts",
-                   cluster.status().ToString());
     } else {
-      return cluster.status();  // a configuration error: options, password file, AUTH
+      Log()->warn("cluster tier: {} seed nodes, key prefix {}: no seed node answers yet; serving "
+                  "with the cluster tier empty until one does (retried in the background)",
+                  options.cluster_tier.seeds.size(), options.cluster_tier.key_prefix);
     }
+    stores.push_back(std::move(cluster));
   }
   if (!stores.empty()) tiers = TierManager::Create(std::move(stores), release.get(), options.tiers);
   return absl::OkStatus();

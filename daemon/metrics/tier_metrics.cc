@@ -37,6 +37,10 @@ void AppendTierMetrics(const TierManager* tiers, std::vector<MetricFamily>* out)
   add("kvoffload_tier_records", "Records (rows) the tier holds.", kGauge, [](const TierManager::TierLine& l) { return double(l.store.records); });
   add("kvoffload_tier_queue_depth", "Tier I/O requests queued or in flight.", kGauge,
       [](const TierManager::TierLine& l) { return double(l.store.queue_depth); });
+  add("kvoffload_tier_reachable",
+      "1 while the tier's storage answers, 0 while it cannot be reached (the cluster tier: no "
+      "node answered for the slot map; it reconnects by itself).",
+      kGauge, [](const TierManager::TierLine& l) { return double(l.store.reachable); });
   add("kvoffload_tier_writes_total", "Records written to the tier.", kCounter,
       [](const TierManager::TierLine& l) { return double(l.store.writes_ok); });
   add("kvoffload_tier_write_errors_total", "Record writes the device failed (ENOSPC, EIO, ...).",

@@ -1,5 +1,5 @@
-// Tier metrics: per tier below the regions (label tier="disk"), its space, I/O, integrity
-// failures, spills and promotions. Built at scrape time from TierManager; docs/metrics.md lists
+// Tier metrics: per tier below the regions (label tier="disk", "cluster"), its space, whether its
+// storage answers, I/O, integrity failures, spills and promotions. Built at scrape time from TierManager; docs/metrics.md lists
 // them. Rates (writes/s, GB/s, promotions/s) are Prometheus's rate() of the counters.
 #ifndef KVOFFLOAD_DAEMON_METRICS_TIER_METRICS_H_
 #define KVOFFLOAD_DAEMON_METRICS_TIER_METRICS_H_

@@ -48,6 +48,9 @@ struct RecordStoreStats {
   uint64_t bytes_read = 0;
   uint64_t evictions = 0;
   uint64_t queue_depth = 0;  // gauge: requests in flight now
+  // gauge: 1 while the tier's storage answers, 0 while it cannot be reached (the cluster tier:
+  // no node answered the last time its slot map was asked for); a local tier: always 1.
+  uint64_t reachable = 1;
 };
 
 class RecordStore {

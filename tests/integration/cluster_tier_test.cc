@@ -3,7 +3,9 @@
 // directories — two nodes. Node A stores a prefix; node B, which never saw it, finds it in the
 // cluster, promotes it and loads it byte-exact; B's restart keeps it usable; a value corrupted in
 // Redis is a miss, never served; with a master killed, lookups stay within their bound and what
-// is loaded is byte-exact, and after the failover the prefix is served again.
+// is loaded is byte-exact, and after the failover the prefix is served again. A cluster down when
+// the daemons start, or restarted empty under them, is found again without a daemon restart:
+// rows spill and promote byte-exact once it is back, and rows lost with it are misses.
 #include <hiredis/hiredis.h>
 
 #include <memory>
@@ -80,7 +82,9 @@ class ClusterTierTest : public ::testing::Test {
     return std::vector<uint64_t>(kBlocks.begin(), kBlocks.begin() + n);
   }
 
-  void Store(Node& node, const std::vector<std::string>& keys, uint64_t job) {
+  // Stores `keys` through the node's worker (the region's rows become READY and are queued for
+  // the tiers).
+  void StoreRows(Node& node, const std::vector<std::string>& keys, uint64_t job) {
     const std::vector<uint64_t> blocks = Blocks(keys.size());
     auto prepared = node.scheduler->PrepareStore(keys);
     ASSERT_TRUE(prepared.ok()) << prepared.status();
@@ -90,11 +94,44 @@ class ClusterTierTest : public ::testing::Test {
     const std::string line = node.worker->Command(absl::StrCat("wait ", job, " 30000"));
     ASSERT_TRUE(absl::StartsWith(line, absl::StrCat("finished ", job, " 0 "))) << line;
     ASSERT_TRUE(node.scheduler->CompleteStore(prepared->keys, true).ok());
+  }
+
+  // Waits for the cluster tier's spills to reach `before.spills_ok() + count` (true) or for one
+  // more to fail (false).
+  bool AwaitSpills(Node& node, const v1::TierStats& before, uint64_t count) {
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (ClusterStats(node).spills_ok() < keys.size() && absl::Now() < deadline) {
+    while (absl::Now() < deadline) {
+      const v1::TierStats now = ClusterStats(node);
+      if (now.spills_failed() > before.spills_failed()) return false;
+      if (now.spills_ok() >= before.spills_ok() + count) {
+        EXPECT_EQ(now.spills_ok(), before.spills_ok() + count);
+        return true;
+      }
       absl::SleepFor(absl::Milliseconds(5));
     }
-    ASSERT_EQ(ClusterStats(node).spills_ok(), keys.size());
+    ADD_FAILURE() << "spills did not end in 20 s";
+    return false;
+  }
+
+  void Store(Node& node, const std::vector<std::string>& keys, uint64_t job) {
+    const v1::TierStats before = ClusterStats(node);
+    StoreRows(node, keys, job);
+    ASSERT_TRUE(AwaitSpills(node, before, keys.size()));
+  }
+
+  // Stores one probe row after another (jobs from `job` on) until one is spilled to the cluster:
+  // the node's tier has found the cluster again. Within 30 s.
+  void AwaitClusterBack(Node& node, uint64_t& job) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline) {
+      const v1::TierStats before = ClusterStats(node);
+      StoreRows(node, {absl::StrCat("probe-", job)}, job);
+      ++job;
+      if (::testing::Test::HasFatalFailure()) return;
+      if (AwaitSpills(node, before, 1)) return;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    FAIL() << "the node's cluster tier did not spill again within 30 s";
   }
 
   // Looks up until every key is a hit (true) or, unless `patient`, one is a miss after the
@@ -205,6 +242,67 @@ TEST_F(ClusterTierTest, WithAMasterDownLookupsStayBoundedAndTheFailoverServesAga
   // The client finds the new master (MOVED, a slot-map refresh) within a few lookups.
   ASSERT_TRUE(LookupUntilHit(b, prefix, absl::Seconds(1), /*patient=*/true));
   LoadAndVerify(b, prefix, 3);
+}
+
+TEST_F(ClusterTierTest, DaemonsStartedWithTheClusterDownUseItOnceItIsUp) {
+  ASSERT_TRUE(cluster_->Stop().ok());
+  Node a = StartNode();  // starts all the same, with the cluster tier (empty)
+  Node b = StartNode();
+  ASSERT_NE(a.worker, nullptr);
+  ASSERT_NE(b.worker, nullptr);
+  ASSERT_EQ(ClusterStats(a).name(), "cluster");
+  ASSERT_EQ(ClusterStats(b).name(), "cluster");
+  const std::vector<std::string> prefix = Keys("late", kRows);
+  // While the cluster is down: lookups miss within their bound, spills fail (counted).
+  const absl::Time start = absl::Now();
+  auto states = b.scheduler->Lookup(prefix);
+  EXPECT_LE(absl::Now() - start, absl::Seconds(1));
+  ASSERT_TRUE(states.ok()) << states.status();
+  for (KeyState s : *states) EXPECT_EQ(s, KeyState::kMiss);
+  const v1::TierStats before = ClusterStats(a);
+  StoreRows(a, {"while-down"}, 1);
+  EXPECT_FALSE(AwaitSpills(a, before, 1));
+  EXPECT_EQ(ClusterStats(a).spills_ok(), 0u);
+  EXPECT_GE(ClusterStats(a).spills_failed(), 1u);
+
+  // The cluster comes up (on the seeds' ports): A spills, B promotes, byte-exact, no restart.
+  ASSERT_TRUE(cluster_->Restart().ok());
+  uint64_t job = 2;
+  AwaitClusterBack(a, job);
+  Store(a, prefix, job++);
+  ASSERT_TRUE(LookupUntilHit(b, prefix, absl::Seconds(1), /*patient=*/true));
+  LoadAndVerify(b, prefix, 1);
+  EXPECT_EQ(ClusterStats(b).promotions_ok(), static_cast<uint64_t>(kRows));
+  EXPECT_EQ(ClusterStats(b).read_corrupt(), 0u);
+}
+
+TEST_F(ClusterTierTest, AfterTheClusterRestartsEmptyOldRowsMissAndNewRowsSpillAgain) {
+  const std::vector<std::string> old_prefix = Keys("before", kRows);
+  Node a = StartNode();
+  Node b = StartNode();
+  ASSERT_NE(a.worker, nullptr);
+  ASSERT_NE(b.worker, nullptr);
+  Store(a, old_prefix, 1);
+  // Every node killed and started again, empty, on the same ports, while both daemons run.
+  ASSERT_TRUE(cluster_->Restart().ok());
+  // B never held the old rows: they were only in the cluster, and went with it.
+  EXPECT_FALSE(LookupUntilHit(b, old_prefix, absl::Seconds(1)));
+  auto states = b.scheduler->Lookup(old_prefix);
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ((*states)[0], KeyState::kMiss);
+  EXPECT_EQ(ClusterStats(b).promotions_ok(), 0u);
+
+  uint64_t job = 2;
+  AwaitClusterBack(a, job);
+  const std::vector<std::string> new_prefix = Keys("after", kRows);
+  Store(a, new_prefix, job++);
+  ASSERT_TRUE(LookupUntilHit(b, new_prefix, absl::Seconds(1), /*patient=*/true));
+  LoadAndVerify(b, new_prefix, 1);
+  EXPECT_EQ(ClusterStats(b).promotions_ok(), static_cast<uint64_t>(kRows));
+  EXPECT_EQ(ClusterStats(b).read_corrupt(), 0u);
+  states = b.scheduler->Lookup({old_prefix[0]});
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ((*states)[0], KeyState::kMiss);
 }
 
 }  // namespace

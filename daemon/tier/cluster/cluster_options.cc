@@ -121,6 +121,9 @@ absl::Status Validate(const ClusterTierOptions& o) {
   if (o.lookup_timeout <= absl::ZeroDuration()) return Bad("lookup_timeout", "must be > 0");
   if (o.refresh_interval < absl::ZeroDuration()) return Bad("refresh_interval", "must be >= 0");
   if (o.down_backoff < absl::ZeroDuration()) return Bad("down_backoff", "must be >= 0");
+  if (o.max_refresh_backoff <= absl::ZeroDuration()) {
+    return Bad("max_refresh_backoff", "must be > 0");
+  }
   if (o.connections_per_node < 1 || o.connections_per_node > kMaxConnectionsPerNode) {
     return Bad("connections_per_node",
                absl::StrCat(o.connections_per_node, "; 1..", kMaxConnectionsPerNode, " allowed"));

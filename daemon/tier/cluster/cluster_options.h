@@ -68,6 +68,11 @@ struct ClusterTierOptions {
   int max_queued = 1024;
   // Least time between two slot-map refreshes (CLUSTER SLOTS) forced by errors or MOVED.
   absl::Duration refresh_interval = absl::Milliseconds(100);
+  // While no node answers for the slot map (the cluster down at start, or gone), it is asked
+  // again in the background after refresh_interval, then twice as long each time, at most
+  // max(this, refresh_interval) apart: the longest a cluster that is back waits to be used
+  // again (plus one load).
+  absl::Duration max_refresh_backoff = absl::Seconds(2);
   // After a failed connect, calls to that node fail at once (UNAVAILABLE) for this long.
   absl::Duration down_backoff = absl::Milliseconds(100);
 };

@@ -73,6 +73,8 @@ TEST(Validate, EachBadFieldIsNamed) {
       {"connect_timeout", [](ClusterTierOptions& o) { o.connect_timeout = absl::ZeroDuration(); }},
       {"command_timeout", [](ClusterTierOptions& o) { o.command_timeout = -absl::Seconds(1); }},
       {"lookup_timeout", [](ClusterTierOptions& o) { o.lookup_timeout = absl::ZeroDuration(); }},
+      {"max_refresh_backoff",
+       [](ClusterTierOptions& o) { o.max_refresh_backoff = absl::ZeroDuration(); }},
       {"connections_per_node", [](ClusterTierOptions& o) { o.connections_per_node = 0; }},
       {"connections_per_node", [](ClusterTierOptions& o) { o.connections_per_node = 65; }},
       {"max_value_bytes", [](ClusterTierOptions& o) { o.max_value_bytes = 4096; }},

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "daemon/tier/cluster/redis_cluster.h"
+#include "daemon/tier/cluster/slot_table.h"
 #include "daemon/tier/record_format.h"
 
 namespace kvoffload::tier::cluster {
@@ -103,12 +105,15 @@ absl::StatusOr<std::unique_ptr<ClusterTier>> ClusterTier::Create(
   absl::StatusOr<std::unique_ptr<RedisCluster>> backend =
       RedisCluster::Connect(options, std::move(credentials));
   if (!backend.ok()) return backend.status();
-  const size_t masters = (*backend)->slot_table()->masters().size();
+  const std::shared_ptr<const SlotTable> table = (*backend)->slot_table();
+  const std::string masters =
+      table != nullptr ? absl::StrCat(table->masters().size(), " masters")
+                       : "no seed answers yet (empty and refusing writes until one does)";
   absl::StatusOr<std::unique_ptr<ClusterTier>> tier =
       CreateWithBackend(options, *std::move(backend));
   if (tier.ok()) {
     Log()->info(
-        "cluster tier: {} masters (seeds {}), key prefix '{}', user '{}', values of at most {} "
+        "cluster tier: {} (seeds {}), key prefix '{}', user '{}', values of at most {} "
         "bytes, {} threads, {} connections per node",
         masters, options.seeds[0].ToString(), options.key_prefix,
         options.user.empty() ? "default" : options.user, options.max_value_bytes, options.threads,
@@ -434,9 +439,11 @@ absl::Status ClusterTier::DropNamespace(uint64_t namespace_id) {
 }
 
 RecordStoreStats ClusterTier::record_stats() const {
+  const bool connected = backend_->backend_stats().connected;
   absl::MutexLock lock(&mu_);
   RecordStoreStats s = stats_;
   s.queue_depth = static_cast<uint64_t>(in_flight_);
+  s.reachable = connected ? 1 : 0;
   return s;
 }
 

@@ -21,6 +21,13 @@
 // index, record length and part length are the expected ones, and the part's XXH3 matches; any
 // other value is DATA_LOSS (a miss), and the record's values are deleted.
 //
+// A cluster that cannot be reached — down when the tier was created, or gone later (every node
+// killed) — makes the tier one that holds nothing: Writes and Reads are answered UNAVAILABLE
+// (counted as write_errors / read_errors), ContainsAll says false, each within its bound and at
+// once when there is no node to ask. Nothing waits for the cluster to come back: the client
+// asks its seeds again in the background (RedisCluster, max_refresh_backoff), and spills and
+// promotions work again once it answers; values lost with a restarted cluster read as NOT_FOUND.
+//
 // Threads: Write and Read queue the work for the tier's own threads and return at once
 // (RESOURCE_EXHAUSTED when `max_queued` are queued or running); `done` runs exactly once, on a
 // tier thread, within `command_timeout` of the moment the work started. ContainsAll runs on the
@@ -55,7 +62,10 @@ class ClusterTier : public RecordStore {
  public:
   // Validates the options, reads the password file, connects to the cluster (RedisCluster).
   // INVALID_ARGUMENT for bad options; the file system's error for the password file;
-  // UNAVAILABLE when no seed answers; UNAUTHENTICATED when AUTH is refused.
+  // UNAUTHENTICATED when AUTH is refused (PERMISSION_DENIED: the ACL user may not ask for the
+  // slot map). When no seed answers (the cluster down or not yet created): OK — a tier that
+  // holds nothing and refuses writes (below) until a seed answers; it connects by itself then
+  // (backend_stats().connected says whether it is now).
   static absl::StatusOr<std::unique_ptr<ClusterTier>> Create(const ClusterTierOptions& options);
   // The same on any back end (the seam; tests use an in-memory one).
   static absl::StatusOr<std::unique_ptr<ClusterTier>> CreateWithBackend(

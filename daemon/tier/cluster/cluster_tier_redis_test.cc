@@ -433,10 +433,17 @@ TEST_F(ClusterTierRedisTest, RefusalsAreImmediate) {
   }).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(ClusterTierRedisTest, CreateFailsWhenNoSeedAnswers) {
+TEST_F(ClusterTierRedisTest, WithNoSeedAnsweringCreateGivesAnEmptyTierThatRefusesWrites) {
   ClusterTierOptions o = Options();
   o.seeds = {{"127.0.0.1", 1}};  // nothing listens on port 1
-  EXPECT_EQ(ClusterTier::Create(o).status().code(), absl::StatusCode::kUnavailable);
+  absl::StatusOr<std::unique_ptr<ClusterTier>> tier = ClusterTier::Create(o);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_FALSE((*tier)->backend_stats().connected);
+  EXPECT_EQ(WriteSync(**tier, kNs, "k", RowBytes(1, 100)).code(), absl::StatusCode::kUnavailable);
+  std::string got;
+  EXPECT_EQ(ReadSync(**tier, kNs, "k", got, 100).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*tier)->ContainsAll(kNs, {"k"}), std::vector<bool>{false});
+  EXPECT_EQ((*tier)->DropNamespace(kNs).code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -59,6 +59,10 @@ struct KvBackendStats {
   uint64_t broken = 0;            // connections dropped after an I/O error or timeout
   uint64_t redirects = 0;         // MOVED + ASK replies followed
   uint64_t refreshes = 0;         // slot maps loaded (CLUSTER SLOTS)
+  uint64_t refresh_failures = 0;  // slot-map loads no node answered (tried again, backing off)
+  // Whether the service answered the last time it was asked for its layout (RedisCluster: the
+  // last slot-map load succeeded). A back end without that notion says true.
+  bool connected = true;
 };
 
 class KvBackend {

@@ -66,9 +66,16 @@ class RedisCluster::NodePool {
   void Release(std::unique_ptr<RedisConnection> c) {
     if (c->broken()) {
       owner_->broken_.fetch_add(1, std::memory_order_relaxed);
-      c.reset();  // closes the socket outside the lock
-      absl::MutexLock lock(&mu_);
-      --open_;
+      // The node may have died or restarted: the idle connections opened before this one are
+      // likely dead too. Closed now, so that each does not fail a call of its own first.
+      std::vector<std::unique_ptr<RedisConnection>> stale;
+      {
+        absl::MutexLock lock(&mu_);
+        stale.swap(idle_);
+        open_ -= 1 + static_cast<int>(stale.size());
+      }
+      c.reset();  // closes the sockets outside the lock
+      stale.clear();
       return;
     }
     absl::MutexLock lock(&mu_);
@@ -124,7 +131,9 @@ absl::StatusOr<std::unique_ptr<RedisCluster>> RedisCluster::Connect(
     const ClusterTierOptions& options, Credentials credentials) {
   std::unique_ptr<RedisCluster> c(new RedisCluster(options, std::move(credentials)));
   absl::Status s = c->slot_map_.Load();
-  if (!s.ok()) return s;
+  // No node answered (down, unreachable, not a cluster yet): start without a map; the
+  // refresher's thread tries again until one does. Anything else is the configuration's fault.
+  if (!s.ok() && !absl::IsUnavailable(s)) return s;
   c->slot_map_.Start();
   return c;
 }
@@ -161,10 +170,14 @@ void RedisCluster::Run(std::vector<Op>& ops, absl::Time deadline) {
     std::map<std::string, Group> groups;
     for (size_t i : pending) {
       Op& op = ops[i];
-      const NodeAddress* to = op.target ? &*op.target : table->owner(KeySlot(*op.key));
+      const NodeAddress* to = op.target          ? &*op.target
+                              : table != nullptr ? table->owner(KeySlot(*op.key))
+                                                 : nullptr;
       if (to == nullptr) {
         op.status = absl::UnavailableError(
-            absl::StrCat("slot ", KeySlot(*op.key), " has no master in the slot map"));
+            table != nullptr
+                ? absl::StrCat("slot ", KeySlot(*op.key), " has no master in the slot map")
+                : std::string("no slot map: no node of the cluster has answered yet"));
         refresh = true;
         continue;
       }
@@ -401,7 +414,12 @@ absl::StatusOr<uint64_t> RedisCluster::DeletePrefix(absl::string_view prefix,
   const std::string pattern = absl::StrCat(prefix, "*");
   uint64_t deleted = 0;
   absl::Status result;
-  for (const NodeAddress& master : slot_table()->masters()) {
+  const std::shared_ptr<const SlotTable> table = slot_table();
+  if (table == nullptr) {
+    RequestRefresh();
+    return absl::UnavailableError("no slot map: no node of the cluster has answered yet");
+  }
+  for (const NodeAddress& master : table->masters()) {
     NodePool* pool = Pool(master);
     absl::StatusOr<std::unique_ptr<RedisConnection>> conn = pool->Acquire(deadline);
     if (!conn.ok()) {
@@ -458,6 +476,8 @@ KvBackendStats RedisCluster::backend_stats() const {
   s.broken = broken_.load(std::memory_order_relaxed);
   s.redirects = redirects_.load(std::memory_order_relaxed);
   s.refreshes = slot_map_.refreshes();
+  s.refresh_failures = slot_map_.refresh_failures();
+  s.connected = slot_map_.connected();
   return s;
 }
 

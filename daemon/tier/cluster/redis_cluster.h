@@ -16,9 +16,18 @@
 //
 // Connections: up to `connections_per_node` per node, opened on demand (connect + AUTH bounded
 // by `connect_timeout`), kept while healthy, dropped after any error or timeout (a reply might
-// still be on its way). A node whose connect failed is skipped (UNAVAILABLE at once) for
+// still be on its way; the node's idle connections are closed with it: if the node restarted
+// they are dead too). A node whose connect failed is skipped (UNAVAILABLE at once) for
 // `down_backoff`, so a dead node costs each call nothing. A call waiting for a free connection
 // waits until its deadline at most.
+//
+// A cluster that is not there: Connect succeeds without a slot map when no seed answers, and
+// every call answers UNAVAILABLE at once (no network wait) until the refresher's thread, which
+// keeps asking the seeds with a bounded backoff (`max_refresh_backoff`), has loaded one. A
+// cluster that goes away (every node killed) is the same: calls fail UNAVAILABLE (connects
+// refused, or bounded by their deadline), the refresher keeps trying the last map's masters and
+// the seeds, and once a node answers with a map, calls are routed again — to a cluster restarted
+// empty, whose missing values read as NOT_FOUND.
 //
 // Thread safety: thread-safe; the destructor needs every call to have returned.
 #ifndef KVOFFLOAD_DAEMON_TIER_CLUSTER_REDIS_CLUSTER_H_
@@ -48,7 +57,11 @@ class RedisCluster : public KvBackend {
   static constexpr int kMaxRedirects = 3;
 
   // Loads the slot map from the first seed that answers (each seed bounded by connect +
-  // command timeouts). UNAVAILABLE when none does; UNAUTHENTICATED when AUTH is refused.
+  // command timeouts). When none does, still OK: the client starts without a map (calls answer
+  // UNAVAILABLE) and loads one in the background once a seed answers (above); connected() in
+  // backend_stats() says which. UNAUTHENTICATED when AUTH is refused, PERMISSION_DENIED when
+  // the ACL user may not ask for the map; the last seed's error (INTERNAL) when it answered but
+  // not with a cluster's map (e.g. a Redis without cluster mode).
   static absl::StatusOr<std::unique_ptr<RedisCluster>> Connect(const ClusterTierOptions& options,
                                                                Credentials credentials);
   ~RedisCluster() override;
@@ -64,7 +77,7 @@ class RedisCluster : public KvBackend {
   absl::StatusOr<uint64_t> DeletePrefix(absl::string_view prefix, absl::Time deadline) override;
   KvBackendStats backend_stats() const override;
 
-  // The current slot map (tests, logs).
+  // The current slot map (tests, logs); nullptr until one loaded.
   std::shared_ptr<const SlotTable> slot_table() const;
   // Asks the background thread to load the slot map again (at most once per
   // `refresh_interval`; until it loads, failing calls keep answering UNAVAILABLE). Calls do it

@@ -54,7 +54,7 @@ absl::StatusOr<std::vector<SlotRange>> ParseClusterSlots(const redisReply* r,
 }  // namespace
 
 SlotMapRefresher::SlotMapRefresher(const ClusterTierOptions& options, AskFn ask)
-    : options_(options), ask_(std::move(ask)) {}
+    : options_(options), ask_(std::move(ask)), retry_after_(options.refresh_interval) {}
 
 SlotMapRefresher::~SlotMapRefresher() {
   {
@@ -84,33 +84,75 @@ absl::Status SlotMapRefresher::Load() {
   }
   absl::Status last = absl::UnavailableError("no node to ask for the slot map");
   for (const NodeAddress& a : candidates) {
+    {
+      // The destructor waits for one node's bound at most, not for every node of a hung cluster.
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::CancelledError("slot map refresher stopping");
+    }
     // Each node its own bound, so that a hung one costs one timeout, not the whole refresh.
     const absl::Time deadline = absl::Now() + options_.connect_timeout + options_.command_timeout;
     absl::StatusOr<Reply> r = ask_(a, deadline);
     if (!r.ok()) {
       last = r.status();
-      if (absl::IsUnauthenticated(last) || absl::IsPermissionDenied(last)) return last;
+      if (absl::IsUnauthenticated(last) || absl::IsPermissionDenied(last)) break;
       continue;
     }
     absl::StatusOr<std::vector<SlotRange>> ranges = ParseClusterSlots(r->get(), a);
     absl::StatusOr<SlotTable> table =
         ranges.ok() ? SlotTable::Build(*ranges) : absl::StatusOr<SlotTable>(ranges.status());
+    if (table.ok() && table->covered_slots() == 0) {
+      // A node not (or no longer) part of a cluster, e.g. one restarted and not yet joined: a
+      // map that routes nothing is no map; keep the last one and keep trying.
+      table = absl::UnavailableError(absl::StrCat(a.ToString(), " serves no slot"));
+    }
     if (!table.ok()) {
       last = table.status();
       continue;
     }
     const int covered = table->covered_slots();
+    const size_t masters = table->masters().size();
     auto next = std::make_shared<const SlotTable>(*std::move(table));
     refreshes_.fetch_add(1, std::memory_order_relaxed);
+    connected_.store(true, std::memory_order_relaxed);
     absl::MutexLock lock(&mu_);
     if (covered != kClusterSlots) {
       Log()->warn("cluster tier: slot map from {} covers {} of {} slots", a.ToString(), covered,
                   kClusterSlots);
     }
+    if (failures_in_row_ > 0) {
+      Log()->info("cluster tier: slot map loaded from {} ({} masters) after {} failed tries",
+                  a.ToString(), masters, failures_in_row_);
+    }
     table_ = std::move(next);
     last_refresh_ = absl::Now();
+    retry_after_ = options_.refresh_interval;
+    failures_in_row_ = 0;
     return absl::OkStatus();
   }
+  refresh_failures_.fetch_add(1, std::memory_order_relaxed);
+  connected_.store(false, std::memory_order_relaxed);
+  absl::MutexLock lock(&mu_);
+  // Try again on the thread, backing off: refresh_interval, then doubling, at most
+  // max(max_refresh_backoff, refresh_interval) apart, and 10 ms at least (never a busy loop,
+  // whatever refresh_interval says).
+  const absl::Duration longest = std::max(options_.max_refresh_backoff, options_.refresh_interval);
+  retry_after_ = std::min(std::max(failures_in_row_ == 0 ? options_.refresh_interval
+                                                         : retry_after_ * 2,
+                                   absl::Milliseconds(10)),
+                          longest);
+  if (failures_in_row_ == 0 && absl::IsUnavailable(last)) {
+    Log()->warn("cluster tier: no node answers for the slot map ({}); retrying in the "
+                "background, at most {} apart",
+                last.ToString(), absl::FormatDuration(longest));
+  } else if (failures_in_row_ == 0) {
+    Log()->warn("cluster tier: slot map not loaded: {}", last.ToString());
+  } else {
+    Log()->debug("cluster tier: slot map load {} failed: {}", failures_in_row_ + 1,
+                 last.ToString());
+  }
+  ++failures_in_row_;
+  last_refresh_ = absl::Now();
+  refresh_wanted_ = true;
   return last;
 }
 
@@ -130,7 +172,7 @@ void SlotMapRefresher::RefreshLoop() {
           },
           this));
       if (stopping_) return;
-      not_before = last_refresh_ + options_.refresh_interval;
+      not_before = last_refresh_ + retry_after_;
     }
     // Rate limit: wait out the interval (or the stop).
     {
@@ -139,13 +181,7 @@ void SlotMapRefresher::RefreshLoop() {
       if (stopping_) return;
       refresh_wanted_ = false;
     }
-    absl::Status s = Load();
-    if (!s.ok()) {
-      Log()->warn("cluster tier: slot map refresh failed: {}", s.ToString());
-      absl::MutexLock lock(&mu_);
-      last_refresh_ = absl::Now();
-      refresh_wanted_ = true;  // try again after the interval
-    }
+    Load().IgnoreError();  // a failure logs and leaves the next try pending
   }
 }
 

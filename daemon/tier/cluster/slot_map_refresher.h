@@ -1,11 +1,15 @@
 // SlotMapRefresher: RedisCluster's current slot map (slot_table.h) and the background thread
 // that loads it again. Purpose: the slot-map half of routing, apart from the calls that route.
-// A map is loaded with CLUSTER SLOTS from the first node that answers (the masters of the
-// current map first, then the seeds), each node bounded by connect_timeout + command_timeout,
-// and replaces the current one whole. Load runs on the caller's thread (RedisCluster::Connect);
-// after Start, RequestRefresh wakes the thread, which loads at most once per
-// `refresh_interval` (a failed load is tried again after the interval). Nobody waits for it:
-// until it loads, callers route with the map they have.
+// A map is loaded with CLUSTER SLOTS from the first node that answers with a map serving at
+// least one slot (the masters of the current map first, then the seeds), each node bounded by
+// connect_timeout + command_timeout, and replaces the current one whole. Load runs on the
+// caller's thread (RedisCluster::Connect); after Start, RequestRefresh wakes the thread, which
+// loads at most once per `refresh_interval`. A failed load is tried again by the thread on its
+// own, without anyone asking: after `refresh_interval`, then twice as long after each further
+// failure, at most max(`max_refresh_backoff`, `refresh_interval`) apart, until one succeeds (a
+// cluster down at start, or gone and back, is found again without a call having to come).
+// Nobody waits for it: until it loads, callers route with the map they have (none before the
+// first load: table() is nullptr).
 //
 // Thread safety: thread-safe. Load must not run while the thread does (call it before Start).
 // Ownership: owns the thread and the tables it publishes (shared_ptr: a caller keeps the one it
@@ -39,11 +43,15 @@ class SlotMapRefresher {
   using AskFn = std::function<absl::StatusOr<Reply>(const NodeAddress& node, absl::Time deadline)>;
 
   SlotMapRefresher(const ClusterTierOptions& options, AskFn ask);
-  ~SlotMapRefresher();  // stops and joins the thread
+  // Stops and joins the thread: waits for the node it is asking (connect_timeout +
+  // command_timeout at most), not for the rest of a load.
+  ~SlotMapRefresher();
   SlotMapRefresher(const SlotMapRefresher&) = delete;
   SlotMapRefresher& operator=(const SlotMapRefresher&) = delete;
 
-  // Loads a map now, on this thread. UNAVAILABLE when no node answers.
+  // Loads a map now, on this thread. UNAVAILABLE when no node answers (UNAUTHENTICATED or
+  // PERMISSION_DENIED when one refuses the credentials). A failure leaves a try by the thread
+  // pending (it runs once Start has been called), after the backoff above.
   absl::Status Load();
   // Starts the thread (once).
   void Start();
@@ -53,6 +61,10 @@ class SlotMapRefresher {
   std::shared_ptr<const SlotTable> table() const;
   // Maps loaded (KvBackendStats::refreshes).
   uint64_t refreshes() const { return refreshes_.load(std::memory_order_relaxed); }
+  // Loads that failed (KvBackendStats::refresh_failures).
+  uint64_t refresh_failures() const { return refresh_failures_.load(std::memory_order_relaxed); }
+  // Whether the last load succeeded (KvBackendStats::connected).
+  bool connected() const { return connected_.load(std::memory_order_relaxed); }
 
  private:
   void RefreshLoop();
@@ -65,8 +77,13 @@ class SlotMapRefresher {
   absl::Time last_refresh_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool refresh_wanted_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The wait before the thread's next try after a failed load (refresh_interval after a success).
+  absl::Duration retry_after_ ABSL_GUARDED_BY(mu_);
+  uint64_t failures_in_row_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // RefreshLoop: the only caller of Load after Start
   std::atomic<uint64_t> refreshes_{0};
+  std::atomic<uint64_t> refresh_failures_{0};
+  std::atomic<bool> connected_{false};
 };
 
 }  // namespace kvoffload::tier::cluster

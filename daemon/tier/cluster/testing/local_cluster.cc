@@ -131,17 +131,41 @@ absl::StatusOr<pid_t> LocalCluster::Spawn(const std::vector<std::string>& argv,
   return pid;
 }
 
-absl::Status LocalCluster::Launch() {
-  const int count = options_.masters * (1 + options_.replicas);
+absl::StatusOr<std::vector<int>> LocalCluster::FreePorts(int count) {
   std::set<int> taken;
+  std::vector<int> out;
   for (int i = 0; i < count; ++i) {
-    Node n;
     absl::StatusOr<int> port = FreePort(taken);
     if (!port.ok()) return port.status();
-    absl::StatusOr<int> bus = FreePort(taken);
-    if (!bus.ok()) return bus.status();
-    n.port = *port;
-    n.bus_port = *bus;
+    out.push_back(*port);
+  }
+  return out;
+}
+
+absl::Status LocalCluster::Launch() {
+  const int count = options_.masters * (1 + options_.replicas);
+  if (nodes_.empty()) {
+    if (!options_.ports.empty() && static_cast<int>(options_.ports.size()) != count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(options_.ports.size(), " ports for ", count, " nodes"));
+    }
+    std::set<int> taken(options_.ports.begin(), options_.ports.end());
+    for (int i = 0; i < count; ++i) {
+      Node n;
+      if (options_.ports.empty()) {
+        absl::StatusOr<int> port = FreePort(taken);
+        if (!port.ok()) return port.status();
+        n.port = *port;
+      } else {
+        n.port = options_.ports[i];
+      }
+      absl::StatusOr<int> bus = FreePort(taken);
+      if (!bus.ok()) return bus.status();
+      n.bus_port = *bus;
+      nodes_.push_back(n);
+    }
+  }
+  for (Node& n : nodes_) {
     const std::string conf = absl::StrCat(dir_, "/", n.port, ".conf");
     std::ofstream out(conf);
     out << "port " << n.port << "\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n"
@@ -161,7 +185,6 @@ absl::Status LocalCluster::Launch() {
         Spawn({"redis-server", conf}, absl::StrCat(dir_, "/", n.port, ".out"));
     if (!pid.ok()) return pid.status();
     n.pid = *pid;
-    nodes_.push_back(n);
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   for (int i = 0; i < count; ++i) {
@@ -250,6 +273,26 @@ absl::Status LocalCluster::Kill(int index) {
   waitpid(n.pid, &status, 0);
   n.pid = -1;
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Stop() {
+  for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+    if (nodes_[i].pid < 0) continue;
+    absl::Status s = Kill(i);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Restart() {
+  absl::Status s = Stop();
+  if (!s.ok()) return s;
+  // A new cluster: each node forgets the old one (its nodes-<port>.conf); no data was saved.
+  for (const Node& n : nodes_) {
+    std::error_code ignored;
+    std::filesystem::remove(absl::StrCat(dir_, "/nodes-", n.port, ".conf"), ignored);
+  }
+  return Launch();
 }
 
 absl::Status LocalCluster::Freeze(int index) {

@@ -33,6 +33,9 @@ struct LocalClusterOptions {
   int node_timeout_ms = 1000;
   // Extra redis.conf lines for every node (an ACL user, maxmemory...).
   std::vector<std::string> config_lines;
+  // The nodes' client ports, masters * (1 + replicas) of them (FreePorts); empty: free ones
+  // asked from the kernel. A test that points a client at a cluster before it exists uses them.
+  std::vector<int> ports;
 };
 
 class LocalCluster {
@@ -45,6 +48,8 @@ class LocalCluster {
 
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(LocalClusterOptions options);
   ~LocalCluster();
+  // `count` distinct loopback ports nobody listens on now (for LocalClusterOptions::ports).
+  static absl::StatusOr<std::vector<int>> FreePorts(int count);
 
   // "redis://127.0.0.1:p0,127.0.0.1:p1,..." (every node).
   std::string url() const;
@@ -61,6 +66,11 @@ class LocalCluster {
   absl::StatusOr<int> MasterOf(int slot);
   // SIGKILLs node `index` by its pid and reaps it.
   absl::Status Kill(int index);
+  // SIGKILLs every live node (the whole cluster gone; its values with it).
+  absl::Status Stop();
+  // Stop, then a new cluster on the same ports: every node started again with no data and no
+  // memory of the old cluster, joined again (--cluster create) and awaited healthy.
+  absl::Status Restart();
   // SIGSTOPs node `index`: it keeps its sockets but answers nothing (a hung node). The
   // destructor still kills it.
   absl::Status Freeze(int index);
