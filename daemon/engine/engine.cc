@@ -161,7 +161,7 @@ void Engine::Detach(uint64_t session_id) {
   }
   // In-flight copies hold their own references; the mapping closes after the last one.
   deps_.release->Defer(std::move(memory));
-  Deliver(verdicts);
+  if (Deliver(verdicts)) AnnounceCloseLocked();
 }
 
 absl::StatusOr<Job*> Engine::OpenOrJoin(const WorkerSession& session, const ValidPart& part) {
@@ -182,6 +182,7 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
   CopyJob copy;
   std::shared_ptr<WorkerMemory> memory;
   uint32_t mp_rank = 0;
+  bool close_due = false;
   {
     absl::ReaderMutexLock delivery(&delivery_mu_);
     Verdicts verdicts;
@@ -221,8 +222,9 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
                               deps_.jobs.job_timeout);
       }
     }
-    Deliver(verdicts);
+    close_due = Deliver(verdicts);
   }
+  if (close_due) AnnounceClose();
   if (memory == nullptr) return absl::OkStatus();
   // The callbacks keep the engine (region) alive, so `done` may borrow it.
   const uint32_t slot = copy.slot;
@@ -237,14 +239,18 @@ absl::Status Engine::Submit(uint64_t session_id, const JobPart& part) {
 
 void Engine::OnCopyDone(uint64_t job_id, uint32_t mp_rank, uint32_t slot, absl::Status status,
                         uint64_t bytes) {
-  absl::ReaderMutexLock delivery(&delivery_mu_);
-  Verdicts verdicts;
+  bool close_due = false;
   {
-    absl::MutexLock lock(&mu_);
-    Job& job = jobs_.CopyEnded(job_id, mp_rank, slot, std::move(status), bytes);
-    SettleIfDue(job, &verdicts);
+    absl::ReaderMutexLock delivery(&delivery_mu_);
+    Verdicts verdicts;
+    {
+      absl::MutexLock lock(&mu_);
+      Job& job = jobs_.CopyEnded(job_id, mp_rank, slot, std::move(status), bytes);
+      SettleIfDue(job, &verdicts);
+    }
+    close_due = Deliver(verdicts);
   }
-  Deliver(verdicts);
+  if (close_due) AnnounceClose();
 }
 
 bool Engine::SettleIfDue(Job& job, Verdicts* verdicts) {
@@ -269,29 +275,47 @@ void Engine::MaybeAnnounceClosed(Verdicts* verdicts) {
   if (!closed_ || closed_announced_ || !jobs_.empty()) return;
   closed_announced_ = true;
   verdicts->announces_close = true;
-  verdicts->closed_why = closed_why_;
-  verdicts->closed = sessions_.Listeners();
 }
 
-void Engine::Deliver(const Verdicts& verdicts) {
+bool Engine::Deliver(const Verdicts& verdicts) {
   verdicts.DeliverTo();
-  if (verdicts.announces_close) {
+  return verdicts.announces_close;
+}
+
+void Engine::AnnounceClose() {
+  absl::MutexLock delivery(&delivery_mu_);
+  AnnounceCloseLocked();
+}
+
+void Engine::AnnounceCloseLocked() {
+  // Exclusive: every verdict another thread collected is delivered by now. The listeners are
+  // read now, not when the close was decided: a session that left since must not be called.
+  Verdicts close;
+  {
     absl::MutexLock lock(&mu_);
-    close_delivered_ = true;
+    close.closed = sessions_.Listeners();
+    close.closed_why = closed_why_;
   }
+  close.DeliverTo();
+  absl::MutexLock lock(&mu_);
+  close_delivered_ = true;
 }
 
 void Engine::ExpireJobs(absl::Time now) {
   DropStaleCommits(spec_, *active_index_, now, deps_.jobs.job_timeout);
-  absl::ReaderMutexLock delivery(&delivery_mu_);
-  Verdicts verdicts;
+  bool close_due = false;
   {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, why] : jobs_.Expired(now, spec_.world_size)) {
-      FailAndSettle(id, why, &verdicts);
+    absl::ReaderMutexLock delivery(&delivery_mu_);
+    Verdicts verdicts;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [id, why] : jobs_.Expired(now, spec_.world_size)) {
+        FailAndSettle(id, why, &verdicts);
+      }
     }
+    close_due = Deliver(verdicts);
   }
-  Deliver(verdicts);
+  if (close_due) AnnounceClose();
 }
 
 void Engine::Drain(const absl::Status& why) {
@@ -305,14 +329,14 @@ void Engine::Drain(const absl::Status& why) {
     jobs_.StartDraining(why);
     for (uint64_t id : jobs_.WaitingForParts()) FailAndSettle(id, why, &verdicts);
   }
-  Deliver(verdicts);
+  Deliver(verdicts);  // never the close: the engine is not closed yet
 }
 
 void Engine::Close(const absl::Status& why) {
-  // Exclusive: a verdict settled by another thread just before (a copy that ended: its job is no
-  // longer in jobs_) is still on its way until that thread's Deliver returns. Waiting for every
-  // delivery in progress keeps the close notice behind it; with a shared lock the daemon's
-  // shutdown could end a worker's session before the verdict of its finished copy.
+  // Exclusive, as every close notice is delivered (AnnounceCloseLocked): a verdict settled by
+  // another thread just before (a copy that ended: its job is no longer in jobs_) is still on its
+  // way until that thread's Deliver returns; the daemon's shutdown closes engines as soon as no
+  // job is in flight, and a notice ahead of that verdict lost it.
   absl::MutexLock delivery(&delivery_mu_);
   Verdicts verdicts;
   {
@@ -329,7 +353,7 @@ void Engine::Close(const absl::Status& why) {
                   jobs_.size());
     }
   }
-  Deliver(verdicts);
+  if (Deliver(verdicts)) AnnounceCloseLocked();
 }
 
 bool Engine::WaitClosed(absl::Time deadline) const {

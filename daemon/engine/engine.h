@@ -183,7 +183,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Engine(const common::EngineSpec& spec, const common::Geometry& geometry, const EngineDeps& deps,
          uint64_t region_epoch, EngineResources resources);
 
-  // After Close: once no job is left, tells every session to end (once).
+  // After Close: once no job is left, marks `verdicts` as the ones that end the sessions (once).
   void MaybeAnnounceClosed(Verdicts* verdicts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CloseDelivered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return close_delivered_; }
 
@@ -199,7 +199,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool SettleIfDue(Job& job, Verdicts* verdicts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailAndSettle(uint64_t job_id, const absl::Status& why, Verdicts* verdicts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Deliver(const Verdicts& verdicts) ABSL_LOCKS_EXCLUDED(mu_);  // delivery_mu_ held
+  // Delivers the verdicts (delivery_mu_ held, shared or not); true when they end the engine's
+  // sessions: the caller then announces the close with delivery_mu_ held exclusively.
+  bool Deliver(const Verdicts& verdicts) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tells every session still attached that the engine closed, once no other thread is
+  // delivering a verdict (delivery_mu_ exclusive: taken, or held by the caller).
+  void AnnounceClose() ABSL_LOCKS_EXCLUDED(delivery_mu_, mu_);
+  void AnnounceCloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(delivery_mu_) ABSL_LOCKS_EXCLUDED(mu_);
 
   const common::EngineSpec spec_;
   const common::Geometry geometry_;
@@ -217,8 +223,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   common::Geometry part_geometry_;  // geometry_, num_rows = the index's rows
 
   // Held shared from collecting verdicts until they are delivered; exclusively by Detach (a
-  // listener is never called after Detach returns) and by Close (the close notice waits for
-  // every verdict already collected).
+  // listener is never called after Detach returns), by Close and by every delivery of the close
+  // notice (which so follows every verdict already collected).
   absl::Mutex delivery_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   WorkerSessions sessions_ ABSL_GUARDED_BY(mu_);

@@ -496,6 +496,32 @@ TEST_F(EngineTest, CloseWaitsForAVerdictStillBeingDelivered) {
   EXPECT_TRUE(engine_->WaitClosed(absl::Now() + absl::Seconds(5)));
 }
 
+// After Close, the last copy to end announces the close while another copy thread is still
+// delivering an earlier job's verdict: the notice waits for that delivery.
+TEST_F(EngineTest, TheLastCopysCloseNoticeWaitsForAVerdictAnotherThreadDelivers) {
+  Open(PerRankSpec(1));
+  AttachWorkers(1);
+  std::vector<std::string> keys;
+  const std::vector<uint64_t> rows = PrepareStore(0, 2, &keys);
+  env_.backend().AddRule({.fault = Fault::kHold});
+  env_.backend().AddRule({.fault = Fault::kHold});
+  ASSERT_TRUE(Submit(0, 1, CopyDirection::kStore, {1}, {rows[0]}).ok());
+  ASSERT_TRUE(Submit(0, 2, CopyDirection::kStore, {2}, {rows[1]}).ok());
+  ASSERT_EQ(env_.backend().Held().size(), 2u);
+  engine_->Close(absl::AbortedError("engine dropped by an operator"));
+  RecordingListener& listener = workers_[0]->listener;
+  listener.HoldNextVerdict();
+  ASSERT_TRUE(env_.backend().ReleaseHeld(env_.backend().Held()[0]));  // job 1, on copy thread A
+  ASSERT_TRUE(listener.WaitUntilVerdictHeld());
+  ASSERT_TRUE(env_.backend().ReleaseHeld(env_.backend().Held()[0]));  // job 2, the last, on B
+  ASSERT_TRUE(listener.WaitForResults(1));  // job 2's verdict; job 1's is still being delivered
+  absl::SleepFor(absl::Milliseconds(100));  // room for a notice that does not wait
+  listener.ReleaseHeldVerdict();
+  ASSERT_TRUE(engine_->WaitClosed(absl::Now() + absl::Seconds(5)));
+  EXPECT_THAT(listener.events(),
+              ::testing::ElementsAre("finished 2 10", "finished 1 10", "closed 10"));
+}
+
 // The index learns that a store job failed: CompleteStore(true) for its rows is
 // FAILED_PRECONDITION and they never read as HIT; they stay WRITING until the scheduler ends the
 // store with success=false, which frees them.

@@ -35,7 +35,9 @@ struct Verdicts {
   std::vector<std::pair<JobListener*, JobResult>> finished;
   std::vector<JobListener*> closed;  // told OnEngineClosed(closed_why) after `finished`
   absl::Status closed_why;
-  bool announces_close = false;  // these verdicts end the engine's sessions
+  // These verdicts end the engine's sessions: the engine then delivers its close notice apart,
+  // once no other thread is delivering a verdict (Engine::AnnounceCloseLocked).
+  bool announces_close = false;
 
   // Calls the listeners: every OnJobFinished, then every OnEngineClosed.
   void DeliverTo() const {
