@@ -218,9 +218,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // See set_pool: written before the engine is shared, read-only afterwards.
   std::shared_ptr<Pool> pool_;
   uint32_t member_ = 0;
-  SlotIndex* active_index_;         // own_.index or the pool's
+  SlotIndex* active_index_;              // own_.index or the pool's
   std::shared_ptr<TierLink> tier_link_;  // see LinkTier: its own, or the pool's
-  common::Geometry part_geometry_;  // geometry_, num_rows = the index's rows
+  common::Geometry part_geometry_;       // geometry_, num_rows = the index's rows
 
   // Held shared from collecting verdicts until they are delivered; exclusively by Detach (a
   // listener is never called after Detach returns), by Close and by every delivery of the close

@@ -21,16 +21,13 @@ spdlog::logger* Log() {
 std::shared_ptr<void> Both(std::shared_ptr<void> a, std::shared_ptr<void> b) {
   if (b == nullptr) return a;
   return std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(std::move(a),
-                                                                                  std::move(b));
+                                                                                   std::move(b));
 }
 
 }  // namespace
 
 TierLink::TierLink(std::shared_ptr<TierManager> manager, TierTarget target)
-    : manager_(std::move(manager)),
-      target_(std::move(target)),
-      max_pinned_rows_(std::max<uint64_t>(1, target_.index->num_rows() / kPinnedShare)),
-      stats_(manager_->num_tiers()) {}
+    : manager_(std::move(manager)), target_(std::move(target)), stats_(manager_->num_tiers()) {}
 
 TierLink::~TierLink() {
   std::vector<TierCounters> s = stats();
@@ -72,11 +69,14 @@ std::vector<std::string> TierLink::PopSpills(size_t max_keys) {
 
 uint32_t TierLink::StartSpills(size_t max_keys, size_t* taken) {
   *taken = 0;
+  // Of the rows online now: a pool's index counts its offline members' segments too.
+  const uint64_t max_pinned =
+      std::max<uint64_t>(1, target_.index->counts().rows_online() / kPinnedShare);
   {
     absl::MutexLock lock(&mu_);
-    if (spill_queue_.empty() || rows_pinned_ >= max_pinned_rows_) return 0;
+    if (spill_queue_.empty() || rows_pinned_ >= max_pinned) return 0;
     // Only this thread pins rows: the room cannot shrink before the writes below start.
-    max_keys = std::min<uint64_t>(max_keys, max_pinned_rows_ - rows_pinned_);
+    max_keys = std::min<uint64_t>(max_keys, max_pinned - rows_pinned_);
   }
   const size_t tiers = manager_->num_tiers();
   // Taken before the store lock, so the owner's last reference is never dropped under it.
@@ -155,6 +155,7 @@ bool TierLink::StartWrite(size_t t, tier::RecordStore* store, const std::string&
         // The row's memory is no longer read: it may be evicted or written again.
         (void)self->target_.index->copies().End({ended});
         if (writes->fetch_sub(1) == 1) self->RowUnpinned();
+        uint64_t failed = 0;
         {
           absl::MutexLock lock(&self->mu_);
           TierCounters& c = self->stats_[t];
@@ -162,12 +163,14 @@ bool TierLink::StartWrite(size_t t, tier::RecordStore* store, const std::string&
             ++c.spills_ok;
             c.spill_bytes += self->target_.row_bytes;
           } else {
-            ++c.spills_failed;
+            failed = ++c.spills_failed;
           }
         }
-        if (!written.ok() && !absl::IsAborted(written)) {
-          Log()->warn("{}: spill to the {} tier failed: {}", self->target_.label,
-                      self->manager_->names_[t], written.ToString());
+        // The 1st, 2nd, 4th, 8th... failure: a tier that is down (a cluster away for an hour)
+        // fails every spill, and a line per row would drown the log.
+        if (!written.ok() && !absl::IsAborted(written) && (failed & (failed - 1)) == 0) {
+          Log()->warn("{}: spill to the {} tier failed ({} failures): {}", self->target_.label,
+                      self->manager_->names_[t], failed, written.ToString());
         }
         DeferredRelease* release = self->manager_->release_;
         std::shared_ptr<TierManager> manager = self->manager_;
@@ -198,8 +201,7 @@ void TierLink::Promote(const std::vector<std::string>& keys, uint32_t member,
         misses.push_back(keys[i]);
       } else if (state == KeyState::kHitPending && !promoting_.empty()) {
         auto it = promoting_.find(keys[i]);
-        if (it != promoting_.end() &&
-            now - it->second.since > manager_->options_.promote_timeout) {
+        if (it != promoting_.end() && now - it->second.since > manager_->options_.promote_timeout) {
           state = KeyState::kMiss;  // the engine recomputes rather than wait on the tier
           ++stats_[it->second.tier].promotions_timed_out;
         }
@@ -271,9 +273,9 @@ void TierLink::Promote(const std::vector<std::string>& keys, uint32_t member,
     const RowRun run{prepared->rows[i], 1, prepared->ticket};
     std::shared_ptr<void> memory_keepalive;
     uint8_t* memory = target_.row_memory(run.first_row, &memory_keepalive);
-    absl::Status status =
-        memory == nullptr ? absl::UnavailableError("the row's memory is gone")
-                          : target_.index->copies().Begin(CopyDirection::kStore, {run});
+    absl::Status status = memory == nullptr
+                              ? absl::UnavailableError("the row's memory is gone")
+                              : target_.index->copies().Begin(CopyDirection::kStore, {run});
     if (!status.ok()) {
       (void)target_.index->CompleteStore({key}, false);
       continue;

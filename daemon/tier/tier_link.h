@@ -109,13 +109,13 @@ class TierLink : public std::enable_shared_from_this<TierLink> {
   // Counts one event on `tier`'s counters (queue events on every tier's).
   void Count(size_t tier, uint64_t TierCounters::*counter, uint64_t n = 1);
 
-  // Spills pin at most this share of the index's rows, however many spill slots the node has: a
-  // small region keeps rows for its own stores (a 16-row region with 8 rows pinned refused them).
+  // Spills pin at most this share of the index's online rows (at least one), however many spill
+  // slots the node has: a small region keeps rows for its own stores (a 16-row region with 8
+  // rows pinned refused them).
   static constexpr uint64_t kPinnedShare = 4;
 
   const std::shared_ptr<TierManager> manager_;
   const TierTarget target_;
-  const uint64_t max_pinned_rows_;  // num_rows / kPinnedShare, at least 1
 
   mutable absl::Mutex mu_;
   uint64_t rows_pinned_ ABSL_GUARDED_BY(mu_) = 0;  // rows with a spill write in flight

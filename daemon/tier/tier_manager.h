@@ -42,9 +42,9 @@ struct TierOptions {
   // A promotion still reading after this looks up as a MISS (the engine recomputes instead of
   // waiting on a slow or failing tier); the read itself goes on and its row becomes READY.
   absl::Duration promote_timeout = absl::Milliseconds(500);
-  // Spill writes in flight at most, node-wide, over every tier (each holds one row out of its
-  // LRU list while it runs). Each link pins at most a quarter of its index's rows on top of this
-  // (TierLink::kPinnedShare).
+  // Rows pinned by spill writes at once, node-wide (each held out of its LRU list while it is
+  // written, with one write per tier that lacks it: up to this times the tiers writes). Each
+  // link also pins at most a quarter of its index's online rows (TierLink::kPinnedShare).
   uint32_t max_spills_in_flight = 8;
   // Keys the spill thread takes from a link's queue at once (also bounded by the free spill
   // slots): each tier is asked about them in one ContainsAll, one round trip to a remote tier.

@@ -1,8 +1,8 @@
 // Opening a worker's GPU memory from its registration (WorkerRegistration, copy_backend.h): which
 // device it names, its CUDA IPC allocations and its IPC events. The backend calls these in order:
 //
-//   RETURN_IF_ERROR(CheckWorkerHandles(registration));        // no GPU touched yet
 //   ASSIGN_OR_RETURN(int ordinal, ResolveOrdinal(registration, uuids));
+//   RETURN_IF_ERROR(CheckWorkerHandles(registration));        // no GPU touched yet
 //   ... the device's context current, a CudaWorkerMemory made ...
 //   ASSIGN_OR_RETURN(OpenedTensors opened, OpenIpcTensors(registration, ordinal, memory.get()));
 //   RETURN_IF_ERROR(OpenIpcEvents(registration, memory.get()));

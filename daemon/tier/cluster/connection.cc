@@ -19,9 +19,7 @@ namespace {
 
 constexpr int kMaxIov = 64;
 
-timeval TimevalOf(absl::Duration d) {
-  return absl::ToTimeval(std::max(d, absl::Milliseconds(1)));
-}
+timeval TimevalOf(absl::Duration d) { return absl::ToTimeval(std::max(d, absl::Milliseconds(1))); }
 
 }  // namespace
 
@@ -29,8 +27,8 @@ void ReplyDeleter::operator()(redisReply* r) const { freeReplyObject(r); }
 
 absl::Status ErrorReplyStatus(absl::string_view error, absl::string_view context) {
   const std::string message = absl::StrCat(context, ": ", error);
-  for (absl::string_view retry : {"CLUSTERDOWN", "LOADING", "MASTERDOWN", "TRYAGAIN", "MOVED",
-                                  "ASK", "BUSY"}) {
+  for (absl::string_view retry :
+       {"CLUSTERDOWN", "LOADING", "MASTERDOWN", "TRYAGAIN", "MOVED", "ASK", "BUSY"}) {
     if (absl::StartsWith(error, retry)) return absl::UnavailableError(message);
   }
   if (absl::StartsWith(error, "OOM")) return absl::ResourceExhaustedError(message);
@@ -88,11 +86,10 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Open(
     if (!reply.ok()) return reply.status();
     if ((*reply)->type == REDIS_REPLY_ERROR) {
       // The reply names no secret; the user is not a secret.
-      absl::Status s = ErrorReplyStatus(absl::string_view((*reply)->str, (*reply)->len),
-                                        absl::StrCat("AUTH as '", credentials.user.empty()
-                                                                      ? "default"
-                                                                      : credentials.user,
-                                                     "' at ", address.ToString()));
+      absl::Status s = ErrorReplyStatus(
+          absl::string_view((*reply)->str, (*reply)->len),
+          absl::StrCat("AUTH as '", credentials.user.empty() ? "default" : credentials.user,
+                       "' at ", address.ToString()));
       if (s.code() == absl::StatusCode::kInternal) {
         s = absl::UnauthenticatedError(s.message());
       }
@@ -110,7 +107,10 @@ absl::Status RedisConnection::Fail(absl::string_view what) {
 absl::Status RedisConnection::Wait(short events, absl::Time deadline) {
   while (true) {
     const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) return Fail("timed out");
+    if (left <= absl::ZeroDuration()) {
+      timed_out_ = true;
+      return Fail("timed out");
+    }
     pollfd p{context_->fd, events, 0};
     const int ms = static_cast<int>(std::ceil(absl::ToDoubleMilliseconds(left)));
     const int n = poll(&p, 1, std::max(ms, 1));
@@ -130,8 +130,8 @@ void RedisConnection::Append(const std::vector<absl::string_view>& argv) {
     ptrs.push_back(a.data());
     lens.push_back(a.size());
   }
-  if (redisAppendCommandArgv(context_, static_cast<int>(argv.size()), ptrs.data(),
-                             lens.data()) != REDIS_OK) {
+  if (redisAppendCommandArgv(context_, static_cast<int>(argv.size()), ptrs.data(), lens.data()) !=
+      REDIS_OK) {
     broken_ = true;
   }
 }
@@ -189,8 +189,8 @@ absl::Status RedisConnection::AppendSetRaw(absl::string_view key, absl::string_v
   absl::Status s = Flush(deadline);
   if (!s.ok()) return s;
   // RESP: *3 $3 SET $<key> key $<value> value — the value's two pieces as they lie in memory.
-  const std::string prefix = absl::StrCat("*3\r\n$3\r\nSET\r\n$", key.size(), "\r\n", key,
-                                          "\r\n$", head.size() + body.size(), "\r\n");
+  const std::string prefix = absl::StrCat("*3\r\n$3\r\nSET\r\n$", key.size(), "\r\n", key, "\r\n$",
+                                          head.size() + body.size(), "\r\n");
   static constexpr char kCrLf[] = "\r\n";
   std::vector<iovec> iov = {
       {const_cast<char*>(prefix.data()), prefix.size()},
@@ -310,8 +310,9 @@ absl::StatusOr<RedisConnection::Bulk> RedisConnection::NextBulkInto(char* head, 
     }
   }
   if (line_pos_ == line_end_) line_pos_ = line_end_ = 0;
-  rest.erase(std::remove_if(rest.begin(), rest.end(), [](const iovec& v) { return v.iov_len == 0; }),
-             rest.end());
+  rest.erase(
+      std::remove_if(rest.begin(), rest.end(), [](const iovec& v) { return v.iov_len == 0; }),
+      rest.end());
   absl::Status s = Transfer(POLLIN, std::move(rest), deadline);
   if (!s.ok()) return s;
   if (crlf[0] != '\r' || crlf[1] != '\n') return Fail("protocol error: bulk without CRLF");

@@ -78,6 +78,8 @@ class RedisConnection {
   absl::StatusOr<Reply> Call(const std::vector<absl::string_view>& argv, absl::Time deadline);
 
   bool broken() const { return broken_; }
+  // Broken only because a deadline passed: the node may be slow rather than gone.
+  bool timed_out() const { return timed_out_; }
   const NodeAddress& address() const { return address_; }
 
  private:
@@ -106,6 +108,7 @@ class RedisConnection {
   size_t line_pos_ = 0;
   size_t line_end_ = 0;
   bool broken_ = false;
+  bool timed_out_ = false;
 };
 
 // An error reply's code: UNAVAILABLE for what a retry later may cure (CLUSTERDOWN, LOADING,

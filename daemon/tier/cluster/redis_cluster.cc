@@ -20,21 +20,18 @@ absl::string_view Text(const redisReply* r) { return absl::string_view(r->str, r
 
 class RedisCluster::NodePool {
  public:
-  NodePool(NodeAddress address, const ClusterTierOptions& options,
-           const Credentials& credentials, RedisCluster* owner)
-      : address_(std::move(address)),
-        options_(options),
-        credentials_(credentials),
-        owner_(owner) {}
+  NodePool(NodeAddress address, const ClusterTierOptions& options, const Credentials& credentials,
+           RedisCluster* owner)
+      : address_(std::move(address)), options_(options), credentials_(credentials), owner_(owner) {}
 
   absl::StatusOr<std::unique_ptr<RedisConnection>> Acquire(absl::Time deadline) {
     {
       absl::MutexLock lock(&mu_);
       const absl::Time now = absl::Now();
       if (now < down_until_) {
-        return absl::UnavailableError(absl::StrCat(
-            address_.ToString(), ": down (a connect failed; retried after ",
-            absl::FormatDuration(down_until_ - now), ")"));
+        return absl::UnavailableError(absl::StrCat(address_.ToString(),
+                                                   ": down (a connect failed; retried after ",
+                                                   absl::FormatDuration(down_until_ - now), ")"));
       }
       auto can_go = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return !idle_.empty() || open_ < options_.connections_per_node;
@@ -67,11 +64,13 @@ class RedisCluster::NodePool {
     if (c->broken()) {
       owner_->broken_.fetch_add(1, std::memory_order_relaxed);
       // The node may have died or restarted: the idle connections opened before this one are
-      // likely dead too. Closed now, so that each does not fail a call of its own first.
+      // likely dead too. Closed now, so that each does not fail a call of its own first — unless
+      // this one only ran out of time (a slow node: its other connections are fine, and closing
+      // them would make a burst of reconnects under load).
       std::vector<std::unique_ptr<RedisConnection>> stale;
       {
         absl::MutexLock lock(&mu_);
-        stale.swap(idle_);
+        if (!c->timed_out()) stale.swap(idle_);
         open_ -= 1 + static_cast<int>(stale.size());
       }
       c.reset();  // closes the sockets outside the lock
@@ -101,9 +100,9 @@ struct RedisCluster::Op {
   enum Kind { kGet, kGetInto, kExists, kSet, kUnlink };
   Kind kind = kGet;
   const std::string* key = nullptr;
-  absl::string_view head, body;       // kSet
-  const KvGetInto* into = nullptr;    // kGetInto
-  uint64_t length = 0;                // kGetInto: the value's length
+  absl::string_view head, body;     // kSet
+  const KvGetInto* into = nullptr;  // kGetInto
+  uint64_t length = 0;              // kGetInto: the value's length
   // Routing: a redirect's target, and whether it was an ASK.
   std::optional<NodeAddress> target;
   bool asking = false;
@@ -260,8 +259,8 @@ void RedisCluster::Run(std::vector<Op>& ops, absl::Time deadline) {
             }
           }
           const KvGetInto& into = *op.into;
-          absl::StatusOr<RedisConnection::Bulk> b =
-              g.conn->NextBulkInto(into.head, into.head_bytes, into.body, into.body_bytes, deadline);
+          absl::StatusOr<RedisConnection::Bulk> b = g.conn->NextBulkInto(
+              into.head, into.head_bytes, into.body, into.body_bytes, deadline);
           if (!b.ok()) {
             io = op.status = b.status();
             refresh = true;
@@ -331,8 +330,7 @@ std::vector<absl::Status> RedisCluster::Put(const std::vector<KvPut>& puts, absl
   return out;
 }
 
-std::vector<KvValue> RedisCluster::Get(const std::vector<std::string>& keys,
-                                       absl::Time deadline) {
+std::vector<KvValue> RedisCluster::Get(const std::vector<std::string>& keys, absl::Time deadline) {
   std::vector<Op> ops(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     ops[i].kind = Op::kGet;
@@ -347,8 +345,8 @@ std::vector<KvValue> RedisCluster::Get(const std::vector<std::string>& keys,
     } else if (op.reply->type == REDIS_REPLY_NIL) {
       out[i].status = absl::NotFoundError("no such key");
     } else if (op.reply->type != REDIS_REPLY_STRING) {
-      out[i].status = absl::InternalError(
-          absl::StrCat("GET answered a reply of type ", op.reply->type));
+      out[i].status =
+          absl::InternalError(absl::StrCat("GET answered a reply of type ", op.reply->type));
     } else {
       out[i].bytes = Text(op.reply.get());
       out[i].owner = std::shared_ptr<const void>(op.reply.release(), ReplyDeleter());
@@ -409,8 +407,7 @@ std::vector<absl::Status> RedisCluster::Delete(const std::vector<std::string>& k
   return out;
 }
 
-absl::StatusOr<uint64_t> RedisCluster::DeletePrefix(absl::string_view prefix,
-                                                    absl::Time deadline) {
+absl::StatusOr<uint64_t> RedisCluster::DeletePrefix(absl::string_view prefix, absl::Time deadline) {
   const std::string pattern = absl::StrCat(prefix, "*");
   uint64_t deleted = 0;
   absl::Status result;

@@ -64,7 +64,9 @@ SlotMapRefresher::~SlotMapRefresher() {
   if (thread_.joinable()) thread_.join();
 }
 
-void SlotMapRefresher::Start() { thread_ = std::thread([this] { RefreshLoop(); }); }
+void SlotMapRefresher::Start() {
+  thread_ = std::thread([this] { RefreshLoop(); });
+}
 
 std::shared_ptr<const SlotTable> SlotMapRefresher::table() const {
   absl::MutexLock lock(&mu_);
@@ -83,6 +85,9 @@ absl::Status SlotMapRefresher::Load() {
     }
   }
   absl::Status last = absl::UnavailableError("no node to ask for the slot map");
+  // A node that answered wrongly (credentials refused, not a cluster) says more than one that did
+  // not answer: its error is returned whatever the order of the nodes.
+  absl::Status wrong = absl::OkStatus();
   for (const NodeAddress& a : candidates) {
     {
       // The destructor waits for one node's bound at most, not for every node of a hung cluster.
@@ -94,6 +99,7 @@ absl::Status SlotMapRefresher::Load() {
     absl::StatusOr<Reply> r = ask_(a, deadline);
     if (!r.ok()) {
       last = r.status();
+      if (!absl::IsUnavailable(last) && wrong.ok()) wrong = last;
       if (absl::IsUnauthenticated(last) || absl::IsPermissionDenied(last)) break;
       continue;
     }
@@ -107,6 +113,7 @@ absl::Status SlotMapRefresher::Load() {
     }
     if (!table.ok()) {
       last = table.status();
+      if (!absl::IsUnavailable(last) && wrong.ok()) wrong = last;
       continue;
     }
     const int covered = table->covered_slots();
@@ -129,6 +136,7 @@ absl::Status SlotMapRefresher::Load() {
     failures_in_row_ = 0;
     return absl::OkStatus();
   }
+  if (!wrong.ok()) last = wrong;
   refresh_failures_.fetch_add(1, std::memory_order_relaxed);
   connected_.store(false, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
@@ -136,14 +144,15 @@ absl::Status SlotMapRefresher::Load() {
   // max(max_refresh_backoff, refresh_interval) apart, and 10 ms at least (never a busy loop,
   // whatever refresh_interval says).
   const absl::Duration longest = std::max(options_.max_refresh_backoff, options_.refresh_interval);
-  retry_after_ = std::min(std::max(failures_in_row_ == 0 ? options_.refresh_interval
-                                                         : retry_after_ * 2,
-                                   absl::Milliseconds(10)),
-                          longest);
+  retry_after_ =
+      std::min(std::max(failures_in_row_ == 0 ? options_.refresh_interval : retry_after_ * 2,
+                        absl::Milliseconds(10)),
+               longest);
   if (failures_in_row_ == 0 && absl::IsUnavailable(last)) {
-    Log()->warn("cluster tier: no node answers for the slot map ({}); retrying in the "
-                "background, at most {} apart",
-                last.ToString(), absl::FormatDuration(longest));
+    Log()->warn(
+        "cluster tier: no node answers for the slot map ({}); retrying in the "
+        "background, at most {} apart",
+        last.ToString(), absl::FormatDuration(longest));
   } else if (failures_in_row_ == 0) {
     Log()->warn("cluster tier: slot map not loaded: {}", last.ToString());
   } else {
@@ -167,9 +176,8 @@ void SlotMapRefresher::RefreshLoop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](SlotMapRefresher* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
-            return r->stopping_ || r->refresh_wanted_;
-          },
+          +[](SlotMapRefresher* r)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return r->stopping_ || r->refresh_wanted_; },
           this));
       if (stopping_) return;
       not_before = last_refresh_ + retry_after_;
