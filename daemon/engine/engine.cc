@@ -109,6 +109,18 @@ absl::Status Engine::CheckAttach(uint32_t mp_rank, const WorkerRegistration& reg
   return sessions_.CheckAttach(mp_rank, slot, PagesOf(registration));
 }
 
+bool Engine::AwaitPreviousSession(uint32_t mp_rank, absl::Time deadline) const {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!sessions_.PreviousSessionCopying(mp_rank)) return true;
+    }
+    // The memory goes on the deferred-release thread once the last copy ends: no event to wait on.
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
 absl::StatusOr<WorkerInfo> Engine::Attach(uint32_t mp_rank, const WorkerRegistration& registration,
                                           std::unique_ptr<WorkerMemory> opened,
                                           JobListener* listener) {

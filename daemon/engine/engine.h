@@ -146,6 +146,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // different layout, all local workers present, engine closed), before the worker's memory is
   // opened; the registration itself is CheckWorkerRegistration's. Attach checks both again.
   absl::Status CheckAttach(uint32_t mp_rank, const WorkerRegistration& registration) const;
+  // Waits until mp_rank's previous session has no copy left in flight (its memory released), or
+  // `deadline`; false on the deadline. No lock held while waiting.
+  bool AwaitPreviousSession(uint32_t mp_rank, absl::Time deadline) const;
   // Registers a local worker whose memory was opened by the backend: CheckWorkerRegistration and
   // CheckAttach, then a session. On failure `memory` is released (deferred) and nothing changes.
   // `listener` must stay valid until Detach returns.

@@ -36,6 +36,9 @@ uint64_t RandomEpoch() {
 
 // How long a worker's registration waits for its region's first chunk to become usable.
 constexpr absl::Duration kFirstRowsWait = absl::Seconds(10);
+// How long a registration waits for the previous session of its rank to end its copies (they
+// end by their job's deadline at worst; usually within milliseconds of the session's end).
+constexpr absl::Duration kPreviousSessionWait = absl::Seconds(2);
 
 }  // namespace
 
@@ -241,7 +244,13 @@ absl::StatusOr<AttachedWorker> EngineRegistry::AttachWorker(
   RETURN_IF_ERROR(CheckWorkerRegistration(spec, geometry, mp_rank, registration));
   // Refuse a taken rank or slot before opening the worker's memory (CUDA IPC handles are opened
   // once per process).
-  if (existing != nullptr) RETURN_IF_ERROR(existing->CheckAttach(mp_rank, registration));
+  if (existing != nullptr) {
+    // A rank registering right after its previous session ended (a worker restarted, a test
+    // reusing an engine id) often finds that session's last copies, or their deferred release,
+    // still running: wait for them briefly rather than refuse with "register again shortly".
+    existing->AwaitPreviousSession(mp_rank, absl::Now() + kPreviousSessionWait);
+    RETURN_IF_ERROR(existing->CheckAttach(mp_rank, registration));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerMemory> memory, deps_.backend->OpenWorker(registration));
   absl::StatusOr<OpenedEngine> opened = OpenResolved(resolved, expected_epoch, caller);
   if (!opened.ok()) {

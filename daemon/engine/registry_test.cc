@@ -4,8 +4,8 @@
 #include "daemon/engine/registry.h"
 
 #include <memory>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -136,6 +136,38 @@ TEST_F(RegistryTest, ForcedDropWaitsForItsCopiesAndKeepsTheRegionUntilThen) {
   EXPECT_EQ(env_.budget().reserved(), 0u);
 }
 
+// A rank registering again right after its session ended, while that session's last copy
+// still runs: the registration waits for the copy (briefly) instead of refusing at once.
+TEST_F(RegistryTest, ARankRegisteringAgainWaitsBrieflyForItsPreviousSessionsCopies) {
+  StartHeldStore("again");
+  engine_->Detach(session_);
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    env_.backend().ReleaseAllHeld();
+  });
+  RecordingListener second;
+  auto attached = registry_->AttachWorker(PerRankSpec(1, "again"), 0, 0, memory_->Registration(),
+                                          &second, nullptr);
+  release.join();
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  EXPECT_EQ(attached->info.slot, 0u);
+  engine_->Detach(attached->info.session_id);
+}
+
+// A previous session whose copy outlives the wait: UNAVAILABLE, and nothing attached.
+TEST_F(RegistryTest, ARankWhosePreviousSessionStillCopiesIsRefusedAfterTheWait) {
+  StartHeldStore("stuck");
+  engine_->Detach(session_);
+  RecordingListener second;
+  const absl::Time start = absl::Now();
+  auto attached = registry_->AttachWorker(PerRankSpec(1, "stuck"), 0, 0, memory_->Registration(),
+                                          &second, nullptr);
+  EXPECT_EQ(attached.status().code(), absl::StatusCode::kUnavailable) << attached.status();
+  EXPECT_GE(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(engine_->num_workers(), 0u);
+  env_.backend().ReleaseAllHeld();
+}
+
 TEST_F(RegistryTest, MaintenanceExpiresJobsAndDropsIdleEngines) {
   StartHeldStore("aging");
   auto idle = registry_->Open(PerRankSpec(1, "idle"));
@@ -164,8 +196,7 @@ TEST_F(RegistryTest, ShutdownReportsCopiesThatOutliveTheGrace) {
   EXPECT_TRUE(listener_.events().empty());
   env_.backend().ReleaseAllHeld();
   ASSERT_TRUE(listener_.WaitForResults(1));
-  EXPECT_EQ(listener_.results()[0].status,
-            absl::UnavailableError("kvoffloadd is shutting down"));
+  EXPECT_EQ(listener_.results()[0].status, absl::UnavailableError("kvoffloadd is shutting down"));
   ASSERT_TRUE(env_.Settle());
   ASSERT_FALSE(listener_.events().empty());
   EXPECT_EQ(listener_.events().back(), "closed 14");

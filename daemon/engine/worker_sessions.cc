@@ -47,35 +47,39 @@ WorkerSessions::WorkerSessions(const common::Geometry& geometry, std::string eng
       tensor_pages_(std::move(layout)),
       idle_since_(absl::Now()) {}
 
+bool WorkerSessions::PreviousSessionCopying(uint32_t mp_rank) const {
+  auto departed = departed_.find(mp_rank);
+  return departed != departed_.end() && !departed->second.expired();
+}
+
 absl::Status WorkerSessions::CheckAttach(uint32_t mp_rank, uint32_t slot,
                                          const std::vector<uint64_t>& pages) const {
-  auto departed = departed_.find(mp_rank);
-  if (departed != departed_.end() && !departed->second.expired()) {
-    return absl::UnavailableError(absl::StrCat(
-        "mp_rank ", mp_rank, " of engine ", engine_key_,
-        ": copies of its previous session are still running; register again shortly"));
+  if (PreviousSessionCopying(mp_rank)) {
+    return absl::UnavailableError(
+        absl::StrCat("mp_rank ", mp_rank, " of engine ", engine_key_,
+                     ": copies of its previous session are still running; register again shortly"));
   }
   if (!tensor_pages_.empty() && tensor_pages_ != pages) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "mp_rank ", mp_rank, ": layout ", common::LayoutFingerprint(geometry_, pages),
-        " differs from the engine's registered layout ",
-        common::LayoutFingerprint(geometry_, tensor_pages_)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("mp_rank ", mp_rank, ": layout ", common::LayoutFingerprint(geometry_, pages),
+                     " differs from the engine's registered layout ",
+                     common::LayoutFingerprint(geometry_, tensor_pages_)));
   }
   for (const auto& [id, s] : sessions_) {
     if (s.mp_rank == mp_rank) {
-      return absl::AlreadyExistsError(absl::StrCat("mp_rank ", mp_rank, " of engine ",
-                                                   engine_key_, " is already registered"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("mp_rank ", mp_rank, " of engine ", engine_key_, " is already registered"));
     }
     if (!geometry_.replicated && s.slot == slot) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "slot ", slot, " of engine ", engine_key_, " is held by mp_rank ", s.mp_rank,
-          "; mp_rank ", mp_rank, " maps to the same slot (local_world_size ",
-          geometry_.local_world_size, ")"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("slot ", slot, " of engine ", engine_key_, " is held by mp_rank ", s.mp_rank,
+                       "; mp_rank ", mp_rank, " maps to the same slot (local_world_size ",
+                       geometry_.local_world_size, ")"));
     }
   }
   if (sessions_.size() >= geometry_.local_world_size) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "engine ", engine_key_, " already has its ", geometry_.local_world_size, " local workers"));
+    return absl::ResourceExhaustedError(absl::StrCat("engine ", engine_key_, " already has its ",
+                                                     geometry_.local_world_size, " local workers"));
   }
   return absl::OkStatus();
 }
@@ -135,14 +139,14 @@ absl::Status WorkerSessions::CheckMaySubmit(const WorkerSession& session, uint64
                                             uint64_t max_jobs_per_session) const {
   if (direction == CopyDirection::kStore && !session.writer && stores_by_writer_only) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, ": mp_rank ", session.mp_rank, " is not the writer of engine ",
-        engine_key_, ", whose spec says stores_by_writer_only: only mp_rank 0 submits stores"));
+        "job ", job_id, ": mp_rank ", session.mp_rank, " is not the writer of engine ", engine_key_,
+        ", whose spec says stores_by_writer_only: only mp_rank 0 submits stores"));
   }
   if (session.jobs_in_flight >= max_jobs_per_session) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "job ", job_id, ": mp_rank ", session.mp_rank, " already has ", session.jobs_in_flight,
-        " jobs in flight (limit ", max_jobs_per_session,
-        " per session, --max_jobs_per_session); wait for verdicts"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job ", job_id, ": mp_rank ", session.mp_rank, " already has ",
+                     session.jobs_in_flight, " jobs in flight (limit ", max_jobs_per_session,
+                     " per session, --max_jobs_per_session); wait for verdicts"));
   }
   return absl::OkStatus();
 }

@@ -73,6 +73,8 @@ class WorkerSessions {
   // (rank or slot taken), RESOURCE_EXHAUSTED (every local worker is attached).
   absl::Status CheckAttach(uint32_t mp_rank, uint32_t slot,
                            const std::vector<uint64_t>& pages) const;
+  // Whether mp_rank's previous session still has copies (or their release) in flight.
+  bool PreviousSessionCopying(uint32_t mp_rank) const;
   // Attaches a worker CheckAttach accepted; the first one fixes the layout, and *fixed_layout
   // (if given) tells whether this call did.
   WorkerSession& Add(uint32_t mp_rank, uint32_t slot, bool writer,
